@@ -1,0 +1,46 @@
+"""Exception hierarchy shared by every Kestrel package.
+
+Every error Kestrel raises for user input or a user-code failure derives from
+:class:`KestrelError`; the subclasses say which part of a run it concerns. Messages name the
+node, the key path and what was expected versus found.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "KestrelError",
+    "ConfigError",
+    "GraphError",
+    "SimulatorError",
+    "ShapeError",
+    "StoreError",
+    "EstimatorError",
+]
+
+
+class KestrelError(Exception):
+    """Base class of every Kestrel error."""
+
+
+class ConfigError(KestrelError, ValueError):
+    """A config value is missing, misspelt or invalid. The message starts with the key path."""
+
+
+class GraphError(KestrelError, ValueError):
+    """The graph is inconsistent: unknown node reference, cycle, bad node name, …"""
+
+
+class SimulatorError(KestrelError):
+    """A simulator (or prior) call failed or returned something unusable; names the node."""
+
+
+class ShapeError(SimulatorError, ValueError):
+    """Arrays of a trace or block do not line up; the message carries a table of shapes."""
+
+
+class StoreError(KestrelError):
+    """A sample store operation was given inconsistent data (key schema, ids, statuses)."""
+
+
+class EstimatorError(KestrelError):
+    """An estimator could not train or sample (e.g. no training samples)."""
