@@ -1,1 +1,95 @@
-__all__ = []
+"""Kestrel core: graph, dict trace, priors, config, in-process simulation, store contract.
+
+Depends on numpy, OmegaConf and PyYAML only; importing it never imports ray or torch.
+"""
+
+__all__ = [
+    "__version__",
+    # errors
+    "KestrelError",
+    "ConfigError",
+    "GraphError",
+    "SimulatorError",
+    "ShapeError",
+    "StoreError",
+    "EstimatorError",
+    # trace
+    "flat_key",
+    "split_key",
+    "flatten",
+    "unflatten",
+    "format_shapes",
+    "check_trace",
+    # lifecycle
+    "Status",
+    "rotate",
+    "LIVE",
+    "TRAINABLE",
+    # protocols
+    "Simulator",
+    "Record",
+    "SampleStore",
+    "Checkout",
+    "BlockRead",
+    "BufferView",
+    "Fetch",
+    "Estimator",
+    "EstimatorContext",
+    # config and graph
+    "load_config",
+    "RunConfig",
+    "BufferConfig",
+    "PathsConfig",
+    "SampleConfig",
+    "Graph",
+    "Node",
+    "Spec",
+    "instantiate",
+    "import_target",
+    "load_observation",
+    "check_observation",
+    # priors, simulation, store
+    "Product",
+    "prior_from_spec",
+    "seed_sequence",
+    "spawn_rngs",
+    "check_count",
+    "call_simulator",
+    "as_record",
+    "finite_rows",
+    "sample_forward",
+    "InMemoryStore",
+]
+
+from .__about__ import __version__
+from ._boundary import as_record, call_simulator, check_count, finite_rows
+from ._config import BufferConfig, PathsConfig, RunConfig, SampleConfig, load_config
+from ._errors import (
+    ConfigError,
+    EstimatorError,
+    GraphError,
+    KestrelError,
+    ShapeError,
+    SimulatorError,
+    StoreError,
+)
+from ._forward import sample_forward
+from ._graph import Graph, Node, Spec
+from ._instantiate import import_target, instantiate
+from ._lifecycle import LIVE, TRAINABLE, Status, rotate
+from ._observe import check_observation, load_observation
+from ._priors import Product, prior_from_spec
+from ._protocols import (
+    BlockRead,
+    BufferView,
+    Checkout,
+    Estimator,
+    EstimatorContext,
+    Fetch,
+    Record,
+    SampleStore,
+    Simulator,
+)
+from ._random import seed_sequence, spawn_rngs
+from ._store import InMemoryStore
+from ._trace import check_trace, flat_key, flatten, format_shapes, split_key, unflatten

@@ -1,0 +1,2 @@
+# PLACEHOLDER (owner: core-runtime helper) — replaced wholesale
+class InMemoryStore: pass
