@@ -1,2 +1,212 @@
-# PLACEHOLDER (owner: core-graph helper) — replaced wholesale
-def main(argv=None): raise NotImplementedError
+"""The ``kestrel`` command.
+
+Built-in sub-commands (kestrel-core, no Ray, no PyTorch)::
+
+    kestrel graph    -c CONFIG [key=value ...]                       # print the graph
+    kestrel simulate -c CONFIG -n N -o OUT.npz [--seed S] [key=value ...]
+
+``key=value`` arguments are OmegaConf dotlist overrides (``graph.x.simulator.sigma=0.2``).
+Errors of the user's making (:class:`~kestrel_core.KestrelError`) print one message to
+stderr and exit with status 1; ``--debug`` or ``KESTREL_DEBUG=1`` shows the traceback instead.
+
+Plugin protocol — how other packages add sub-commands
+-----------------------------------------------------
+A package declares entry points in the group ``kestrel.commands``; the entry point's name is
+the sub-command's name and its object is a callable ``register(subparsers)`` returning
+nothing::
+
+    # pyproject.toml of kestrel-ray
+    [project.entry-points."kestrel.commands"]
+    launch = "kestrel_ray._cli:register_launch"
+    sample = "kestrel_ray._cli:register_sample"
+
+    # kestrel_ray/_cli.py
+    from kestrel_core._cli import add_config_arguments, config_from_args
+
+    def register_launch(subparsers):
+        p = subparsers.add_parser("launch", help="train the estimators")
+        add_config_arguments(p)             # -c/--config and key=value overrides
+        p.set_defaults(func=run_launch)     # func(args) -> int | None (exit status)
+
+``register`` should import heavy dependencies (ray) inside ``func``, not at module level, so
+``kestrel --help`` stays fast. A plugin that fails to load only breaks its own command, which
+then reports the error. ``launch`` and ``sample`` without kestrel-ray installed print which
+package to install and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from typing import Any
+
+from .__about__ import __version__
+from ._errors import KestrelError
+
+__all__ = ["main", "build_parser", "add_config_arguments", "config_from_args", "LAYER_COMMANDS"]
+
+#: sub-commands other packages provide, and the package to install for each
+LAYER_COMMANDS = {"launch": "kestrel-ray", "sample": "kestrel-ray"}
+ENTRY_POINT_GROUP = "kestrel.commands"
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``-c/--config`` (default ``config.yml``) and the ``key=value`` overrides."""
+    parser.add_argument("-c", "--config", default="config.yml", metavar="CONFIG",
+                        help="config YAML file (default: %(default)s)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="config overrides, e.g. graph.x.simulator.sigma=0.2")
+
+
+def config_from_args(args: argparse.Namespace, **kwargs: Any) -> Any:
+    """``load_config(args.config, args.overrides, **kwargs)``.
+
+    Raises:
+        ConfigError, GraphError: as :func:`~kestrel_core.load_config`.
+    """
+    from ._config import load_config
+
+    return load_config(args.config, args.overrides, **kwargs)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _cmd_graph(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    print(cfg.graph.describe())
+    return 0
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from ._forward import sample_forward
+    from ._npz import save_npz
+    from ._random import seed_sequence
+    from ._trace import flat_key
+
+    cfg = config_from_args(args)
+    seq = seed_sequence(args.seed)
+    trace = sample_forward(cfg.graph, args.n, seed=seq)
+    arrays = {name: trace[flat_key(name)] for name in cfg.graph.nodes}
+    path = save_npz(args.output, arrays)
+    shapes = ", ".join(f"{name} {tuple(a.shape[1:])}" for name, a in arrays.items())
+    print(f"kestrel simulate: {args.n} samples (seed {seq.entropy}) → {path}: {shapes}")
+    return 0
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
+    """The parser with the built-in and the entry-point sub-commands.
+
+    Returns:
+        ``(parser, unavailable)``: ``unavailable`` maps each command that cannot run — a
+        plugin that failed to load, a layer command whose package is not installed — to the
+        one-line message to print.
+    """
+    parser = argparse.ArgumentParser(
+        prog="kestrel", description="Kestrel: simulation-based inference on a graph of simulators."
+    )
+    parser.add_argument("--version", action="version", version=f"kestrel {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks of errors (also KESTREL_DEBUG=1)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("graph", help="print the graph of a config", description="Print the graph: "
+                       "nodes in forward order with edges, observed nodes, evidence and estimators.")
+    add_config_arguments(p)
+    p.set_defaults(func=_cmd_graph)
+
+    p = sub.add_parser("simulate", help="forward-simulate the graph in this process",
+                       description="Draw N joint samples in this process and write one array per "
+                       "node, shape (N, ...), to an .npz file.")
+    add_config_arguments(p)
+    p.add_argument("-n", type=_count, required=True, metavar="N", help="number of samples")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="output file")
+    p.add_argument("--seed", type=_seed, default=None, help="seed (default: fresh entropy, printed)")
+    p.set_defaults(func=_cmd_simulate)
+
+    unavailable: dict[str, str] = {}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            ep.load()(sub)
+        except Exception as err:  # a broken plugin must not break the other commands
+            unavailable[ep.name] = (
+                f"kestrel {ep.name}: the command failed to load ({ep.value}): {type(err).__name__}: {err}"
+            )
+    for name, package in LAYER_COMMANDS.items():
+        if name not in sub.choices:
+            sub.add_parser(name, help=f"(needs {package}: pip install {package})", add_help=False)
+            unavailable.setdefault(name, f"kestrel {name} needs the {package} package: pip install {package}")
+    return parser, unavailable
+
+
+def _command(argv: Sequence[str]) -> str | None:
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``kestrel`` command; returns the exit status.
+
+    Args:
+        argv: arguments without the program name (default ``sys.argv[1:]``).
+
+    Returns:
+        0 on success, 1 for a user error (message on stderr), 2 for a usage error or a
+        missing / broken layer package, 130 on Ctrl-C.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, unavailable = build_parser()
+    debug = "--debug" in argv or os.environ.get("KESTREL_DEBUG", "") not in ("", "0")
+    command = _command(argv)
+    if command in unavailable:
+        print(unavailable[command], file=sys.stderr)
+        return 2
+    try:
+        args, extra = parser.parse_known_args(argv)
+        overrides = [a for a in extra if "=" in a and not a.startswith("-")]
+        rest = [a for a in extra if a not in overrides]
+        if rest or (overrides and not hasattr(args, "overrides")):
+            parser.error(f"unrecognized arguments: {' '.join(rest or overrides)}")
+        if overrides:
+            args.overrides = list(args.overrides) + overrides
+    except SystemExit as exit_:
+        return int(exit_.code or 0) if not isinstance(exit_.code, str) else 2
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        status = args.func(args)
+    except KestrelError as err:
+        if debug:
+            raise
+        print(f"kestrel {command}: error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"kestrel {command}: interrupted", file=sys.stderr)
+        return 130
+    return 0 if status is None else int(status)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,4 +1,303 @@
-# PLACEHOLDER (owner: core-graph helper) — replaced wholesale
-class Graph: pass
-class Node: pass
-class Spec: pass
+"""The graph of random variables: :class:`Node`, :class:`Graph` (and :class:`Spec`).
+
+A graph is built from YAML by :func:`~kestrel_core.load_config` or in Python::
+
+    g = (Graph()
+         .add_node("theta", Spec("kestrel_core.Product", {"priors": [["normal", 0, 1]]}),
+                   estimator="kestrel_torch.GaussianPosterior", evidence=["x"])
+         .add_node("x", "model.Noise", parents=["theta"], observed="data/obs.npy"))
+    g.validate()
+
+Shape symbols: N samples, D a node's per-sample shape.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+
+from ._errors import ConfigError, GraphError
+from ._observe import load_observation
+from ._spec import Spec, plain
+from ._suggest import key_path, unknown
+from . import _topology
+
+__all__ = ["Graph", "Node", "Spec", "RAY_OPTIONS"]
+
+#: actor options a node's ``ray`` mapping may hold (passed to ``.options()`` of its actors)
+RAY_OPTIONS = (
+    "num_cpus",
+    "num_gpus",
+    "memory",
+    "resources",
+    "runtime_env",
+    "scheduling_strategy",
+    "max_concurrency",
+    "max_restarts",
+    "max_task_retries",
+    "accelerator_type",
+    "label_selector",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One random variable of the graph.
+
+    Attributes:
+        name: identifier without dots; flat keys are ``f"{name}.value"`` etc.
+        simulator: builds the forward model (for a latent root node: its prior).
+        estimator: builds the node's posterior estimator, or ``None``.
+        parents: forward inputs, passed positionally to the simulator in this order.
+        evidence: nodes the estimator conditions on.
+        scaffolds: training-only condition nodes.
+        observed: the observation ``x_o``, shape ``D`` (no batch axis), read-only; or ``None``.
+        num_actors: simulator replicas (Ray layer), ≥ 1.
+        sample_chunk_size: most samples per simulator call, ``0`` = all at once.
+        ray: Ray actor options (keys from :data:`RAY_OPTIONS`).
+    """
+
+    name: str
+    simulator: Spec
+    estimator: Spec | None = None
+    parents: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    scaffolds: tuple[str, ...] = ()
+    observed: np.ndarray | None = None
+    num_actors: int = 1
+    sample_chunk_size: int = 0
+    ray: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_latent(self) -> bool:
+        """Whether the node has an estimator."""
+        return self.estimator is not None
+
+
+def _names(value: Any, where: str) -> tuple[str, ...]:
+    value = plain(value)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where}: expected a list of node names, found {type(value).__name__} {value!r}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ConfigError(f"{key_path(where, i)}: expected a node name, found {type(item).__name__} {item!r}")
+    return tuple(value)
+
+
+def _int(value: Any, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ConfigError(f"{where}: expected an integer ≥ {minimum}, found {value!r}")
+    return int(value)
+
+
+def ray_options(value: Any, where: str) -> dict[str, Any]:
+    """Check a node's ``ray`` actor options against :data:`RAY_OPTIONS`.
+
+    Raises:
+        ConfigError: not a mapping, or an unknown option (``num_gpu`` → did you mean
+            ``num_gpus``?).
+    """
+    value = plain(value)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping of Ray actor options, found {value!r}")
+    for key in value:
+        if key not in RAY_OPTIONS:
+            raise ConfigError(f"{key_path(where, key)}: {unknown('Ray actor option', key, RAY_OPTIONS)}")
+    return dict(value)
+
+
+class Graph:
+    """A mutable builder of nodes; validated by :meth:`validate` (and by ``load_config``).
+
+    Args:
+        base_dir: directory that relative ``observed`` paths are resolved against (default:
+            the current directory at :meth:`add_node` time).
+    """
+
+    def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
+        self.base_dir = None if base_dir is None else os.fspath(base_dir)
+        self._nodes: dict[str, Node] = {}
+
+    def add_node(
+        self,
+        name: str,
+        simulator: Any,
+        *,
+        estimator: Any = None,
+        parents: Iterable[str] = (),
+        evidence: Iterable[str] = (),
+        scaffolds: Iterable[str] = (),
+        observed: Any = None,
+        num_actors: int = 1,
+        sample_chunk_size: int = 0,
+        ray: Mapping[str, Any] | None = None,
+    ) -> Graph:
+        """Add a node; returns the graph so calls chain.
+
+        Args:
+            name: identifier without dots.
+            simulator: a :class:`Spec`, dotted path, ``{"_target_": …, **kwargs}`` mapping,
+                class or live instance.
+            estimator: the same forms as ``simulator``, or ``None``.
+            parents, evidence, scaffolds: node names (checked by :meth:`validate`).
+            observed: an array (shape ``D``) or a path spec ``"file.npz['key']"``.
+            num_actors: ≥ 1. sample_chunk_size: ≥ 0 (0 = one call for all samples).
+            ray: Ray actor options, keys from :data:`RAY_OPTIONS`.
+
+        Raises:
+            GraphError: the name is not an identifier or already used.
+            ConfigError: a field has the wrong type or value, or the observation cannot be
+                loaded (messages start with ``graph.<name>.<field>``).
+        """
+        if not _topology.is_identifier_name(name):
+            raise GraphError(
+                f"{key_path('graph', str(name))}: node name {name!r} must be an identifier "
+                "(letters, digits, '_'; no '.')"
+            )
+        if name in self._nodes:
+            raise GraphError(f"graph.{name}: node {name!r} is already in the graph")
+        where = f"graph.{name}"
+        obs = None
+        if observed is not None:
+            base = self.base_dir if self.base_dir is not None else os.getcwd()
+            try:
+                obs = load_observation(observed, base)
+            except ConfigError as err:
+                raise ConfigError(f"{where}.observed: {err}") from err
+        node = Node(
+            name=name,
+            simulator=Spec.coerce(simulator, f"{where}.simulator"),
+            estimator=None if estimator is None else Spec.coerce(estimator, f"{where}.estimator"),
+            parents=_names(parents, f"{where}.parents"),
+            evidence=_names(evidence, f"{where}.evidence"),
+            scaffolds=_names(scaffolds, f"{where}.scaffolds"),
+            observed=obs,
+            num_actors=_int(num_actors, f"{where}.num_actors", 1),
+            sample_chunk_size=_int(sample_chunk_size, f"{where}.sample_chunk_size", 0),
+            ray=ray_options(ray, f"{where}.ray"),
+        )
+        self._nodes[name] = node
+        return self
+
+    def validate(self) -> Graph:
+        """Check references, cycles and node roles; returns the graph.
+
+        Raises:
+            GraphError: listing every problem, one per line, each starting with its key path,
+                e.g. ``graph.x.parents[0]: unknown node 'thta' (did you mean 'theta'?)``.
+        """
+        problems = _topology.structure_problems(self._nodes)
+        if not self._nodes:
+            problems.append("graph: no nodes")
+        if problems:
+            raise GraphError(_join(problems))
+        return self
+
+    @property
+    def nodes(self) -> dict[str, Node]:
+        """Nodes by name, in the order they were added (config order)."""
+        return dict(self._nodes)
+
+    @property
+    def forward_order(self) -> list[str]:
+        """Names in topological order of ``parents`` (ties in config order).
+
+        Raises:
+            GraphError: the parents form a cycle.
+        """
+        return _topology.forward_order(self._nodes)
+
+    @property
+    def inference_order(self) -> list[str]:
+        """Observed nodes, then latents after their evidence, with deterministic intermediates
+        between them (scaffolds are not inference dependencies).
+
+        Raises:
+            GraphError: a latent's evidence depends on the latent itself.
+        """
+        return _topology.inference_order(self._nodes)
+
+    @property
+    def latents(self) -> list[str]:
+        """Names of the nodes with an estimator, in config order."""
+        return [n for n, node in self._nodes.items() if node.estimator is not None]
+
+    @property
+    def observations(self) -> dict[str, np.ndarray]:
+        """``{name: x_o}`` of the observed nodes; arrays of shape ``D``, read-only."""
+        return {n: node.observed for n, node in self._nodes.items() if node.observed is not None}
+
+    def __getitem__(self, name: str) -> Node:
+        try:
+            return self._nodes[name]
+        except KeyError:
+            raise GraphError(unknown("node", name, self._nodes)) from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._nodes
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._nodes)
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __repr__(self) -> str:
+        return f"Graph({', '.join(self._nodes)})"
+
+    def describe(self) -> str:
+        """Text of the graph: one line per node in forward order, then a summary line.
+
+        Each line shows the edges ``parents → node``, ``(observed, shape D)``, the simulator
+        target, ``← evidence`` and the estimator target. Example (05)::
+
+            theta                        ~ kestrel_core.Product  ← x  [estimator kestrel_torch.GaussianPosterior; scaffolds mu]
+            theta → mu                   ~ model.Signal
+            mu → x  (observed (1000,))   ~ model.Noise
+            Nodes: 3 | Observed: x | Estimators: theta
+
+        Raises:
+            GraphError: the parents form a cycle.
+        """
+        rows = []
+        for name in self.forward_order:
+            node = self._nodes[name]
+            left = f"{', '.join(node.parents)} → {name}" if node.parents else name
+            if node.observed is not None:
+                left += f"  (observed {tuple(node.observed.shape)})"
+            right = f"~ {node.simulator.target_name}"
+            if node.evidence:
+                right += f"  ← {', '.join(node.evidence)}"
+            extra = []
+            if node.estimator is not None:
+                extra.append(f"estimator {node.estimator.target_name}")
+            if node.scaffolds:
+                extra.append(f"scaffolds {', '.join(node.scaffolds)}")
+            if node.num_actors > 1:
+                extra.append(f"{node.num_actors} actors")
+            if extra:
+                right += f"  [{'; '.join(extra)}]"
+            rows.append((left, right))
+        width = max((len(left) for left, _ in rows), default=0)
+        lines = [f"{left.ljust(width)}  {right}" for left, right in rows]
+        observed = ", ".join(self.observations) or "none"
+        latents = ", ".join(self.latents) or "none"
+        lines.append(f"Nodes: {len(self._nodes)} | Observed: {observed} | Estimators: {latents}")
+        return "\n".join(lines)
+
+
+def _join(problems: list[str]) -> str:
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} problems:\n" + "\n".join(f"  {p}" for p in problems)
