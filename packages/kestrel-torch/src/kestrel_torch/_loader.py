@@ -1,0 +1,395 @@
+"""The cached device loader: contiguous tensors per flat key, refreshed in the background.
+
+The design (see the package README): a background thread does every slow step — checkout,
+fetch, transforms, stacking, dtype conversion, host → device copy — and hands the training
+thread tensors that are ready on the device. The training thread only evicts (bookkeeping on a
+small int64 array), scatters the new rows into freed rows with one indexed assignment per key
+and appends the rest. ``sync()`` never waits for the background thread after the first fill.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from queue import SimpleQueue
+from typing import Any
+
+import numpy as np
+import torch
+from kestrel_core import TRAINABLE, BufferView, ConfigError, EstimatorError, Status, StoreError, split_key
+
+from ._batch import Batch
+from ._staging import HostToDevice, torch_dtype
+
+__all__ = ["CachedDataLoader"]
+
+Transform = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class _Prepared:
+    """What one background fetch hands to the training thread."""
+
+    active_ids: np.ndarray  # int64 (A,)
+    new_ids: np.ndarray  # int64 (K,)
+    tensors: dict[str, torch.Tensor]  # key -> (K, *D) on the device; empty when K == 0
+    changes: list[tuple[str, torch.dtype, torch.dtype, torch.dtype]] = field(default_factory=list)
+
+
+class _Worker:
+    """One named daemon thread running submitted jobs in order (torch's pin-memory pattern)."""
+
+    def __init__(self, name: str) -> None:
+        self._queue: SimpleQueue[Any] = SimpleQueue()
+        self.thread = threading.Thread(target=_work, args=(self._queue,), name=name, daemon=True)
+        self.thread.start()
+
+    def submit(self, fn: Callable[[], Any]) -> Future:
+        future: Future = Future()
+        self._queue.put((fn, future))
+        return future
+
+    def stop(self, timeout: float | None = 10.0) -> None:
+        self._queue.put(None)
+        if self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+
+
+def _work(queue: SimpleQueue) -> None:
+    while (item := queue.get()) is not None:
+        fn, future = item
+        if future.set_running_or_notify_cancel():
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the training thread, re-raised by sync()
+                future.set_exception(exc)
+        del item, fn, future
+
+
+class CachedDataLoader:
+    """Training samples of one store view, cached as contiguous tensors on a device.
+
+    Shape symbols: C the cache capacity (rows), K the rows of one fetch, B a batch size, D a
+    key's per-sample shape.
+
+    Args:
+        view: the store view to read from (thread-safe :class:`~kestrel_core.BufferView`).
+        keys: flat keys to cache, e.g. ``["theta.value", "theta.log_prob", "x.value"]``.
+        statuses: sample statuses to cache (default TRAINING and DISFAVOURED).
+        device: the cache's device.
+        transforms: optional ``{key: f}``; ``f`` maps the fetched float64 numpy array
+            ``(K, *D)`` to a new array ``(K, *D')`` in the background thread (e.g. θ into the
+            prior's standard-normal space).
+        dtypes: optional ``{key: torch.dtype}`` forcing a key's cache dtype.
+        max_samples: cache at most this many samples (a random subset, chosen by the store);
+            0 means all.
+        name: names the background thread ``kestrel-loader-<name>`` and error messages.
+
+    Raises:
+        ConfigError: empty or duplicate ``keys``, or ``transforms``/``dtypes`` naming a key
+            not in ``keys``, or ``max_samples < 0``.
+
+    Dtypes (case K04): each key has one dtype, fixed by its first fill or by ``dtypes``. A later
+    fetch in another dtype is converted to the wider of the two: a wider arrival (float64 into
+    a float32 cache) upcasts the key's cache, a narrower one is cast up on arrival. So float64
+    data is never silently downcast. Each key's change is reported once with a warning.
+    ``*.log_prob`` keys are kept as ``(C,)``: a per-sample shape ``(1,)`` is flattened (K01).
+
+    Example:
+        >>> with CachedDataLoader(view, ["theta.value", "x.value"]) as loader:  # doctest: +SKIP
+        ...     loader.sync()                     # first call blocks until data exists
+        ...     batch = loader.sample_batch(128)  # on the device, no host sync
+    """
+
+    def __init__(self, view: BufferView, keys: Sequence[str], statuses: Sequence[int] | int = TRAINABLE,
+                 device: torch.device | str = "cpu", *, transforms: Mapping[str, Transform] | None = None,
+                 dtypes: Mapping[str, torch.dtype] | None = None, max_samples: int = 0,
+                 name: str = "loader") -> None:
+        self._keys = tuple(keys)
+        if not self._keys or len(set(self._keys)) != len(self._keys):
+            raise ConfigError(f"CachedDataLoader(keys={list(self._keys)!r}): expected distinct flat keys, at least one")
+        for key in self._keys:
+            split_key(key)
+        for arg, given in (("transforms", transforms), ("dtypes", dtypes)):
+            unknown = sorted(set(given or ()) - set(self._keys))
+            if unknown:
+                raise ConfigError(f"CachedDataLoader({arg}=...): keys {unknown} are not among keys {list(self._keys)}")
+        if int(max_samples) < 0:
+            raise ConfigError(f"CachedDataLoader(max_samples={max_samples}): expected >= 0")
+        self._view = view
+        self._statuses = (int(statuses),) if isinstance(statuses, int) else tuple(int(s) for s in statuses)
+        self._device = torch.device(device)
+        self._transforms = dict(transforms or {})
+        self._dtypes = dict(dtypes or {})
+        self._max_samples = int(max_samples)
+        self._name = name
+        self._transfer = HostToDevice(self._device)  # used by the background thread only
+
+        self._cache: dict[str, torch.Tensor] = {}  # key -> (C, *D) on the device
+        self._row_to_id = np.empty(0, dtype=np.int64)  # (C,), -1 for a free row
+        self._used = 0  # rows [0, used) hold live ids or holes; [used, C) are unused
+        self._live_rows = np.empty(0, dtype=np.int64)  # rows holding live ids, ascending
+        self._rows_dev = torch.empty(0, dtype=torch.int64, device=self._device)
+        self._ids_dev = torch.empty(0, dtype=torch.int64, device=self._device)
+        self._reported: set[str] = set()
+        self._filled = False
+        self._closed = False
+        self._future: Future | None = None
+        self._worker = _Worker(f"kestrel-loader-{name}")
+        self._finalizer = weakref.finalize(self, self._worker.stop, 0)
+
+    # -- public state ------------------------------------------------------------------------
+    @property
+    def count(self) -> int:
+        """Number of live samples in the cache."""
+        return int(self._live_rows.size)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """Live sample ids in row order, int64 numpy array ``(count,)`` (a copy)."""
+        return self._row_to_id[self._live_rows]
+
+    @property
+    def device(self) -> torch.device:
+        """The cache's device."""
+        return self._device
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The cached flat keys."""
+        return self._keys
+
+    @property
+    def thread(self) -> threading.Thread:
+        """The background thread (``kestrel-loader-<name>``)."""
+        return self._worker.thread
+
+    # -- sync --------------------------------------------------------------------------------
+    def sync(self, wait: bool = False) -> bool:
+        """Apply the finished background fetch, if any, and start the next one.
+
+        The first call blocks until the first fetch is applied; later calls return at once
+        when the fetch is still running.
+
+        Args:
+            wait: block until the running fetch is done and apply it (tests, end of training).
+                The fetch may have started before the latest appends: two ``sync(wait=True)``
+                calls in a row make the cache reflect the store as it was at the first call.
+
+        Returns:
+            True when new data (or evictions) were applied, False when the fetch is in flight.
+
+        Raises:
+            EstimatorError: the first fill found no samples in ``statuses`` (the message counts
+                the buffer's samples per status).
+            StoreError: a fetched key is missing or changed its per-sample shape.
+            Exception: whatever the background fetch raised, re-raised here.
+        """
+        if self._closed:
+            raise EstimatorError(f"loader {self._name!r} is closed")
+        if self._future is None:
+            self._future = self._launch()
+        if self._filled and not wait and not self._future.done():
+            return False
+        future, self._future = self._future, None
+        try:
+            prepared = future.result()
+        except BaseException as exc:
+            if hasattr(exc, "add_note"):
+                exc.add_note(f"(raised in the background thread of loader {self._name!r})")
+            raise
+        self._apply(prepared)
+        if not self._filled:
+            if self.count == 0:
+                raise self._empty_error()
+            self._filled = True
+        self._future = self._launch()
+        return True
+
+    def _launch(self) -> Future:
+        held = self.ids
+        schema = {key: (tuple(t.shape[1:]), t.dtype) for key, t in self._cache.items()}
+        return self._worker.submit(lambda: self._fetch(held, schema))
+
+    # -- background thread -------------------------------------------------------------------
+    def _fetch(self, held: np.ndarray, schema: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> _Prepared:
+        fetched = self._view.fetch(self._statuses, self._keys, max_samples=self._max_samples, held_ids=held)
+        new_ids = np.asarray(fetched.new_ids, dtype=np.int64).reshape(-1)
+        prepared = _Prepared(np.asarray(fetched.active_ids, dtype=np.int64).reshape(-1), new_ids, {})
+        k = new_ids.size
+        if k == 0:
+            return prepared
+        for key in self._keys:
+            if key not in fetched.arrays:
+                raise StoreError(f"loader {self._name!r}: fetch returned no key {key!r} "
+                                 f"(returned keys: {sorted(fetched.arrays)})")
+            array = self._prepare_array(key, np.asarray(fetched.arrays[key]), k)
+            shape = tuple(array.shape[1:])
+            cached_shape, cached_dtype = schema.get(key, (None, None))
+            if cached_shape is not None and shape != cached_shape:
+                raise StoreError(f"loader {self._name!r}: key {key!r} arrived with per-sample shape {shape}, "
+                                 f"the cache holds {cached_shape}")
+            try:
+                incoming = torch_dtype(array.dtype)
+            except TypeError as err:
+                raise StoreError(f"loader {self._name!r}: key {key!r} has dtype {array.dtype}, "
+                                 "which has no torch equivalent") from err
+            target = self._dtypes.get(key) or incoming
+            if key not in self._dtypes and cached_dtype is not None and incoming != cached_dtype:
+                target = torch.promote_types(cached_dtype, incoming)
+                prepared.changes.append((key, cached_dtype, incoming, target))
+            prepared.tensors[key] = self._transfer.copy(array, target)
+        self._transfer.wait()
+        return prepared
+
+    def _prepare_array(self, key: str, array: np.ndarray, k: int) -> np.ndarray:
+        """Transform, check and normalise one fetched array ``(K, *D)``."""
+        if array.shape[:1] != (k,):
+            raise StoreError(f"loader {self._name!r}: key {key!r} arrived with shape {array.shape}, "
+                             f"expected leading dimension {k} (one row per new id)")
+        if key in self._transforms:
+            before = array.shape
+            array = np.asarray(self._transforms[key](array))
+            if array.shape[:1] != (k,):
+                raise StoreError(f"loader {self._name!r}: transform of key {key!r} returned shape "
+                                 f"{array.shape} from {before}, expected leading dimension {k}")
+        if split_key(key)[1] == "log_prob" and array.ndim != 1:
+            if array.size != k:
+                raise StoreError(f"loader {self._name!r}: key {key!r} has per-sample shape {array.shape[1:]}, "
+                                 "expected () or (1,)")
+            array = array.reshape(k)
+        return array
+
+    # -- training thread ---------------------------------------------------------------------
+    def _apply(self, prepared: _Prepared) -> None:
+        used = self._used
+        row_to_id = self._row_to_id
+        if used:
+            stale = (row_to_id[:used] >= 0) & ~np.isin(row_to_id[:used], prepared.active_ids)
+            row_to_id[:used][stale] = -1
+        for key, old, new, target in prepared.changes:
+            if self._cache[key].dtype != target:
+                self._cache[key] = self._cache[key].to(target)
+            if key not in self._reported:
+                self._reported.add(key)
+                warnings.warn(f"loader {self._name!r}: key {key!r} arrived as {new} while the cache held {old}; "
+                              f"the cache keeps {target} for this key (reported once per key)", stacklevel=3)
+        k = prepared.new_ids.size
+        if k:
+            tensors = prepared.tensors
+            if self._device.type == "cuda":  # written on the transfer stream, consumed on ours
+                stream = torch.cuda.current_stream(self._device)
+                for tensor in tensors.values():
+                    tensor.record_stream(stream)
+            holes = np.flatnonzero(row_to_id[:used] < 0)
+            n_fill = min(k, holes.size)
+            fill, end = holes[:n_fill], used + k - n_fill
+            if not self._cache:  # first fill: adopt the fetched tensors (owned, never the store's)
+                self._cache = dict(tensors)
+                self._row_to_id = row_to_id = prepared.new_ids.copy()
+            else:
+                row_to_id = self._reserve(end)
+                fill_dev = torch.from_numpy(fill).to(self._device) if n_fill else None
+                for key, tensor in tensors.items():
+                    cache = self._cache[key]
+                    if n_fill:
+                        cache[fill_dev] = tensor[:n_fill]
+                    if end > used:
+                        cache[used:end] = tensor[n_fill:]
+                row_to_id[fill] = prepared.new_ids[:n_fill]
+                row_to_id[used:end] = prepared.new_ids[n_fill:]
+            used = end
+        live = np.flatnonzero(row_to_id[:used] >= 0)
+        self._used = int(live[-1]) + 1 if live.size else 0
+        row_to_id[self._used:used] = -1
+        self._live_rows = live
+        self._rows_dev = torch.from_numpy(live).to(self._device)
+        self._ids_dev = torch.from_numpy(row_to_id[live]).to(self._device)
+
+    def _reserve(self, rows: int) -> np.ndarray:
+        """Grow the capacity geometrically to at least ``rows``; returns the row → id array."""
+        capacity = self._row_to_id.size
+        if rows > capacity:
+            capacity = max(rows, 2 * capacity)
+            for key, cache in self._cache.items():
+                grown = torch.empty((capacity, *cache.shape[1:]), dtype=cache.dtype, device=self._device)
+                grown[: self._used] = cache[: self._used]
+                self._cache[key] = grown
+            row_to_id = np.full(capacity, -1, dtype=np.int64)
+            row_to_id[: self._used] = self._row_to_id[: self._used]
+            self._row_to_id = row_to_id
+        return self._row_to_id
+
+    def _empty_error(self) -> EstimatorError:
+        names = "/".join(Status(s).name for s in self._statuses)
+        try:
+            stats = self._view.stats()
+            train = int(stats.get("training", 0)) + int(stats.get("disfavoured", 0))
+            buffer = f"buffer: {train} train, {int(stats.get('validation', 0))} validation"
+        except Exception as err:  # the message must not hide the real problem
+            buffer = f"buffer counts unavailable: {err!r}"
+        return EstimatorError(f"no samples with status {names} ({buffer}); loader {self._name!r} has nothing to draw from")
+
+    # -- batches -----------------------------------------------------------------------------
+    def sample_batch(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
+        """Draw ``batch_size`` cached samples uniformly with replacement, on the device.
+
+        Args:
+            batch_size: B ≥ 1.
+            generator: torch generator on the cache's device, for reproducible draws.
+
+        Returns:
+            A :class:`Batch` of copies ``(B, *D)`` on :attr:`device`; its ids stay on the device
+            until read, so this never waits for the device.
+
+        Raises:
+            EstimatorError: the cache is empty (message counts the buffer's samples).
+            ValueError: ``batch_size < 1``.
+        """
+        if batch_size < 1:
+            raise ValueError(f"sample_batch(batch_size={batch_size}): expected >= 1")
+        count = self._live_rows.size
+        if count == 0:
+            raise self._empty_error()
+        pos = torch.randint(count, (batch_size,), device=self._device, generator=generator)
+        rows = pos if count == self._used else self._rows_dev[pos]
+        data = {key: cache[rows] for key, cache in self._cache.items()}
+        return Batch(self._ids_dev[pos], data, self._view)
+
+    def all(self) -> Batch:
+        """Every live sample in row order (e.g. the validation set), as copies on the device.
+
+        Raises:
+            EstimatorError: the cache is empty.
+        """
+        if self._live_rows.size == 0:
+            raise self._empty_error()
+        if self._live_rows.size == self._used:
+            data = {key: cache[: self._used].clone() for key, cache in self._cache.items()}
+        else:
+            data = {key: cache[self._rows_dev] for key, cache in self._cache.items()}
+        return Batch(self.ids, data, self._view)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop the background thread (waits for a running fetch up to 10 s); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._future = None
+        self._finalizer.detach()
+        self._worker.stop()
+
+    def __enter__(self) -> CachedDataLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"CachedDataLoader(name={self._name!r}, count={self.count}, capacity={self._row_to_id.size}, "
+                f"device={str(self._device)!r}, keys={list(self._keys)})")
