@@ -45,7 +45,9 @@ class Product:
     finite latents in float32 and float64; the round trip of interior points is exact to about
     1e-13 in float64. Computation is in float64; outputs keep the floating dtype of the input
     (integers become float64). Values outside the support raise :class:`OutOfSupportError`
-    naming the entry, the value and the bounds — they are never clamped.
+    naming the entry, the value and the bounds — they are never clamped; the one allowance is
+    that a float32 (or narrower) value equal to a bound rounded to that dtype counts as the
+    bound, so ``to_normal(from_normal(z))`` also works in float32 for bounds like ``0.7``.
 
     A Product is also a :class:`~kestrel_core.Simulator` (``simulate_batch(n, rng=None)``), the
     simulator of a latent root node.
@@ -130,7 +132,7 @@ class Product:
         Raises:
             ShapeError: the last axis is not ``F``.
         """
-        x = self._check_shape(theta, self.full_dim, "theta").astype(np.float64, copy=False)
+        x = self._snap(self._check_shape(theta, self.full_dim, "theta"))
         out = np.zeros(x.shape[:-1])
         with np.errstate(all="ignore"):
             for j, dist in enumerate(self.dists):
@@ -231,7 +233,8 @@ class Product:
         """Inverse of :meth:`to_normal`; fixed entries are re-inserted.
 
         Args:
-            z: array, shape ``(..., D)``; ``±inf`` maps to the bounds.
+            z: array, shape ``(..., D)``; a latent at or beyond ``∓Z_MAX`` maps to a finite
+                lower/upper bound exactly (and ``±inf`` to the bounds).
             with_logdet: also return ``log|det ∂θ/∂z|``.
 
         Returns:
@@ -254,9 +257,16 @@ class Product:
                 dist, col = self.dists[j], zz[..., k]
                 if dist.direct:
                     xj = dist.from_z(col)
-                    logdet -= dist.log_dz_dx(xj)
                 else:
                     xj = np.where(col <= 0, dist.ppf(ndtr(col)), dist.isf(ndtr(-col)))
+                # a clipped latent stands for its bound: the bounds round-trip exactly
+                if np.isfinite(dist.low):
+                    xj = np.where(col <= -Z_MAX, dist.low, xj)
+                if np.isfinite(dist.high):
+                    xj = np.where(col >= Z_MAX, dist.high, xj)
+                if dist.direct:
+                    logdet -= dist.log_dz_dx(xj)
+                else:
                     logdet += log_phi(col) - dist.log_pdf(xj)
                 x[..., j] = xj
         return self._out(x, logdet, dtype, with_logdet)
@@ -272,7 +282,7 @@ class Product:
 
     def _check_support(self, theta: Any) -> tuple[np.ndarray, np.dtype]:
         a = self._check_shape(theta, self.full_dim, "theta")
-        x = a.astype(np.float64, copy=False)
+        x = self._snap(a)
         for j, dist in enumerate(self.dists):
             col = x[..., j]
             with np.errstate(invalid="ignore"):
@@ -280,7 +290,7 @@ class Product:
             if bad.any():
                 k = int(np.flatnonzero(bad.reshape(-1))[0])
                 where = np.unravel_index(k, col.shape) if col.ndim else ()
-                value = a[..., j].reshape(-1)[k]
+                value = str(a[..., j].reshape(-1)[k])  # str: shortest repr in the input dtype
                 raise OutOfSupportError(
                     f"priors[{j}] ({dist.describe()}): value {value} of sample "
                     f"{where[0] if len(where) == 1 else where} is outside the support "
@@ -288,13 +298,25 @@ class Product:
                 )
         return x, a.dtype
 
+    def _snap(self, a: np.ndarray) -> np.ndarray:
+        """float64 copy of ``a``; for a narrower float dtype, a value between a bound and that
+        bound rounded to the dtype (e.g. ``float32(0.7) < 0.7``) is taken as the bound."""
+        x = a.astype(np.float64, copy=False)
+        if a.dtype == np.float64:
+            return x
+        with np.errstate(over="ignore"):
+            low_r = self.low.astype(a.dtype).astype(np.float64)
+            high_r = self.high.astype(a.dtype).astype(np.float64)
+        x = np.where((x < self.low) & (x >= low_r), self.low, x)
+        return np.where((x > self.high) & (x <= high_r), self.high, x)
+
     def _raise_latent(self, arr: np.ndarray, bad: np.ndarray, name: str, bounds: str) -> None:
         idx = np.argwhere(bad)[0]
         k = int(idx[-1])
         entry = int(self._free_idx[k])
         raise OutOfSupportError(
             f"{name}[..., {k}] (priors[{entry}], {self.dists[entry].describe()}): value "
-            f"{arr[tuple(idx)]} of sample {tuple(int(i) for i in idx[:-1])} is outside {bounds}"
+            f"{str(arr[tuple(idx)])} of sample {tuple(int(i) for i in idx[:-1])} is outside {bounds}"
         )
 
     def _fixed_filled(self, batch: tuple[int, ...]) -> np.ndarray:

@@ -275,7 +275,8 @@ class InMemoryStore:
         wanted = [int(s) for s in statuses]
         for s in wanted:
             if s not in LIVE:
-                raise StoreError(f"checkout: status {s} is not readable; use one of "
+                name = Status(s).name if s in Status._value2member_map_ else "unknown"
+                raise StoreError(f"checkout: status {s} ({name}) is not readable; use one of "
                                  f"{', '.join(f'{x.name}={int(x)}' for x in LIVE)}")
         keys = list(keys)
         with self._lock:
