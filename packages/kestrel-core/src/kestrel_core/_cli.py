@@ -57,7 +57,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``-c/--config`` (default ``config.yml``) and the ``key=value`` overrides."""
     parser.add_argument("-c", "--config", default="config.yml", metavar="CONFIG",
                         help="config YAML file (default: %(default)s)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value",
+    parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override,
                         help="config overrides, e.g. graph.x.simulator.sigma=0.2")
 
 
@@ -70,6 +70,12 @@ def config_from_args(args: argparse.Namespace, **kwargs: Any) -> Any:
     from ._config import load_config
 
     return load_config(args.config, args.overrides, **kwargs)
+
+
+def _override(text: str) -> str:
+    if "=" not in text or text.startswith("="):
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return text
 
 
 def _count(text: str) -> int:

@@ -45,12 +45,11 @@ def as_observation(array: Any, what: str = "observation") -> np.ndarray:
     Raises:
         ConfigError: the array is not numeric or boolean (e.g. an object array).
     """
-    arr = np.array(array, copy=True)
+    arr = np.array(array, copy=True, order="C")
     if arr.dtype.kind not in "biufc":
         raise ConfigError(f"{what}: expected a numeric array, found dtype {arr.dtype}")
     if not arr.dtype.isnative:
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    arr = np.ascontiguousarray(arr)
+        arr = arr.astype(arr.dtype.newbyteorder("="), order="C")
     arr.setflags(write=False)
     return arr
 

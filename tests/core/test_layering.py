@@ -1,0 +1,28 @@
+"""kestrel_core never imports ray or torch (checked in a fresh interpreter).
+
+(The ``kestrel`` command itself loads the ``kestrel.commands`` plugins of installed layer
+packages; what those import is their business, so the parser is not built here.)
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = f"""
+import sys
+import kestrel_core
+from kestrel_core import _cli, load_config, sample_forward
+cfg = load_config({str(ROOT / 'examples' / '05_linear_regression' / 'config.yml')!r})
+trace = sample_forward(cfg.graph, 4, seed=0)
+assert trace["x.value"].shape == (4, 1000)
+loaded = sorted(m for m in ("ray", "torch", "zuko", "kestrel_ray", "kestrel_torch") if m in sys.modules)
+print("loaded:", loaded)
+"""
+
+
+def test_importing_and_using_kestrel_core_loads_neither_ray_nor_torch():
+    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "loaded: []"
