@@ -125,8 +125,12 @@ def test_mapping_and_dictconfig_sources_are_not_modified(tmp_path):
 
 
 def test_python_objects_in_a_mapping_source():
-    cfg = load_config({"graph": {"z": {"simulator": graph_models.Gauss}, "w": {"simulator": graph_models.Gauss(dim=2)}}})
+    obs = np.arange(3.0)
+    cfg = load_config({"graph": {"z": {"simulator": graph_models.Gauss, "observed": obs},
+                                 "w": {"simulator": graph_models.Gauss(dim=2)}}})
     assert cfg.graph.nodes["z"].simulator.target is graph_models.Gauss
+    np.testing.assert_array_equal(cfg.graph.observations["z"], obs)
+    assert cfg.to_dict()["graph"]["z"]["observed"] == "<array shape (3,) float64>"
     assert cfg.to_dict()["graph"]["z"]["simulator"] == "tests.core.graph_models.Gauss"
     assert cfg.to_dict()["graph"]["w"]["simulator"].startswith("<tests.core.graph_models.Gauss instance")
 

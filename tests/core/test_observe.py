@@ -47,6 +47,9 @@ def test_arrays_become_native_contiguous_read_only_copies(tmp_path):
         np.testing.assert_array_equal(obs, big)
     with pytest.raises(ConfigError, match="expected a numeric array"):
         load_observation(np.array(["a", "b"]))
+    np.save(tmp_path / "scalar.npy", np.float64(2.5))
+    assert load_observation("scalar.npy", tmp_path).shape == ()
+    assert load_observation(np.float32(1.0)).shape == ()
 
 
 def test_pickled_objects_are_refused(tmp_path):

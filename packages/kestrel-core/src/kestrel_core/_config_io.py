@@ -12,7 +12,6 @@ from ._errors import ConfigError
 from ._instantiate import target_name
 from ._observe import absolute_observation_spec
 from ._schema import override_problem, split_key_path
-from ._suggest import key_path
 
 __all__ = ["read_source", "apply_override", "resolve", "yamlable"]
 

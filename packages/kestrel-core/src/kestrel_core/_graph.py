@@ -15,107 +15,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from numbers import Integral
 from typing import Any
 
 import numpy as np
 
-from ._errors import ConfigError, GraphError
-from ._observe import load_observation
-from ._spec import Spec, plain
-from ._suggest import key_path, unknown
 from . import _topology
+from ._errors import ConfigError, GraphError
+from ._node import RAY_OPTIONS, Node, count, name_tuple, ray_options
+from ._observe import load_observation
+from ._spec import Spec
+from ._suggest import key_path, unknown
 
 __all__ = ["Graph", "Node", "Spec", "RAY_OPTIONS"]
-
-#: actor options a node's ``ray`` mapping may hold (passed to ``.options()`` of its actors)
-RAY_OPTIONS = (
-    "num_cpus",
-    "num_gpus",
-    "memory",
-    "resources",
-    "runtime_env",
-    "scheduling_strategy",
-    "max_concurrency",
-    "max_restarts",
-    "max_task_retries",
-    "accelerator_type",
-    "label_selector",
-)
-
-
-@dataclass(frozen=True, eq=False)
-class Node:
-    """One random variable of the graph.
-
-    Attributes:
-        name: identifier without dots; flat keys are ``f"{name}.value"`` etc.
-        simulator: builds the forward model (for a latent root node: its prior).
-        estimator: builds the node's posterior estimator, or ``None``.
-        parents: forward inputs, passed positionally to the simulator in this order.
-        evidence: nodes the estimator conditions on.
-        scaffolds: training-only condition nodes.
-        observed: the observation ``x_o``, shape ``D`` (no batch axis), read-only; or ``None``.
-        num_actors: simulator replicas (Ray layer), ≥ 1.
-        sample_chunk_size: most samples per simulator call, ``0`` = all at once.
-        ray: Ray actor options (keys from :data:`RAY_OPTIONS`).
-    """
-
-    name: str
-    simulator: Spec
-    estimator: Spec | None = None
-    parents: tuple[str, ...] = ()
-    evidence: tuple[str, ...] = ()
-    scaffolds: tuple[str, ...] = ()
-    observed: np.ndarray | None = None
-    num_actors: int = 1
-    sample_chunk_size: int = 0
-    ray: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def is_latent(self) -> bool:
-        """Whether the node has an estimator."""
-        return self.estimator is not None
-
-
-def _names(value: Any, where: str) -> tuple[str, ...]:
-    value = plain(value)
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return (value,)
-    if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{where}: expected a list of node names, found {type(value).__name__} {value!r}")
-    for i, item in enumerate(value):
-        if not isinstance(item, str):
-            raise ConfigError(f"{key_path(where, i)}: expected a node name, found {type(item).__name__} {item!r}")
-    return tuple(value)
-
-
-def _int(value: Any, where: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
-        raise ConfigError(f"{where}: expected an integer ≥ {minimum}, found {value!r}")
-    return int(value)
-
-
-def ray_options(value: Any, where: str) -> dict[str, Any]:
-    """Check a node's ``ray`` actor options against :data:`RAY_OPTIONS`.
-
-    Raises:
-        ConfigError: not a mapping, or an unknown option (``num_gpu`` → did you mean
-            ``num_gpus``?).
-    """
-    value = plain(value)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping of Ray actor options, found {value!r}")
-    for key in value:
-        if key not in RAY_OPTIONS:
-            raise ConfigError(f"{key_path(where, key)}: {unknown('Ray actor option', key, RAY_OPTIONS)}")
-    return dict(value)
-
 
 class Graph:
     """A mutable builder of nodes; validated by :meth:`validate` (and by ``load_config``).
@@ -179,12 +90,12 @@ class Graph:
             name=name,
             simulator=Spec.coerce(simulator, f"{where}.simulator"),
             estimator=None if estimator is None else Spec.coerce(estimator, f"{where}.estimator"),
-            parents=_names(parents, f"{where}.parents"),
-            evidence=_names(evidence, f"{where}.evidence"),
-            scaffolds=_names(scaffolds, f"{where}.scaffolds"),
+            parents=name_tuple(parents, f"{where}.parents"),
+            evidence=name_tuple(evidence, f"{where}.evidence"),
+            scaffolds=name_tuple(scaffolds, f"{where}.scaffolds"),
             observed=obs,
-            num_actors=_int(num_actors, f"{where}.num_actors", 1),
-            sample_chunk_size=_int(sample_chunk_size, f"{where}.sample_chunk_size", 0),
+            num_actors=count(num_actors, f"{where}.num_actors", 1),
+            sample_chunk_size=count(sample_chunk_size, f"{where}.sample_chunk_size", 0),
             ray=ray_options(ray, f"{where}.ray"),
         )
         self._nodes[name] = node

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from numbers import Integral, Real
 from typing import Any
 
-from ._graph import RAY_OPTIONS
+from ._node import RAY_OPTIONS
 from ._suggest import key_path, unknown
 
 __all__ = [

@@ -1,0 +1,102 @@
+"""``Node``: one random variable, and the checks of its fields."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from numbers import Integral
+from typing import Any
+
+import numpy as np
+
+from ._errors import ConfigError
+from ._spec import Spec, plain
+from ._suggest import key_path, unknown
+
+__all__ = ["Node", "RAY_OPTIONS", "ray_options", "name_tuple", "count"]
+
+#: actor options a node's ``ray`` mapping may hold (passed to ``.options()`` of its actors)
+RAY_OPTIONS = (
+    "num_cpus",
+    "num_gpus",
+    "memory",
+    "resources",
+    "runtime_env",
+    "scheduling_strategy",
+    "max_concurrency",
+    "max_restarts",
+    "max_task_retries",
+    "accelerator_type",
+    "label_selector",
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One random variable of the graph.
+
+    Attributes:
+        name: identifier without dots; flat keys are ``f"{name}.value"`` etc.
+        simulator: builds the forward model (for a latent root node: its prior).
+        estimator: builds the node's posterior estimator, or ``None``.
+        parents: forward inputs, passed positionally to the simulator in this order.
+        evidence: nodes the estimator conditions on.
+        scaffolds: training-only condition nodes.
+        observed: the observation ``x_o``, shape ``D`` (no batch axis), read-only; or ``None``.
+        num_actors: simulator replicas (Ray layer), ≥ 1.
+        sample_chunk_size: most samples per simulator call, ``0`` = all at once.
+        ray: Ray actor options (keys from :data:`RAY_OPTIONS`).
+    """
+
+    name: str
+    simulator: Spec
+    estimator: Spec | None = None
+    parents: tuple[str, ...] = ()
+    evidence: tuple[str, ...] = ()
+    scaffolds: tuple[str, ...] = ()
+    observed: np.ndarray | None = None
+    num_actors: int = 1
+    sample_chunk_size: int = 0
+    ray: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_latent(self) -> bool:
+        """Whether the node has an estimator."""
+        return self.estimator is not None
+
+
+def name_tuple(value: Any, where: str) -> tuple[str, ...]:
+    value = plain(value)
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{where}: expected a list of node names, found {type(value).__name__} {value!r}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ConfigError(f"{key_path(where, i)}: expected a node name, found {type(item).__name__} {item!r}")
+    return tuple(value)
+
+
+def count(value: Any, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
+        raise ConfigError(f"{where}: expected an integer ≥ {minimum}, found {value!r}")
+    return int(value)
+
+
+def ray_options(value: Any, where: str) -> dict[str, Any]:
+    """Check a node's ``ray`` actor options against :data:`RAY_OPTIONS`.
+
+    Raises:
+        ConfigError: not a mapping, or an unknown option (``num_gpu`` → did you mean
+            ``num_gpus``?).
+    """
+    value = plain(value)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping of Ray actor options, found {value!r}")
+    for key in value:
+        if key not in RAY_OPTIONS:
+            raise ConfigError(f"{key_path(where, key)}: {unknown('Ray actor option', key, RAY_OPTIONS)}")
+    return dict(value)
