@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 
 from ._boundary import check_count
-from ._errors import ConfigError, KestrelError, StoreError
+from ._errors import ConfigError, StoreError
 from ._lifecycle import LIVE, Status, rotate
 from ._protocols import BlockRead, Checkout
+from ._store_schema import Schema, buffer_int, validate_block, write_snapshots
 from ._store_view import InMemoryBufferView
-from ._trace import split_key
 
 __all__ = ["InMemoryStore", "StoreWarning"]
 
@@ -40,16 +40,6 @@ class _Block:
     start: int  # first sample id; the block holds ids start .. start + n - 1
     n: int
     pins: int = 0
-
-
-def _buffer_int(value: Any, name: str, minimum: int) -> int:
-    try:
-        out = check_count(value, name)
-    except KestrelError as err:
-        raise ConfigError(f"buffer.{name}: {err}") from err
-    if out < minimum:
-        raise ConfigError(f"buffer.{name} must be ≥ {minimum}, got {out}")
-    return out
 
 
 class InMemoryStore:
@@ -77,10 +67,10 @@ class InMemoryStore:
     def __init__(self, *, min_samples: int, max_samples: int, validation_samples: int,
                  snapshot_every: int = 0, snapshot_dir: str | Path | None = None,
                  seed: int | None = None) -> None:
-        self.min_samples = _buffer_int(min_samples, "min_samples", 0)
-        self.max_samples = _buffer_int(max_samples, "max_samples", 1)
-        self.validation_samples = _buffer_int(validation_samples, "validation_samples", 0)
-        self.snapshot_every = _buffer_int(snapshot_every, "snapshot_every", 0)
+        self.min_samples = buffer_int(min_samples, "min_samples", 0)
+        self.max_samples = buffer_int(max_samples, "max_samples", 1)
+        self.validation_samples = buffer_int(validation_samples, "validation_samples", 0)
+        self.snapshot_every = buffer_int(snapshot_every, "snapshot_every", 0)
         if self.snapshot_every and snapshot_dir is None:
             raise ConfigError(f"buffer.snapshot_every={self.snapshot_every} needs a snapshot directory")
         self.snapshot_dir = Path(snapshot_dir) if snapshot_dir is not None else None
@@ -95,7 +85,7 @@ class InMemoryStore:
         self._next_block = 0
         self._checkouts: dict[int, list[int]] = {}
         self._next_token = 0
-        self._schema: dict[str, tuple[tuple[int, ...], np.dtype]] | None = None
+        self._schema: Schema | None = None
 
     @classmethod
     def from_config(cls, buffer_config: Any, snapshot_dir: str | Path | None = None, *,
@@ -119,7 +109,7 @@ class InMemoryStore:
                    snapshot_dir=snapshot_dir, seed=seed)
 
     @property
-    def schema(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    def schema(self) -> Schema:
         """Flat key → (per-sample shape, dtype of the first append); empty before it."""
         with self._lock:
             return dict(self._schema or {})
@@ -148,7 +138,7 @@ class InMemoryStore:
         """
         n = check_count(n)
         with self._lock:
-            arrays = self._validated(block, n)
+            arrays = validate_block(block, n, self._schema)
             if n == 0:
                 return np.empty(0, dtype=np.int64)
             if n > self.max_samples + self.validation_samples:
@@ -172,52 +162,9 @@ class InMemoryStore:
                                           validation_samples=self.validation_samples)
             alive = np.flatnonzero(self._status[window] < _DEAD)
             self._live_start += int(alive[0]) if alive.size else self._n_ids - self._live_start
-            self._snapshot(arrays, start, n)
+            write_snapshots(self.snapshot_dir, self.snapshot_every, arrays, start, n)
             self._collect(list(self._blocks))
             return np.arange(start, start + n, dtype=np.int64)
-
-    def _validated(self, block: Mapping[str, Any], n: int) -> dict[str, np.ndarray]:
-        if not isinstance(block, Mapping) or not block:
-            raise StoreError(f"append: expected a non-empty mapping flat key → array, got {type(block).__name__}")
-        arrays = {}
-        for key, value in block.items():
-            try:
-                split_key(key)
-            except (KestrelError, AttributeError, TypeError) as err:
-                raise StoreError(f"append: key {key!r} is not a flat key '<node>.<field>'") from err
-            try:
-                arr = np.asarray(value)
-            except (TypeError, ValueError, RuntimeError) as err:
-                raise StoreError(f"append: key {key!r} cannot be converted to an array ({err})") from err
-            if arr.ndim == 0 or arr.shape[0] != n:
-                raise StoreError(f"append: key {key!r} has shape {arr.shape}; expected leading dimension {n}")
-            if arr.dtype.kind not in "biufc":
-                raise StoreError(f"append: key {key!r} has non-numeric dtype {arr.dtype}")
-            arrays[key] = arr
-        if self._schema is not None:
-            missing = sorted(set(self._schema) - set(arrays))
-            extra = sorted(set(arrays) - set(self._schema))
-            if missing or extra:
-                raise StoreError(
-                    f"append: block keys do not match the store's schema: missing {missing}, "
-                    f"extra {extra}; the store holds {sorted(self._schema)}")
-            for key, arr in arrays.items():
-                shape, dtype = self._schema[key]
-                if arr.shape[1:] != shape:
-                    raise StoreError(
-                        f"append: key {key!r} has per-sample shape {arr.shape[1:]}; the store's "
-                        f"schema (fixed by the first append) has {shape}")
-                if arr.dtype.kind != dtype.kind:
-                    raise StoreError(
-                        f"append: key {key!r} has dtype {arr.dtype}; the store's schema has {dtype}")
-        out = {}
-        for key, arr in arrays.items():
-            copy = np.array(arr, order="C", copy=True)
-            if not copy.dtype.isnative:
-                copy = copy.astype(copy.dtype.newbyteorder("="))
-            copy.flags.writeable = False
-            out[key] = copy
-        return out
 
     def _grow(self, size: int) -> None:
         if size <= self._status.shape[0]:
@@ -228,17 +175,6 @@ class InMemoryStore:
             new = np.empty(cap, dtype=old.dtype)
             new[: self._n_ids] = old[: self._n_ids]
             setattr(self, name, new)
-
-    def _snapshot(self, arrays: dict[str, np.ndarray], start: int, n: int) -> None:
-        every = self.snapshot_every
-        if not every:
-            return
-        first = -(start + 1) % every  # row whose 1-based global index is a multiple of every
-        rows = range(first, n, every)
-        if rows and self.snapshot_dir is not None:
-            self.snapshot_dir.mkdir(parents=True, exist_ok=True)
-        for row in rows:
-            np.savez(self.snapshot_dir / f"{start + row:06d}.npz", **{k: a[row] for k, a in arrays.items()})
 
     def _collect(self, block_ids: Sequence[int]) -> None:
         """Drop unpinned blocks whose rows are all dead; their rows become DELETED."""
