@@ -11,6 +11,10 @@ EXPECTED = [
     "ShapeError",
     "StoreError",
     "EstimatorError",
+    "OutOfSupportError",
+    "CountError",
+    "OutputTypeError",
+    "StoreWarning",
     "flat_key",
     "split_key",
     "flatten",
@@ -52,6 +56,7 @@ EXPECTED = [
     "finite_rows",
     "sample_forward",
     "InMemoryStore",
+    "InMemoryBufferView",
 ]
 
 

@@ -13,6 +13,10 @@ __all__ = [
     "ShapeError",
     "StoreError",
     "EstimatorError",
+    "OutOfSupportError",
+    "CountError",
+    "OutputTypeError",
+    "StoreWarning",
     # trace
     "flat_key",
     "split_key",
@@ -59,10 +63,11 @@ __all__ = [
     "finite_rows",
     "sample_forward",
     "InMemoryStore",
+    "InMemoryBufferView",
 ]
 
 from .__about__ import __version__
-from ._boundary import as_record, call_simulator, check_count, finite_rows
+from ._boundary import CountError, OutputTypeError, as_record, call_simulator, check_count, finite_rows
 from ._config import BufferConfig, PathsConfig, RunConfig, SampleConfig, load_config
 from ._errors import (
     ConfigError,
@@ -78,7 +83,7 @@ from ._graph import Graph, Node, Spec
 from ._instantiate import import_target, instantiate
 from ._lifecycle import LIVE, TRAINABLE, Status, rotate
 from ._observe import check_observation, load_observation
-from ._priors import Product, prior_from_spec
+from ._priors import OutOfSupportError, Product, prior_from_spec
 from ._protocols import (
     BlockRead,
     BufferView,
@@ -91,5 +96,6 @@ from ._protocols import (
     Simulator,
 )
 from ._random import seed_sequence, spawn_rngs
-from ._store import InMemoryStore
+from ._store import InMemoryStore, StoreWarning
+from ._store_view import InMemoryBufferView
 from ._trace import check_trace, flat_key, flatten, format_shapes, split_key, unflatten
