@@ -1,0 +1,241 @@
+"""Pure bookkeeping of a block store: ids, statuses, (block, row) addresses, pins.
+
+:class:`BlockIndex` knows nothing about Ray. A *block* is an opaque handle (the Ray store
+passes ``{flat_key: ObjectRef}``) holding ``n`` rows; appending it assigns the contiguous ids
+``start … start+n-1``, so sample ``i`` lives in row ``i - start`` of its block. Every append is
+followed by :func:`kestrel_core.rotate`. A block is *released* — its handle dropped, its rows
+marked DELETED — once every row is dead (TOMBSTONE) and no checkout pins it.
+
+Shape symbols: M sample ids ever assigned, K ids returned by a checkout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from kestrel_core import LIVE, ConfigError, KestrelError, Status, StoreError, check_count, rotate
+
+__all__ = ["BlockIndex"]
+
+_LIVE = np.array([int(s) for s in LIVE], dtype=np.int8)
+
+
+@dataclass
+class _Block:
+    handle: Any
+    start: int
+    n: int
+    alive: int  # rows whose status is LIVE
+    pins: int = 0
+
+
+class BlockIndex:
+    """Sample ids, statuses and block addresses of a buffer, without the data.
+
+    Args:
+        min_samples, max_samples, validation_samples: the buffer rules of
+            :func:`kestrel_core.rotate` (``buffer`` config values, ≥ 0).
+        seed: seed of the random subset drawn by ``checkout(max_samples=…)``.
+
+    Raises:
+        ConfigError: a rule value is not an integer ≥ 0 (``max_samples`` ≥ 1).
+    """
+
+    def __init__(self, *, min_samples: int = 0, max_samples: int = 2**62, validation_samples: int = 0,
+                 seed: int | None = None):
+        self._rules = {name: _buffer_int(value, name, minimum) for name, value, minimum in (
+            ("min_samples", min_samples, 0), ("max_samples", max_samples, 1),
+            ("validation_samples", validation_samples, 0))}
+        self._status = np.zeros(0, np.int8)  # (capacity,), valid up to self._size
+        self._block_of = np.zeros(0, np.int64)
+        self._size = 0
+        self._live_start = 0  # every id below it is dead (TOMBSTONE or DELETED)
+        self._blocks: dict[int, _Block] = {}
+        self._next_block = 0
+        self._checkouts: dict[int, list[int]] = {}
+        self._next_token = 0
+        self._rng = np.random.default_rng(seed)
+
+    # -- appending -------------------------------------------------------------------------
+    def append(self, handle: Any, n: int) -> np.ndarray:
+        """Add a block of ``n`` rows, apply the buffer rules, release dead blocks.
+
+        Returns:
+            int64 array ``(n,)``: the new sample ids (consecutive).
+        """
+        n = int(n)
+        start = self._size
+        ids = np.arange(start, start + n, dtype=np.int64)
+        if n == 0:
+            return ids
+        self._grow(start + n)
+        b = self._next_block
+        self._next_block += 1
+        self._blocks[b] = _Block(handle=handle, start=start, n=n, alive=n)
+        self._status[start:start + n] = Status.VALIDATION
+        self._block_of[start:start + n] = b
+        self._size = start + n
+        window = self._status[self._live_start:self._size]
+        self._apply(self._live_start, rotate(window, **self._rules))
+        alive = np.flatnonzero(np.isin(self._status[self._live_start:self._size], _LIVE))
+        self._live_start += int(alive[0]) if alive.size else self._size - self._live_start
+        return ids
+
+    @property
+    def rules(self) -> dict[str, int]:
+        """``min_samples``, ``max_samples``, ``validation_samples``."""
+        return dict(self._rules)
+
+    def _grow(self, size: int) -> None:
+        if size <= len(self._status):
+            return
+        cap = max(size, 2 * len(self._status), 1024)
+        status = np.full(cap, Status.DELETED, np.int8)
+        status[: self._size] = self._status[: self._size]
+        block_of = np.full(cap, -1, np.int64)
+        block_of[: self._size] = self._block_of[: self._size]
+        self._status, self._block_of = status, block_of
+
+    def _apply(self, start: int, new: np.ndarray) -> None:
+        """Store new statuses of ids ``start…``; count rows that died per block; release what can go."""
+        old = self._status[start:self._size]
+        died = np.flatnonzero(np.isin(old, _LIVE) & ~np.isin(new, _LIVE)) + start
+        self._status[start:self._size] = new
+        if died.size:
+            blocks, counts = np.unique(self._block_of[died], return_counts=True)
+            for b, c in zip(blocks.tolist(), counts.tolist()):
+                self._blocks[b].alive -= c
+            self._collect(blocks.tolist())
+
+    def _collect(self, candidates: Sequence[int]) -> None:
+        for b in candidates:
+            blk = self._blocks.get(b)
+            if blk is not None and blk.alive == 0 and blk.pins == 0:
+                self._status[blk.start:blk.start + blk.n] = Status.DELETED
+                del self._blocks[b]  # drops the handle: for Ray, the last store ref to its objects
+
+    # -- reading ---------------------------------------------------------------------------
+    def checkout(self, statuses: Sequence[int], *, max_samples: int = 0,
+                 held_ids: np.ndarray | None = None) -> tuple[int, np.ndarray, np.ndarray, list[tuple[Any, np.ndarray, np.ndarray]]]:
+        """Pin the blocks holding the active ids the caller does not hold yet.
+
+        Args:
+            statuses: statuses that count as active (each must be LIVE).
+            max_samples: if > 0, a random subset of at most this many active ids.
+            held_ids: ids the caller already holds (any int array; unknown ids are ignored).
+
+        Returns:
+            ``(token, active_ids, new_ids, reads)``: ``active_ids`` int64 ``(A,)`` ascending;
+            ``new_ids`` int64 ``(K,)`` ascending = the concatenation of the reads' ids;
+            ``reads`` a list of ``(handle, rows, ids)`` with int64 ``rows``/``ids``, one per block.
+
+        Raises:
+            StoreError: a status is not one of VALIDATION, TRAINING, DISFAVOURED.
+        """
+        wanted = self._check_statuses(statuses)
+        max_samples = check_count(max_samples, "max_samples")
+        window = self._status[self._live_start:self._size]
+        active = np.flatnonzero(np.isin(window, wanted)).astype(np.int64) + self._live_start
+        if 0 < max_samples < len(active):
+            active = np.sort(self._rng.choice(active, size=max_samples, replace=False))
+        new = active
+        if held_ids is not None and len(held_ids):
+            new = active[~np.isin(active, np.asarray(held_ids, dtype=np.int64))]
+        token = self._next_token
+        self._next_token += 1
+        reads = []
+        pinned = []
+        if new.size:
+            block_of = self._block_of[new]
+            cuts = np.flatnonzero(np.diff(block_of)) + 1
+            for ids in np.split(new, cuts):
+                b = int(self._block_of[ids[0]])
+                blk = self._blocks[b]
+                blk.pins += 1
+                pinned.append(b)
+                reads.append((blk.handle, ids - blk.start, ids))
+        self._checkouts[token] = pinned
+        return token, active, new, reads
+
+    def release(self, token: int) -> None:
+        """Unpin the blocks of checkout ``token``; release those that are now dead.
+
+        Raises:
+            StoreError: ``token`` is unknown or was already released.
+        """
+        pinned = self._checkouts.pop(int(token), None)
+        if pinned is None:
+            raise StoreError(f"checkout token {token} is unknown or already released")
+        for b in pinned:
+            self._blocks[b].pins -= 1
+        self._collect(pinned)
+
+    # -- statuses --------------------------------------------------------------------------
+    def discard(self, ids: Sequence[int] | np.ndarray) -> int:
+        """Move TRAINING ids to DISFAVOURED; others are left unchanged. Returns how many moved."""
+        ids = self._check_ids(ids)
+        moved = ids[self._status[ids] == Status.TRAINING]
+        self._status[moved] = Status.DISFAVOURED
+        return int(np.unique(moved).size)
+
+    def status(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """int8 statuses of ``ids`` (a copy)."""
+        return self._status[self._check_ids(ids)].copy()
+
+    @property
+    def status_array(self) -> np.ndarray:
+        """int8 ``(M,)`` view of every id's status (do not modify)."""
+        return self._status[: self._size]
+
+    def stats(self) -> dict[str, int]:
+        """Counts per status plus ``total`` ids and live ``blocks``."""
+        counts = np.bincount(self.status_array, minlength=len(Status))
+        out = {s.name.lower(): int(counts[s]) for s in Status}
+        out.update(total=int(self._size), blocks=len(self._blocks))
+        return out
+
+    def handles(self) -> list[Any]:
+        """The handles of every block not yet released (pinned or holding live rows)."""
+        return [blk.handle for blk in self._blocks.values()]
+
+    @property
+    def open_checkouts(self) -> int:
+        """Number of checkouts not yet released."""
+        return len(self._checkouts)
+
+    def _check_ids(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        arr = np.asarray(ids)
+        if arr.size == 0:
+            return np.zeros(0, np.int64)
+        if arr.dtype.kind not in "iu":
+            raise StoreError(f"sample ids must be integers, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64).ravel()
+        bad = arr[(arr < 0) | (arr >= self._size)]
+        if bad.size:
+            raise StoreError(f"unknown sample id {int(bad[0])}: the store has ids 0..{self._size - 1}")
+        return arr
+
+    @staticmethod
+    def _check_statuses(statuses: Sequence[int]) -> np.ndarray:
+        out = []
+        for s in np.atleast_1d(np.asarray(statuses)).tolist():
+            if s not in [int(x) for x in LIVE]:
+                name = Status(s).name if s in Status._value2member_map_ else "unknown"
+                raise StoreError(
+                    f"checkout: status {s} ({name}) is not readable; use one of "
+                    + ", ".join(f"{x.name}={int(x)}" for x in LIVE))
+            out.append(s)
+        return np.asarray(out, np.int8)
+
+
+def _buffer_int(value: object, name: str, minimum: int) -> int:
+    try:
+        out = check_count(value, name)
+    except KestrelError as err:
+        raise ConfigError(f"buffer.{name}: {err}") from err
+    if out < minimum:
+        raise ConfigError(f"buffer.{name} must be ≥ {minimum}, got {out}")
+    return out

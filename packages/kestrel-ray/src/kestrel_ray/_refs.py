@@ -1,0 +1,208 @@
+"""Ref-only traces: which blocks hold which rows, without touching the data.
+
+A :class:`Column` is one flat key's rows as a sequence of *segments*
+``(block_ref, start, stop)``: rows ``start:stop`` of the array the ref points to. A column of one
+row used for ``n > 1`` samples is a *broadcast* (the observation shared by every sample); that is
+recognised from the row count alone, in O(1). A :class:`RefTrace` is the columns of every flat
+key for the same N samples plus each key's per-sample shape and dtype; the driver, the store and
+the multiplexer compute on these without a single ``ray.get`` of data.
+
+:func:`chunk_grid` cuts ``[0, N)`` into the blocks every node of one graph call produces, so
+all keys of a trace share block boundaries and each grid chunk can be appended as one block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from kestrel_core import StoreError, split_key
+
+__all__ = ["Column", "RefTrace", "chunk_grid", "split_chunks"]
+
+#: ``(block_ref, start, stop)``: rows ``start:stop`` of the block the ref points to
+Segment = tuple[Any, int, int]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One flat key's rows, as block segments in row order.
+
+    Attributes:
+        segments: ``((block_ref, start, stop), …)``.
+    """
+
+    segments: tuple[Segment, ...] = ()
+
+    @classmethod
+    def whole(cls, blocks: Iterable[tuple[Any, int]]) -> Column:
+        """Column of whole blocks ``[(block_ref, n_rows), …]``."""
+        return cls(tuple((ref, 0, int(n)) for ref, n in blocks))
+
+    @property
+    def n(self) -> int:
+        """Number of rows."""
+        return sum(stop - start for _, start, stop in self.segments)
+
+    @property
+    def refs(self) -> list[Any]:
+        """The block refs, in order (a block may repeat)."""
+        return [ref for ref, _, _ in self.segments]
+
+    def is_broadcast(self, n: int) -> bool:
+        """``True`` when this column is one row standing for all ``n > 1`` samples."""
+        return n > 1 and self.n == 1
+
+    def slice(self, a: int, b: int) -> Column:
+        """Rows ``a:b`` of the column (segments clipped; no data touched)."""
+        out, pos = [], 0
+        for ref, start, stop in self.segments:
+            lo, hi = max(a, pos), min(b, pos + stop - start)
+            if lo < hi:
+                out.append((ref, start + lo - pos, start + hi - pos))
+            pos += stop - start
+        return Column(tuple(out))
+
+    def __add__(self, other: Column) -> Column:
+        return Column(self.segments + other.segments)
+
+    def payload(self) -> list[Segment]:
+        """The segments as a list, ready to pass nested in an actor call (Ray does not resolve it)."""
+        return list(self.segments)
+
+
+@dataclass
+class RefTrace:
+    """The block refs of a trace of N samples.
+
+    Attributes:
+        n: number of samples N.
+        columns: flat key → :class:`Column` of N rows.
+        meta: flat key → ``(D_key, dtype)``: per-sample shape and dtype string.
+        nonfinite: node → number of its samples holding a NaN or ±inf.
+    """
+
+    n: int
+    columns: dict[str, Column] = field(default_factory=dict)
+    meta: dict[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)
+    nonfinite: dict[str, int] = field(default_factory=dict)
+
+    def keys(self) -> list[str]:
+        """Flat keys, in insertion order."""
+        return list(self.columns)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.columns
+
+    def __getitem__(self, key: str) -> Column:
+        return self.columns[key]
+
+    def nodes(self) -> list[str]:
+        """Node names present, in insertion order."""
+        return list(dict.fromkeys(split_key(k)[0] for k in self.columns))
+
+    def select(self, keys: Iterable[str]) -> RefTrace:
+        """A trace with only ``keys``.
+
+        Raises:
+            KeyError: a key is missing (the message lists the trace's keys).
+        """
+        keys = list(keys)
+        missing = [k for k in keys if k not in self.columns]
+        if missing:
+            raise KeyError(f"key {missing[0]!r} is not in the trace; it has {self.keys()}")
+        nodes = {split_key(k)[0] for k in keys}
+        return RefTrace(self.n, {k: self.columns[k] for k in keys}, {k: self.meta[k] for k in keys},
+                        {m: c for m, c in self.nonfinite.items() if m in nodes})
+
+    def blocks(self) -> list[tuple[dict[str, Any], int, dict[str, tuple[tuple[int, ...], str]]]]:
+        """Split into store blocks ``[({flat_key: ObjectRef}, n_rows, {flat_key: (shape, dtype)}), …]``.
+
+        Raises:
+            StoreError: the keys do not share block boundaries, or a segment is part of a block
+                (only whole blocks, as NodeWrappers return them, can be stored).
+        """
+        keys = self.keys()
+        if not keys or self.n == 0:
+            return []
+        first = self.columns[keys[0]].segments
+        bounds = [(start, stop) for _, start, stop in first]
+        for key in keys:
+            segs = self.columns[key].segments
+            if [(s, e) for _, s, e in segs] != bounds or any(s != 0 for _, s, _ in segs):
+                raise StoreError(
+                    f"key {key!r} is not stored in the same whole blocks as key {keys[0]!r} "
+                    f"(rows {[(s, e) for _, s, e in segs]} vs {bounds}); only traces made by one "
+                    "DeployedGraph call can be appended")
+        return [({k: self.columns[k].segments[i][0] for k in keys}, stop - start,
+                 {k: ((stop - start, *self.meta[k][0]), self.meta[k][1]) for k in keys})
+                for i, (start, stop) in enumerate(bounds)]
+
+
+def chunk_grid(n: int, plans: Iterable[tuple[int, int]]) -> list[int]:
+    """Common block sizes for one graph call of ``n`` samples.
+
+    Each node cuts ``[0, n)`` into ``num_actors`` replica slices at ``int(i·n/k)`` and each slice
+    into chunks of at most ``sample_chunk_size`` rows (0 = no limit). The grid is the union of
+    every node's cuts, so each node's chunks are unions of grid chunks and every flat key of the
+    trace shares the same blocks.
+
+    Args:
+        n: number of samples (≥ 0).
+        plans: ``(sample_chunk_size, num_actors)`` per node taking part.
+
+    Returns:
+        Positive chunk sizes summing to ``n`` (empty for ``n = 0``).
+
+    Example:
+        >>> chunk_grid(10, [(4, 1), (0, 2)])
+        [4, 1, 3, 2]
+    """
+    if n <= 0:
+        return []
+    cuts = {0, n}
+    for size, k in plans:
+        k = max(1, int(k))
+        edges = [int(i * n / k) for i in range(k)] + [n]
+        for a, b in zip(edges, edges[1:]):
+            cuts.add(a)
+            if size and size > 0:
+                cuts.update(range(a, b, int(size)))
+    pts = sorted(cuts)
+    return [b - a for a, b in zip(pts, pts[1:])]
+
+
+def split_chunks(chunks: Sequence[int], a: int, b: int) -> list[int]:
+    """The chunk sizes covering rows ``a:b`` of a grid, cutting chunks at ``a`` and ``b``.
+
+    Example:
+        >>> split_chunks([4, 4, 2], 2, 9)
+        [2, 4, 1]
+    """
+    out, pos = [], 0
+    for c in chunks:
+        lo, hi = max(a, pos), min(b, pos + c)
+        if lo < hi:
+            out.append(hi - lo)
+        pos += c
+    return out
+
+
+def merge_meta(metas: Sequence[Mapping[str, tuple[Sequence[int], str]]], node: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Combine the per-field ``(D, dtype)`` of several calls (replicas) of one node.
+
+    Raises:
+        StoreError: replicas disagree on a field's per-sample shape.
+    """
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    for meta in metas:
+        for fld, (shape, dtype) in meta.items():
+            shape = tuple(int(d) for d in shape)
+            if fld in out and out[fld][0] != shape:
+                raise StoreError(f"node {node!r}, field {fld!r}: replicas returned per-sample shapes "
+                                 f"{out[fld][0]} and {shape}")
+            prev = out.get(fld, (shape, dtype))[1]
+            out[fld] = (shape, str(np.result_type(np.dtype(prev), np.dtype(dtype))))
+    return out

@@ -1,0 +1,116 @@
+"""Actor options, resource checks before any actor starts, and readable start-up failures.
+
+Default CPU request: node actors ask for ``num_cpus=0`` unless the node's ``ray`` options say
+otherwise. A simulator actor spends most of its life idle or waiting on its parents, and the
+example graphs (three to five nodes plus the store) must start on a 2-core machine; with a
+CPU request of 1 each, Ray would leave the fourth actor pending for ever. The operating system
+shares the cores among running simulators; set ``ray: {num_cpus: 1}`` (or more) on heavy nodes
+to make Ray spread or limit them on a cluster.
+
+A request that no node of the cluster can ever meet (``num_gpus: 2`` on a machine without GPUs,
+a custom resource nobody offers) fails here within seconds, before any actor is created —
+instead of an actor that stays pending. Autoscaling clusters are checked as they are now.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import ray
+from kestrel_core import ConfigError, KestrelError, SimulatorError
+
+__all__ = ["actor_options", "check_resources", "unwrap_error"]
+
+_NAMES = {"CPU": "CPUs", "GPU": "GPUs", "memory": "bytes of memory"}
+
+
+def actor_options(node: Any) -> dict[str, Any]:
+    """Ray ``.options()`` for the actors of ``node``: its ``ray`` mapping over the defaults."""
+    opts: dict[str, Any] = {"num_cpus": 0}
+    opts.update(dict(node.ray or {}))
+    return opts
+
+
+def _demand(opts: Mapping[str, Any]) -> dict[str, float]:
+    out = {"CPU": float(opts.get("num_cpus") or 0), "GPU": float(opts.get("num_gpus") or 0),
+           "memory": float(opts.get("memory") or 0)}
+    for name, amount in dict(opts.get("resources") or {}).items():
+        out[str(name)] = float(amount)
+    return {k: v for k, v in out.items() if v > 0}
+
+
+def _fmt(amount: float, resource: str) -> str:
+    amount_s = f"{amount:g}"
+    if resource in _NAMES:
+        return f"{amount_s} {_NAMES[resource]}"
+    return f"{amount_s} of resource {resource!r}"
+
+
+def check_resources(requests: Iterable[tuple[str, int, Mapping[str, Any]]]) -> None:
+    """Fail fast on resource requests the cluster can never meet.
+
+    Args:
+        requests: ``(node name, number of actors, actor options)`` per node.
+
+    Raises:
+        ConfigError: one actor asks for more of a resource than any single cluster node has
+            ("node 'x' requests 2 GPUs; the cluster has 0"), or all actors together ask for more
+            than the whole cluster has.
+    """
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive", True)]
+    total = ray.cluster_resources()
+    summed: dict[str, list[tuple[str, int, float]]] = {}
+    for name, count, opts in requests:
+        for resource, amount in _demand(opts).items():
+            best = max((float(r.get(resource, 0)) for r in nodes), default=0.0)
+            if amount > best:
+                where = "the cluster has" if len(nodes) <= 1 else "the largest cluster node has"
+                raise ConfigError(f"node {name!r} requests {_fmt(amount, resource)}; {where} "
+                                  f"{best:g}")
+            summed.setdefault(resource, []).append((name, count, amount))
+    for resource, parts in summed.items():
+        need = sum(count * amount for _, count, amount in parts)
+        have = float(total.get(resource, 0))
+        if need > have + 1e-9:
+            detail = ", ".join(f"{name}: {count} × {amount:g}" for name, count, amount in parts)
+            raise ConfigError(f"the graph's actors request {_fmt(need, resource)} in total "
+                              f"({detail}); the cluster has {have:g}")
+
+
+_EXC_LINE = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit|Interrupt)): (.*)$")
+
+
+def unwrap_error(err: BaseException, node: str, what: str) -> BaseException:
+    """Turn a Ray error from a node's actor into the error to raise on the driver.
+
+    A Kestrel error raised in the actor (it names the node) comes back as it is; a user
+    exception is returned unchanged with a note naming the node; an actor that died is
+    described with the last exception line Ray reported (e.g. the ``TypeError`` of a
+    simulator constructor).
+
+    Args:
+        err: the exception ``ray.get`` raised.
+        node: node name, for the message.
+        what: the call that failed, e.g. ``"start"`` or ``"sample_proposal(64)"``.
+
+    Returns:
+        The exception to raise (``raise unwrap_error(...) from err``).
+    """
+    if isinstance(err, ray.exceptions.RayTaskError):
+        cause = getattr(err, "cause", None)
+        while isinstance(cause, ray.exceptions.RayTaskError) and getattr(cause, "cause", None) is not None:
+            cause = cause.cause
+        if isinstance(cause, KestrelError):
+            return cause
+        if isinstance(cause, BaseException):
+            if hasattr(cause, "add_note"):
+                cause.add_note(f"(node {node!r}, {what})")
+            return cause
+    if isinstance(err, ray.exceptions.RayActorError):
+        text = str(err)
+        lines = [m for m in (_EXC_LINE.match(ln.strip()) for ln in text.splitlines()) if m]
+        reason = f"{lines[-1].group(1)}: {lines[-1].group(2)}" if lines else text.splitlines()[0]
+        return SimulatorError(f"node {node!r}: actor died during {what}: {reason}")
+    return SimulatorError(f"node {node!r}: {what} failed: {type(err).__name__}: {err}")

@@ -1,0 +1,331 @@
+"""``NodeWrapper``: the actor that turns condition refs into arrays and outputs into blocks.
+
+One actor per node (per replica). It builds the node's simulator and, for a latent node, its
+estimator. A sampling call receives ``n``, condition *descriptors* and the chunk sizes:
+
+* a descriptor is the segment list of a :class:`~kestrel_ray.Column`, nested in a dict so Ray
+  hands over the refs unresolved; all refs of a call are resolved with one
+  ``await asyncio.gather`` (never a blocking ``ray.get`` on the event loop);
+* a condition of one row for ``n > 1`` samples is a broadcast, recognised from the descriptor
+  in O(1); it stays ``(1, …)`` up to the final consumer (``call_simulator`` broadcasts it
+  read-only; estimators ``.expand()`` it);
+* each chunk draws from its own ``numpy.random.Generator`` (seeded by the ``SeedSequence``
+  children the driver passes, else spawned from the node's own sequence);
+* every output passes the boundary checks of kestrel-core (K05, K11, K12) and leaves as one
+  array per field per chunk — as *return values* of the call, so the caller owns the objects
+  and killing this actor loses none of them. The last return value is a small meta dict.
+
+Simulators run in a worker thread (one call at a time), so the event loop stays free for
+``status``; estimator sampling runs on the event loop between training steps, which is how
+training and proposal sampling interleave without pausing training (K19).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from kestrel_core import (
+    EstimatorContext,
+    EstimatorError,
+    KestrelError,
+    ShapeError,
+    SimulatorError,
+    as_record,
+    call_simulator,
+    check_count,
+    finite_rows,
+    seed_sequence,
+)
+from ray import cloudpickle
+
+from ._refs import chunk_grid
+from ._view import RayBufferView
+
+__all__ = ["NodeWrapper", "SAMPLING_METHODS"]
+
+#: the methods that return blocks
+SAMPLING_METHODS = ("sample", "sample_posterior", "sample_proposal")
+
+
+class NodeWrapper:
+    """Ray actor class (async) for one node.
+
+    Shape symbols: n samples of a call, c rows of a chunk, D the node's per-sample shape.
+
+    Args:
+        node_blob: the :class:`kestrel_core.Node`, pickled with ``ray.cloudpickle`` (unpickled
+            here, after ``import_paths`` are on ``sys.path``, so a failure is reported by
+            :meth:`ready` naming the node instead of killing the actor).
+        seed: the node's ``SeedSequence`` (or an int, or ``None`` for fresh entropy).
+        import_paths: directories prepended to ``sys.path`` first (the driver's path).
+        replica: index of this replica of a multiplexed node.
+    """
+
+    def __init__(self, node_blob: bytes, *, seed: Any = None, import_paths: Sequence[str] = (),
+                 replica: int = 0):
+        self._name = "<unknown>"
+        self._error: KestrelError | None = None
+        self._replica = int(replica)
+        self._state = "initializing"
+        self._calls = 0
+        self._samples = 0
+        self._sim_lock: asyncio.Lock | None = None
+        self._estimator = None
+        self._simulator = None
+        for path in reversed(list(import_paths)):
+            if path not in sys.path:
+                sys.path.insert(0, path)
+        try:
+            self._seq = seed_sequence(seed)
+            self.node = cloudpickle.loads(node_blob)
+            self._name = self.node.name
+        except Exception as err:
+            self._error = SimulatorError(f"node actor could not load its node: {type(err).__name__}: {err}")
+            return
+        spec = self.node.simulator
+        try:
+            self._simulator = spec.build()
+        except Exception as err:
+            self._error = SimulatorError(
+                f"node {self._name!r}: building simulator {spec.target_name} failed: "
+                f"{type(err).__name__}: {err}")
+            return
+        if self.node.estimator is not None:
+            spec = self.node.estimator
+            try:
+                self._estimator = spec.build()
+                self._estimator.setup(EstimatorContext(
+                    node=self._name, prior=self._simulator, evidence=tuple(self.node.evidence),
+                    scaffolds=tuple(self.node.scaffolds), seed=int(self._seq.generate_state(1)[0])))
+            except Exception as err:
+                self._error = EstimatorError(
+                    f"node {self._name!r}: building estimator {spec.target_name} failed: "
+                    f"{type(err).__name__}: {err}")
+                return
+        self._state = "idle"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def ready(self) -> dict[str, Any]:
+        """Wait-for-construction call; returns what the driver needs to plan calls.
+
+        Returns:
+            ``{"node": name, "fields": {method: (field, …)}, "pid": int}``.
+
+        Raises:
+            SimulatorError, EstimatorError: building the node failed (names the node and carries
+                the original exception text, e.g. an unexpected keyword ``sigmaa``).
+        """
+        self._check()
+        return {"node": self._name, "fields": {m: self._fields(m) for m in SAMPLING_METHODS},
+                "pid": os.getpid()}
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _fields(self, method: str) -> tuple[str, ...]:
+        """Fields a method returns: estimators give value and log_prob; a simulator gives value,
+        plus log_prob when it has a ``log_prob(value)`` method (priors), as in ``sample_forward``."""
+        if method != "sample" and self._estimator is not None:
+            return ("value", "log_prob")
+        return ("value", "log_prob") if callable(getattr(self._simulator, "log_prob", None)) else ("value",)
+
+    async def status(self) -> dict[str, Any]:
+        """``{"node", "replica", "state", "calls", "samples", "estimator": {...}}``."""
+        out = {"node": self._name, "replica": self._replica, "state": self._state,
+               "calls": self._calls, "samples": self._samples}
+        if self._estimator is not None:
+            out["estimator"] = dict(self._estimator.status())
+        return out
+
+    # -- sampling ----------------------------------------------------------------------------
+    async def sample(self, n: int, conditions: Mapping[str, list] | None = None,
+                     chunks: Sequence[int] | None = None, seeds: Sequence[Any] | None = None) -> tuple:
+        """Forward-simulate ``n`` samples from the parents' values.
+
+        Args:
+            n: number of samples (int ≥ 1).
+            conditions: parent name → segment list ``[(block_ref, start, stop), …]`` of 1
+                (broadcast) or ``n`` rows.
+            chunks: chunk sizes summing to ``n`` (default: ``sample_chunk_size`` of the node).
+            seeds: one ``SeedSequence`` per chunk (default: spawned from the node's sequence).
+
+        Returns:
+            ``len(chunks) × len(fields)`` arrays, chunk-major (``(c, *D)`` values, ``(c,)``
+            log-probs), then ``{"fields": {field: (D, dtype)}, "nonfinite": int}``.
+
+        Raises:
+            ShapeError: a condition's row count is neither 1 nor ``n``, or chunks disagree on D.
+            SimulatorError: the simulator's output is unusable (K05, K11, K12).
+        """
+        return await self._call("sample", n, conditions, chunks, seeds)
+
+    async def sample_posterior(self, n: int, conditions: Mapping[str, list] | None = None,
+                               chunks: Sequence[int] | None = None, seeds: Sequence[Any] | None = None) -> tuple:
+        """Draw from the estimator's posterior (or, without one, simulate from the parents).
+
+        Same arguments and return as :meth:`sample`; conditions are the evidence (and scaffold)
+        nodes for an estimator.
+        """
+        return await self._call("sample_posterior", n, conditions, chunks, seeds)
+
+    async def sample_proposal(self, n: int, conditions: Mapping[str, list] | None = None,
+                              chunks: Sequence[int] | None = None, seeds: Sequence[Any] | None = None) -> tuple:
+        """Draw from the estimator's proposal (or, without one, simulate from the parents)."""
+        return await self._call("sample_proposal", n, conditions, chunks, seeds)
+
+    async def _call(self, method: str, n: Any, conditions: Mapping[str, list] | None,
+                    chunks: Sequence[int] | None, seeds: Sequence[Any] | None) -> tuple:
+        self._check()
+        n = check_count(n)
+        chunks = [int(c) for c in chunks] if chunks is not None else chunk_grid(
+            n, [(self.node.sample_chunk_size, 1)])
+        if sum(chunks) != n or any(c <= 0 for c in chunks):
+            raise ShapeError(f"node {self._name!r}: chunks {chunks} do not split {n} samples")
+        if seeds is None:
+            seeds = self._seq.spawn(len(chunks))
+        arrays = await self._resolve(conditions or {}, n)
+        if method == "sample" or self._estimator is None:
+            if self._sim_lock is None:
+                self._sim_lock = asyncio.Lock()
+            async with self._sim_lock:
+                records = await asyncio.to_thread(self._simulate, method, arrays, n, chunks, seeds)
+        else:
+            records = []
+            for a, c in _spans(chunks):
+                conds = {k: _rows(v, a, c, n) for k, v in arrays.items()}
+                out = getattr(self._estimator, method)(c, conds)
+                records.append(as_record(self._name, method, out, c))
+                await asyncio.sleep(0)  # let training take a step between chunks
+        self._calls += 1
+        self._samples += n
+        return self._pack(method, records)
+
+    async def _resolve(self, conditions: Mapping[str, list], n: int) -> dict[str, np.ndarray]:
+        """Condition name → read-only array of 1 (broadcast) or ``n`` rows; one batched get."""
+        unique: dict[Any, int] = {}
+        for name, segments in conditions.items():
+            rows = sum(int(stop) - int(start) for _, start, stop in segments)
+            if rows not in (1, n):
+                raise ShapeError(f"node {self._name!r}: condition {name!r} has leading dimension "
+                                 f"{rows}; expected 1 (broadcast) or {n}")
+            for ref, _, _ in segments:
+                unique.setdefault(ref, len(unique))
+        values = await asyncio.gather(*unique) if unique else []
+        out = {}
+        for name, segments in conditions.items():
+            parts = []
+            for ref, start, stop in segments:
+                block = values[unique[ref]]
+                if not isinstance(block, np.ndarray) or block.ndim == 0 or block.shape[0] < stop:
+                    raise ShapeError(f"node {self._name!r}: condition {name!r} block of shape "
+                                     f"{np.shape(block)} has no rows {start}:{stop}")
+                parts.append(block[start:stop])
+            arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            view = arr.view()
+            view.flags.writeable = False
+            out[name] = view
+        return out
+
+    def _simulate(self, method: str, arrays: Mapping[str, np.ndarray], n: int,
+                  chunks: Sequence[int], seeds: Sequence[Any]) -> list[dict[str, np.ndarray]]:
+        missing = [p for p in self.node.parents if p not in arrays]
+        if missing:
+            raise SimulatorError(f"node {self._name!r}: {method} needs parent {missing[0]!r}, which "
+                                 f"was not passed (got {sorted(arrays)})")
+        fields = self._fields(method)
+        rngs = [np.random.Generator(np.random.PCG64(seed_sequence(s))) for s in seeds]
+        records = []
+        for (a, c), rng in zip(_spans(chunks), rngs):
+            parents = {p: _rows(arrays[p], a, c, n) for p in self.node.parents}
+            value = call_simulator(self._name, self._simulator, c, parents, rng=rng)
+            rec = {"value": value}
+            if "log_prob" in fields:
+                view = value.view()
+                view.flags.writeable = False
+                out = {"log_prob": self._simulator.log_prob(view)}
+                rec.update(as_record(self._name, "log_prob", out, c, fields=("log_prob",)))
+            records.append(rec)
+        return records
+
+    def _pack(self, method: str, records: list[dict[str, np.ndarray]]) -> tuple:
+        fields = self._fields(method)
+        meta: dict[str, tuple[tuple[int, ...], str]] = {}
+        for f in fields:
+            shapes = [r[f].shape[1:] for r in records]
+            bad = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
+            if bad is not None:
+                raise ShapeError(f"node {self._name!r}, key '{self._name}.{f}': chunk {bad} has "
+                                 f"per-sample shape {shapes[bad]}, chunk 0 has {shapes[0]}")
+            dtype = np.result_type(*(r[f].dtype for r in records))
+            for r in records:
+                r[f] = r[f].astype(dtype, copy=False)
+            meta[f] = (tuple(int(d) for d in shapes[0]), dtype.name)
+        nonfinite = sum(int((~finite_rows(r)).sum()) for r in records)
+        flat = [r[f] for r in records for f in fields]
+        return (*flat, {"fields": meta, "nonfinite": nonfinite})
+
+    # -- training ----------------------------------------------------------------------------
+    async def train(self, store: Any) -> dict[str, Any]:
+        """Train the estimator from the store until it stops; sampling calls interleave.
+
+        Args:
+            store: the :class:`~kestrel_ray.SampleStore` actor handle; the estimator reads it
+                through a :class:`~kestrel_ray.RayBufferView` (futures, no blocking get).
+
+        Returns:
+            The final :meth:`status`.
+
+        Raises:
+            EstimatorError: the node has no estimator. The estimator's own exceptions pass
+                through with a note naming the node.
+        """
+        self._check()
+        if self._estimator is None:
+            raise EstimatorError(f"node {self._name!r} has no estimator to train")
+        self._state = "training"
+        try:
+            await self._estimator.train(RayBufferView(store, use_futures=True))
+        except Exception as err:
+            self._state = "failed"
+            if hasattr(err, "add_note"):
+                err.add_note(f"(raised while training the estimator of node {self._name!r})")
+            raise
+        self._state = "done"
+        return await self.status()
+
+    async def request_stop(self) -> None:
+        """Ask the estimator to stop training after its current step."""
+        if self._estimator is not None:
+            self._estimator.request_stop()
+
+    async def save(self, directory: str) -> None:
+        """Save the estimator under ``directory`` (created); a no-op without estimator."""
+        self._check()
+        if self._estimator is not None:
+            os.makedirs(directory, exist_ok=True)
+            self._estimator.save(directory)
+
+    async def load(self, directory: str) -> None:
+        """Load the estimator from ``directory``; a no-op without estimator."""
+        self._check()
+        if self._estimator is not None:
+            self._estimator.load(directory)
+
+
+def _spans(chunks: Sequence[int]) -> list[tuple[int, int]]:
+    out, pos = [], 0
+    for c in chunks:
+        out.append((pos, int(c)))
+        pos += int(c)
+    return out
+
+
+def _rows(arr: np.ndarray, a: int, c: int, n: int) -> np.ndarray:
+    """Rows ``a:a+c`` of a condition; a broadcast stays ``(1, …)``."""
+    return arr if arr.shape[0] == 1 and n > 1 else arr[a:a + c]
