@@ -61,6 +61,16 @@ def test_eviction_and_scatter_into_freed_rows(make_store, open_loader, device):
     check_matches_store(loader, store)
     assert loader.count == 8
 
+    mixed = make_store(min_samples=0, max_samples=12)
+    append(mixed, 8)
+    both = open_loader(mixed.view(), KEYS, device=device)
+    both.sync()
+    mixed.discard([0, 1])
+    append(mixed, 4)  # evicts the 2 disfavoured: 2 new rows fill them, 2 go past the end (growth)
+    refresh(both)
+    check_matches_store(both, mixed)
+    assert sorted(both._row_to_id[:2].tolist()) == [8, 9] and both.count == 10
+
     bigger = make_store(max_samples=100)
     append(bigger, 3)
     grow = open_loader(bigger.view(), KEYS, device=device)

@@ -1,10 +1,11 @@
 """The cached device loader: contiguous tensors per flat key, refreshed in the background.
 
 The design (see the package README): a background thread does every slow step — checkout,
-fetch, transforms, stacking, dtype conversion, host → device copy — and hands the training
-thread tensors that are ready on the device. The training thread only evicts (bookkeeping on a
-small int64 array), scatters the new rows into freed rows with one indexed assignment per key
-and appends the rest. ``sync()`` never waits for the background thread after the first fill.
+fetch, transforms, stacking, dtype conversion, host → device copy, growing the cache and
+writing the rows appended past its end — and hands the training thread tensors that are ready
+on the device. The training thread only evicts (bookkeeping on a small int64 array) and
+scatters the new rows into the rows just freed, with one indexed assignment per key.
+``sync()`` never waits for the background thread after the first fill.
 """
 
 from __future__ import annotations
@@ -30,13 +31,28 @@ __all__ = ["CachedDataLoader"]
 Transform = Callable[[np.ndarray], np.ndarray]
 
 
+@dataclass(frozen=True)
+class _Snapshot:
+    """The cache as a fetch starts; nothing writes to it until that fetch is applied."""
+
+    row_to_id: np.ndarray  # int64 (used,): copy of the occupied rows' ids, -1 for a hole
+    capacity: int  # C
+    cache: dict[str, torch.Tensor]  # key -> (C, *D); read only by the background thread
+    ready: Any  # CUDA event after the training thread's last write to the cache, or None
+    retired: list[torch.Tensor]  # replaced caches, dropped by the background thread (freeing costs)
+
+
 @dataclass
 class _Prepared:
     """What one background fetch hands to the training thread."""
 
     active_ids: np.ndarray  # int64 (A,)
     new_ids: np.ndarray  # int64 (K,)
-    tensors: dict[str, torch.Tensor]  # key -> (K, *D) on the device; empty when K == 0
+    stale: np.ndarray  # bool (used,): occupied rows whose id left the status set
+    fill: np.ndarray  # int64: freed rows that receive the first new ids
+    end: int  # the rows [used, end) receive the rest
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # key -> (K, *D) on the device
+    caches: dict[str, torch.Tensor] = field(default_factory=dict)  # grown or upcast caches, rows [0, used) copied
     changes: list[tuple[str, torch.dtype, torch.dtype, torch.dtype]] = field(default_factory=list)
 
 
@@ -136,6 +152,7 @@ class CachedDataLoader:
         self._rows_dev = torch.empty(0, dtype=torch.int64, device=self._device)
         self._ids_dev = torch.empty(0, dtype=torch.int64, device=self._device)
         self._reported: set[str] = set()
+        self._retired: list[torch.Tensor] = []
         self._filled = False
         self._closed = False
         self._future: Future | None = None
@@ -211,16 +228,28 @@ class CachedDataLoader:
         return True
 
     def _launch(self) -> Future:
-        held = self.ids
-        schema = {key: (tuple(t.shape[1:]), t.dtype) for key, t in self._cache.items()}
-        return self._worker.submit(lambda: self._fetch(held, schema))
+        ready = None
+        if self._device.type == "cuda" and self._cache:  # the transfer stream reads the cache after our writes
+            ready = torch.cuda.Event()
+            ready.record(torch.cuda.current_stream(self._device))
+        snapshot = _Snapshot(self._row_to_id[: self._used].copy(), self._row_to_id.size, dict(self._cache), ready,
+                             self._retired)
+        self._retired = []
+        return self._worker.submit(lambda: self._fetch(snapshot))
 
     # -- background thread -------------------------------------------------------------------
-    def _fetch(self, held: np.ndarray, schema: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> _Prepared:
+    def _fetch(self, snap: _Snapshot) -> _Prepared:
+        snap.retired.clear()
+        held = snap.row_to_id[snap.row_to_id >= 0]
         fetched = self._view.fetch(self._statuses, self._keys, max_samples=self._max_samples, held_ids=held)
+        active = np.asarray(fetched.active_ids, dtype=np.int64).reshape(-1)
         new_ids = np.asarray(fetched.new_ids, dtype=np.int64).reshape(-1)
-        prepared = _Prepared(np.asarray(fetched.active_ids, dtype=np.int64).reshape(-1), new_ids, {})
         k = new_ids.size
+        stale = (snap.row_to_id >= 0) & ~np.isin(snap.row_to_id, active)
+        holes = np.flatnonzero((snap.row_to_id < 0) | stale)
+        fill = holes[: min(k, holes.size)]
+        end = snap.row_to_id.size + k - fill.size
+        prepared = _Prepared(active, new_ids, stale, fill, end)
         if k == 0:
             return prepared
         for key in self._keys:
@@ -229,22 +258,42 @@ class CachedDataLoader:
                                  f"(returned keys: {sorted(fetched.arrays)})")
             array = self._prepare_array(key, np.asarray(fetched.arrays[key]), k)
             shape = tuple(array.shape[1:])
-            cached_shape, cached_dtype = schema.get(key, (None, None))
-            if cached_shape is not None and shape != cached_shape:
+            cache = snap.cache.get(key)
+            if cache is not None and shape != tuple(cache.shape[1:]):
                 raise StoreError(f"loader {self._name!r}: key {key!r} arrived with per-sample shape {shape}, "
-                                 f"the cache holds {cached_shape}")
+                                 f"the cache holds {tuple(cache.shape[1:])}")
             try:
                 incoming = torch_dtype(array.dtype)
             except TypeError as err:
                 raise StoreError(f"loader {self._name!r}: key {key!r} has dtype {array.dtype}, "
                                  "which has no torch equivalent") from err
             target = self._dtypes.get(key) or incoming
-            if key not in self._dtypes and cached_dtype is not None and incoming != cached_dtype:
-                target = torch.promote_types(cached_dtype, incoming)
-                prepared.changes.append((key, cached_dtype, incoming, target))
+            if key not in self._dtypes and cache is not None and incoming != cache.dtype:
+                target = torch.promote_types(cache.dtype, incoming)
+                prepared.changes.append((key, cache.dtype, incoming, target))
             prepared.tensors[key] = self._transfer.copy(array, target)
+        if snap.cache:
+            self._grow_and_append(snap, prepared)
         self._transfer.wait()
         return prepared
+
+    def _grow_and_append(self, snap: _Snapshot, prepared: _Prepared) -> None:
+        """Grow or upcast the caches and write the rows past ``used`` — work the training thread skips.
+
+        Rows ``[used, capacity)`` hold no live sample, so the training thread never reads them
+        while this fetch runs: writing them here is safe. Growth and upcasts copy rows
+        ``[0, used)`` (only read) into new tensors the training thread swaps in.
+        """
+        used, n_fill = snap.row_to_id.size, prepared.fill.size
+        self._transfer.after(snap.ready)
+        capacity = max(prepared.end, 2 * snap.capacity) if prepared.end > snap.capacity else snap.capacity
+        for key, cache in snap.cache.items():
+            tensor = prepared.tensors[key]
+            if capacity != snap.capacity or cache.dtype != tensor.dtype:
+                cache = prepared.caches[key] = self._transfer.regrow(cache, used, capacity, tensor.dtype)
+            if prepared.end > used:
+                self._transfer.write(cache, used, tensor[n_fill:])
+            prepared.tensors[key] = tensor[:n_fill]
 
     def _prepare_array(self, key: str, array: np.ndarray, k: int) -> np.ndarray:
         """Transform, check and normalise one fetched array ``(K, *D)``."""
@@ -267,62 +316,45 @@ class CachedDataLoader:
     # -- training thread ---------------------------------------------------------------------
     def _apply(self, prepared: _Prepared) -> None:
         used = self._used
-        row_to_id = self._row_to_id
-        if used:
-            stale = (row_to_id[:used] >= 0) & ~np.isin(row_to_id[:used], prepared.active_ids)
-            row_to_id[:used][stale] = -1
+        self._row_to_id[:used][prepared.stale] = -1
         for key, old, new, target in prepared.changes:
-            if self._cache[key].dtype != target:
-                self._cache[key] = self._cache[key].to(target)
             if key not in self._reported:
                 self._reported.add(key)
                 warnings.warn(f"loader {self._name!r}: key {key!r} arrived as {new} while the cache held {old}; "
                               f"the cache keeps {target} for this key (reported once per key)", stacklevel=3)
         k = prepared.new_ids.size
         if k:
-            tensors = prepared.tensors
+            fill, end, n_fill = prepared.fill, prepared.end, prepared.fill.size
             if self._device.type == "cuda":  # written on the transfer stream, consumed on ours
                 stream = torch.cuda.current_stream(self._device)
-                for tensor in tensors.values():
-                    tensor.record_stream(stream)
-            holes = np.flatnonzero(row_to_id[:used] < 0)
-            n_fill = min(k, holes.size)
-            fill, end = holes[:n_fill], used + k - n_fill
+                for tensor in (*prepared.tensors.values(), *prepared.caches.values()):
+                    if tensor.numel():
+                        tensor.record_stream(stream)
             if not self._cache:  # first fill: adopt the fetched tensors (owned, never the store's)
-                self._cache = dict(tensors)
-                self._row_to_id = row_to_id = prepared.new_ids.copy()
+                self._cache = dict(prepared.tensors)
+                self._row_to_id = prepared.new_ids.copy()
             else:
-                row_to_id = self._reserve(end)
-                fill_dev = torch.from_numpy(fill).to(self._device) if n_fill else None
-                for key, tensor in tensors.items():
-                    cache = self._cache[key]
-                    if n_fill:
-                        cache[fill_dev] = tensor[:n_fill]
-                    if end > used:
-                        cache[used:end] = tensor[n_fill:]
-                row_to_id[fill] = prepared.new_ids[:n_fill]
-                row_to_id[used:end] = prepared.new_ids[n_fill:]
+                self._retired.extend(self._cache[key] for key in prepared.caches)
+                self._cache.update(prepared.caches)
+                capacity = next(iter(self._cache.values())).shape[0]
+                if capacity > self._row_to_id.size:
+                    row_to_id = np.full(capacity, -1, dtype=np.int64)
+                    row_to_id[:used] = self._row_to_id[:used]
+                    self._row_to_id = row_to_id
+                if n_fill:  # rows freed by this fetch: scatter (the rest was written in the background)
+                    fill_dev = torch.from_numpy(fill).to(self._device)
+                    for key, tensor in prepared.tensors.items():
+                        self._cache[key][fill_dev] = tensor
+                self._row_to_id[fill] = prepared.new_ids[:n_fill]
+                self._row_to_id[used:end] = prepared.new_ids[n_fill:]
             used = end
+        row_to_id = self._row_to_id
         live = np.flatnonzero(row_to_id[:used] >= 0)
         self._used = int(live[-1]) + 1 if live.size else 0
         row_to_id[self._used:used] = -1
         self._live_rows = live
         self._rows_dev = torch.from_numpy(live).to(self._device)
         self._ids_dev = torch.from_numpy(row_to_id[live]).to(self._device)
-
-    def _reserve(self, rows: int) -> np.ndarray:
-        """Grow the capacity geometrically to at least ``rows``; returns the row → id array."""
-        capacity = self._row_to_id.size
-        if rows > capacity:
-            capacity = max(rows, 2 * capacity)
-            for key, cache in self._cache.items():
-                grown = torch.empty((capacity, *cache.shape[1:]), dtype=cache.dtype, device=self._device)
-                grown[: self._used] = cache[: self._used]
-                self._cache[key] = grown
-            row_to_id = np.full(capacity, -1, dtype=np.int64)
-            row_to_id[: self._used] = self._row_to_id[: self._used]
-            self._row_to_id = row_to_id
-        return self._row_to_id
 
     def _empty_error(self) -> EstimatorError:
         names = "/".join(Status(s).name for s in self._statuses)

@@ -17,6 +17,7 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -152,6 +153,33 @@ class HostToDevice:
             slot.event = torch.cuda.Event()
             slot.event.record(self._stream)
         return out
+
+    def after(self, event: Any) -> None:
+        """Order later copies after ``event`` (a CUDA event of another stream); no-op off CUDA."""
+        if self._stream is not None and event is not None:
+            self._stream.wait_event(event)
+
+    def regrow(self, tensor: torch.Tensor, rows: int, capacity: int, dtype: torch.dtype) -> torch.Tensor:
+        """A new ``(capacity, *D)`` tensor of ``dtype`` whose first ``rows`` rows copy ``tensor``'s.
+
+        Args:
+            tensor: ``(C, *D)`` on :attr:`device`; only read.
+            rows: leading rows to copy (≤ C and ≤ ``capacity``); the rest stay uninitialised.
+            capacity: rows of the result.
+            dtype: dtype of the result (casts on copy).
+        """
+        with self._on_stream():
+            out = torch.empty((capacity, *tensor.shape[1:]), dtype=dtype, device=self.device)
+            out[:rows] = tensor[:rows]
+        return out
+
+    def write(self, dst: torch.Tensor, start: int, src: torch.Tensor) -> None:
+        """``dst[start:start + len(src)] = src`` on the transfer stream (both on :attr:`device`)."""
+        with self._on_stream():
+            dst[start:start + src.shape[0]] = src
+
+    def _on_stream(self) -> Any:
+        return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
 
     def wait(self) -> None:
         """Block until every copy issued so far has finished (no-op off CUDA)."""
