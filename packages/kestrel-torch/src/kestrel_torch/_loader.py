@@ -1,89 +1,30 @@
 """The cached device loader: contiguous tensors per flat key, refreshed in the background.
 
-The design (see the package README): a background thread does every slow step — checkout,
-fetch, transforms, stacking, dtype conversion, host → device copy, growing the cache and
-writing the rows appended past its end — and hands the training thread tensors that are ready
-on the device. The training thread only evicts (bookkeeping on a small int64 array) and
+The design (see the package README): a background thread (``_fetcher``) does every slow step —
+checkout, fetch, transforms, stacking, dtype conversion, host → device copy, growing the cache
+and writing the rows appended past its end — and hands the training thread tensors that are
+ready on the device. The training thread only evicts (bookkeeping on a small int64 array) and
 scatters the new rows into the rows just freed, with one indexed assignment per key.
 ``sync()`` never waits for the background thread after the first fill.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
-from queue import SimpleQueue
-from typing import Any
 
 import numpy as np
 import torch
-from kestrel_core import TRAINABLE, BufferView, ConfigError, EstimatorError, Status, StoreError, split_key
+from kestrel_core import TRAINABLE, BufferView, ConfigError, EstimatorError, Status, split_key
 
 from ._batch import Batch
-from ._staging import HostToDevice, torch_dtype
+from ._fetcher import Fetcher, Prepared, Snapshot, Transform, Worker
 
 __all__ = ["CachedDataLoader"]
-
-Transform = Callable[[np.ndarray], np.ndarray]
-
-
-@dataclass(frozen=True)
-class _Snapshot:
-    """The cache as a fetch starts; nothing writes to it until that fetch is applied."""
-
-    row_to_id: np.ndarray  # int64 (used,): copy of the occupied rows' ids, -1 for a hole
-    capacity: int  # C
-    cache: dict[str, torch.Tensor]  # key -> (C, *D); read only by the background thread
-    ready: Any  # CUDA event after the training thread's last write to the cache, or None
-    retired: list[torch.Tensor]  # replaced caches, dropped by the background thread (freeing costs)
-
-
-@dataclass
-class _Prepared:
-    """What one background fetch hands to the training thread."""
-
-    active_ids: np.ndarray  # int64 (A,)
-    new_ids: np.ndarray  # int64 (K,)
-    stale: np.ndarray  # bool (used,): occupied rows whose id left the status set
-    fill: np.ndarray  # int64: freed rows that receive the first new ids
-    end: int  # the rows [used, end) receive the rest
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)  # key -> (K, *D) on the device
-    caches: dict[str, torch.Tensor] = field(default_factory=dict)  # grown or upcast caches, rows [0, used) copied
-    changes: list[tuple[str, torch.dtype, torch.dtype, torch.dtype]] = field(default_factory=list)
-
-
-class _Worker:
-    """One named daemon thread running submitted jobs in order (torch's pin-memory pattern)."""
-
-    def __init__(self, name: str) -> None:
-        self._queue: SimpleQueue[Any] = SimpleQueue()
-        self.thread = threading.Thread(target=_work, args=(self._queue,), name=name, daemon=True)
-        self.thread.start()
-
-    def submit(self, fn: Callable[[], Any]) -> Future:
-        future: Future = Future()
-        self._queue.put((fn, future))
-        return future
-
-    def stop(self, timeout: float | None = 10.0) -> None:
-        self._queue.put(None)
-        if self.thread is not threading.current_thread():
-            self.thread.join(timeout)
-
-
-def _work(queue: SimpleQueue) -> None:
-    while (item := queue.get()) is not None:
-        fn, future = item
-        if future.set_running_or_notify_cancel():
-            try:
-                future.set_result(fn())
-            except BaseException as exc:  # handed to the training thread, re-raised by sync()
-                future.set_exception(exc)
-        del item, fn, future
 
 
 class CachedDataLoader:
@@ -139,11 +80,9 @@ class CachedDataLoader:
         self._view = view
         self._statuses = (int(statuses),) if isinstance(statuses, int) else tuple(int(s) for s in statuses)
         self._device = torch.device(device)
-        self._transforms = dict(transforms or {})
-        self._dtypes = dict(dtypes or {})
-        self._max_samples = int(max_samples)
         self._name = name
-        self._transfer = HostToDevice(self._device)  # used by the background thread only
+        self._fetcher = Fetcher(view, self._keys, self._statuses, self._device, transforms or {}, dtypes or {},
+                                int(max_samples), name)
 
         self._cache: dict[str, torch.Tensor] = {}  # key -> (C, *D) on the device
         self._row_to_id = np.empty(0, dtype=np.int64)  # (C,), -1 for a free row
@@ -156,7 +95,7 @@ class CachedDataLoader:
         self._filled = False
         self._closed = False
         self._future: Future | None = None
-        self._worker = _Worker(f"kestrel-loader-{name}")
+        self._worker = Worker(f"kestrel-loader-{name}")
         self._finalizer = weakref.finalize(self, self._worker.stop, 0)
 
     # -- public state ------------------------------------------------------------------------
@@ -232,89 +171,13 @@ class CachedDataLoader:
         if self._device.type == "cuda" and self._cache:  # the transfer stream reads the cache after our writes
             ready = torch.cuda.Event()
             ready.record(torch.cuda.current_stream(self._device))
-        snapshot = _Snapshot(self._row_to_id[: self._used].copy(), self._row_to_id.size, dict(self._cache), ready,
+        snapshot = Snapshot(self._row_to_id[: self._used].copy(), self._row_to_id.size, dict(self._cache), ready,
                              self._retired)
         self._retired = []
-        return self._worker.submit(lambda: self._fetch(snapshot))
-
-    # -- background thread -------------------------------------------------------------------
-    def _fetch(self, snap: _Snapshot) -> _Prepared:
-        snap.retired.clear()
-        held = snap.row_to_id[snap.row_to_id >= 0]
-        fetched = self._view.fetch(self._statuses, self._keys, max_samples=self._max_samples, held_ids=held)
-        active = np.asarray(fetched.active_ids, dtype=np.int64).reshape(-1)
-        new_ids = np.asarray(fetched.new_ids, dtype=np.int64).reshape(-1)
-        k = new_ids.size
-        stale = (snap.row_to_id >= 0) & ~np.isin(snap.row_to_id, active)
-        holes = np.flatnonzero((snap.row_to_id < 0) | stale)
-        fill = holes[: min(k, holes.size)]
-        end = snap.row_to_id.size + k - fill.size
-        prepared = _Prepared(active, new_ids, stale, fill, end)
-        if k == 0:
-            return prepared
-        for key in self._keys:
-            if key not in fetched.arrays:
-                raise StoreError(f"loader {self._name!r}: fetch returned no key {key!r} "
-                                 f"(returned keys: {sorted(fetched.arrays)})")
-            array = self._prepare_array(key, np.asarray(fetched.arrays[key]), k)
-            shape = tuple(array.shape[1:])
-            cache = snap.cache.get(key)
-            if cache is not None and shape != tuple(cache.shape[1:]):
-                raise StoreError(f"loader {self._name!r}: key {key!r} arrived with per-sample shape {shape}, "
-                                 f"the cache holds {tuple(cache.shape[1:])}")
-            try:
-                incoming = torch_dtype(array.dtype)
-            except TypeError as err:
-                raise StoreError(f"loader {self._name!r}: key {key!r} has dtype {array.dtype}, "
-                                 "which has no torch equivalent") from err
-            target = self._dtypes.get(key) or incoming
-            if key not in self._dtypes and cache is not None and incoming != cache.dtype:
-                target = torch.promote_types(cache.dtype, incoming)
-                prepared.changes.append((key, cache.dtype, incoming, target))
-            prepared.tensors[key] = self._transfer.copy(array, target)
-        if snap.cache:
-            self._grow_and_append(snap, prepared)
-        self._transfer.wait()
-        return prepared
-
-    def _grow_and_append(self, snap: _Snapshot, prepared: _Prepared) -> None:
-        """Grow or upcast the caches and write the rows past ``used`` — work the training thread skips.
-
-        Rows ``[used, capacity)`` hold no live sample, so the training thread never reads them
-        while this fetch runs: writing them here is safe. Growth and upcasts copy rows
-        ``[0, used)`` (only read) into new tensors the training thread swaps in.
-        """
-        used, n_fill = snap.row_to_id.size, prepared.fill.size
-        self._transfer.after(snap.ready)
-        capacity = max(prepared.end, 2 * snap.capacity) if prepared.end > snap.capacity else snap.capacity
-        for key, cache in snap.cache.items():
-            tensor = prepared.tensors[key]
-            if capacity != snap.capacity or cache.dtype != tensor.dtype:
-                cache = prepared.caches[key] = self._transfer.regrow(cache, used, capacity, tensor.dtype)
-            if prepared.end > used:
-                self._transfer.write(cache, used, tensor[n_fill:])
-            prepared.tensors[key] = tensor[:n_fill]
-
-    def _prepare_array(self, key: str, array: np.ndarray, k: int) -> np.ndarray:
-        """Transform, check and normalise one fetched array ``(K, *D)``."""
-        if array.shape[:1] != (k,):
-            raise StoreError(f"loader {self._name!r}: key {key!r} arrived with shape {array.shape}, "
-                             f"expected leading dimension {k} (one row per new id)")
-        if key in self._transforms:
-            before = array.shape
-            array = np.asarray(self._transforms[key](array))
-            if array.shape[:1] != (k,):
-                raise StoreError(f"loader {self._name!r}: transform of key {key!r} returned shape "
-                                 f"{array.shape} from {before}, expected leading dimension {k}")
-        if split_key(key)[1] == "log_prob" and array.ndim != 1:
-            if array.size != k:
-                raise StoreError(f"loader {self._name!r}: key {key!r} has per-sample shape {array.shape[1:]}, "
-                                 "expected () or (1,)")
-            array = array.reshape(k)
-        return array
+        return self._worker.submit(functools.partial(self._fetcher, snapshot))
 
     # -- training thread ---------------------------------------------------------------------
-    def _apply(self, prepared: _Prepared) -> None:
+    def _apply(self, prepared: Prepared) -> None:
         used = self._used
         self._row_to_id[:used][prepared.stale] = -1
         for key, old, new, target in prepared.changes:
