@@ -146,3 +146,20 @@ class SlowEstimator:
         return {"epoch": 0, "max_epochs": 1, "train_loss": None, "val_loss": None,
                 "samples_seen": self.fetched, "state": self.state, "steps": self.done,
                 "seen_shapes": self.seen_shapes}
+
+
+class DyingWrapper:
+    """A node actor class whose constructor raises (stands in for an actor dying in __init__)."""
+
+    def __init__(self, *args, **kwargs):
+        raise RuntimeError("boom in the actor constructor")
+
+    async def ready(self):
+        return {}
+
+
+class Failing:
+    """Raises its own ValueError (a user simulator bug)."""
+
+    def simulate_batch(self, n, mu):
+        raise ValueError("negative variance in the user's simulator")

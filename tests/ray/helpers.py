@@ -67,3 +67,15 @@ def estimator_graph(*, steps: int = 200, step_s: float = 0.05, dim: int = 2) -> 
     g.add_node("s", Spec(Noise, {"sigma": 0.1}), parents=["theta"])
     g.add_node("x", Spec(Noise, {"sigma": 0.1}), parents=["s"], observed=np.arange(1.0, dim + 1.0))
     return g
+
+
+def variant(graph: Graph, *, estimators: bool = True, **fields) -> Graph:
+    """A copy of ``graph``; ``fields`` maps node name → dict of Node fields to override."""
+    g = Graph(graph.base_dir)
+    for name, node in graph.nodes.items():
+        kw = dict(estimator=node.estimator if estimators else None, parents=node.parents,
+                  evidence=node.evidence, scaffolds=node.scaffolds, observed=node.observed,
+                  num_actors=node.num_actors, sample_chunk_size=node.sample_chunk_size, ray=node.ray)
+        kw.update(fields.get(name, {}))
+        g.add_node(name, node.simulator, **kw)
+    return g

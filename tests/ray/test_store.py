@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import ray
 
-from kestrel_core import ConfigError, Status, StoreError, TRAINABLE
-from kestrel_core._store import StoreWarning
+from kestrel_core import TRAINABLE, ConfigError, Status, StoreError, StoreWarning
 from kestrel_ray import RayBufferView, SampleStore
 from tests.core.store_contract import KEYS, StoreContract, rows_for
 

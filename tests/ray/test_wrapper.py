@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 import ray
 
-from kestrel_core import Graph, ShapeError, SimulatorError, Spec, sample_forward
-from kestrel_core._boundary import OutputTypeError
+from kestrel_core import Graph, OutputTypeError, ShapeError, SimulatorError, Spec, sample_forward
 
 from .fakes import Probe, Quirky, Ragged
 from .helpers import chain_graph, estimator_graph, get, put, read, start_node

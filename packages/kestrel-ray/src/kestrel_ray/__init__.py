@@ -18,14 +18,24 @@ __all__ = [
     "NodeHandle",
     "MultiplexNodeWrapper",
     "RayBufferView",
+    # the main job: launch, sample, run directory
+    "launch",
+    "RunResult",
+    "RunError",
+    "sample_run",
+    "SampleResult",
+    "RunDir",
 ]
 
 from .__about__ import __version__
 from ._deployed import DeployedGraph
 from ._handles import NodeHandle
 from ._init import init_ray
+from ._launch import RunError, RunResult, launch
 from ._multiplex import MultiplexNodeWrapper
 from ._refs import Column, RefTrace, chunk_grid
+from ._rundir import RunDir
+from ._sampling import SampleResult, sample_run
 from ._store import SampleStore, create_store
 from ._view import RayBufferView
 from ._wrapper import NodeWrapper

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -28,11 +29,11 @@ from kestrel_core import (
     Graph,
     GraphError,
     KestrelError,
+    StoreWarning,
     check_count,
     flat_key,
     seed_sequence,
 )
-from kestrel_core._store import StoreWarning
 from ray import cloudpickle
 
 from ._handles import NodeHandle, Pending
@@ -60,6 +61,8 @@ class DeployedGraph:
         buffer: a :class:`kestrel_core.BufferConfig` (or mapping) for the store started here;
             ``None`` keeps every sample (no eviction, no validation split).
         ready_timeout: seconds to wait for the actors to start.
+        estimators: build the latent nodes' estimators; ``False`` deploys simulators only (forward
+            sampling without the estimators' dependencies, e.g. torch).
 
     Example:
         ``with DeployedGraph(graph, seed=0) as dg: arrays = dg.to_arrays(dg.sample(1024))``
@@ -69,8 +72,10 @@ class DeployedGraph:
     wrapper_cls: type = NodeWrapper
 
     def __init__(self, graph: Graph, *, seed: int | None = None, store: Any = None,
-                 run_dir: str | None = None, buffer: Any = None, ready_timeout: float = 60.0):
+                 run_dir: str | None = None, buffer: Any = None, ready_timeout: float = 60.0,
+                 estimators: bool = True):
         self.graph = graph
+        self._estimators = bool(estimators)
         self._root = seed_sequence(seed)
         self.seed = self._root.entropy
         self.run_dir = None if run_dir is None else os.fspath(run_dir)
@@ -144,7 +149,7 @@ class DeployedGraph:
                 self._store = self._start_store()
             cls = ray.remote(self.wrapper_cls)
             for name, node in nodes.items():
-                blob = cloudpickle.dumps(node)
+                blob = cloudpickle.dumps(node if self._estimators else replace(node, estimator=None))
                 base = self._seqs[name].generate_state(2)
                 for i in range(node.num_actors):
                     actor = cls.options(**actor_options(node)).remote(
@@ -201,14 +206,26 @@ class DeployedGraph:
                 raise unwrap_error(err, name, "start") from err
         return infos
 
-    def shutdown(self) -> None:
-        """Kill every actor this graph started (not a store passed in). Idempotent."""
-        for actor in self.actors:
+    def shutdown(self, wait: float = 10.0) -> None:
+        """Kill every actor this graph started (not a store passed in). Idempotent.
+
+        Args:
+            wait: seconds to wait until Ray reports every killed actor dead (``ray.kill`` is
+                asynchronous; 0 returns at once).
+        """
+        actors = self.actors
+        for actor in actors:
             ray.kill(actor)
+        if wait > 0:
+            _await_dead(actors, wait)
         self._handles = {}
         self._obs_columns = {}
         if self._own_store:
             self._store = None
+
+    @property
+    def _latents(self) -> list[str]:
+        return self.graph.latents if self._estimators else []
 
     def handle(self, name: str) -> NodeHandle | MultiplexNodeWrapper:
         """The driver-side handle of node ``name`` (to submit calls with explicit conditions).
@@ -263,7 +280,7 @@ class DeployedGraph:
         return [(name, method) for name in self.graph.inference_order if name not in observed]
 
     def _resimulate(self, method: str, n: int, observations: Mapping[str, Any] | None) -> RefTrace:
-        latents = set(self.graph.latents)
+        latents = set(self._latents)
         plan = self._inference_plan(method, observations)
         plan += [(name, "sample") for name in self.graph.forward_order if name not in latents]
         return self.run(n, plan, observations)
@@ -277,7 +294,7 @@ class DeployedGraph:
         nodes provide one broadcast ref each. A node planned twice keeps its last result.
 
         Returns:
-            :class:`RefTrace` of the planned nodes' keys.
+            :class:`RefTrace` of the planned nodes' keys (no keys when ``n`` is 0).
 
         Raises:
             CountError: bad ``n``. GraphError: a needed condition has no value.
@@ -286,6 +303,8 @@ class DeployedGraph:
         """
         self._check_deployed()
         n = check_count(n)
+        if n == 0:
+            return RefTrace(0)  # like sample_forward: no keys, no simulator called
         nodes = self.graph.nodes
         names = list(dict.fromkeys(name for name, _ in plan))
         chunks = chunk_grid(n, [(nodes[m].sample_chunk_size, nodes[m].num_actors) for m in names])
@@ -293,9 +312,10 @@ class DeployedGraph:
         if observations:
             avail.update(self._put_observations(observations))
         results: dict[str, tuple[str, Pending]] = {}
+        latents = set(self._latents)
         for name, method in plan:
             node = nodes[name]
-            estimating = method != "sample" and node.estimator is not None
+            estimating = method != "sample" and name in latents
             need = node.evidence if estimating else node.parents
             lacking = [c for c in need if c not in avail]
             if lacking:
@@ -304,7 +324,7 @@ class DeployedGraph:
             conds = {c: avail[c] for c in need}
             if estimating:
                 conds.update({c: avail[c] for c in node.scaffolds if c in avail})
-            seeds = self._seqs[name].spawn(len(chunks)) if n else None
+            seeds = self._seqs[name].spawn(len(chunks))
             pending = self._handles[name].submit(method, n, conds, chunks, seeds)
             results.pop(name, None)
             results[name] = (method, pending)
@@ -390,11 +410,11 @@ class DeployedGraph:
     def start_training(self) -> dict[str, Any]:
         """Start ``train(store)`` on every estimator node; returns ``{node: ObjectRef}``."""
         self._check_deployed()
-        return {name: self._handles[name].actor.train.remote(self._store) for name in self.graph.latents}
+        return {name: self._handles[name].actor.train.remote(self._store) for name in self._latents}
 
     def request_stop(self) -> None:
         """Ask every estimator to stop after its current step (fire and forget)."""
-        for name in self.graph.latents:
+        for name in self._latents:
             self._handles[name].actor.request_stop.remote()
 
     def status(self, timeout: float = 2.0) -> dict[str, Any]:
@@ -425,12 +445,33 @@ class DeployedGraph:
                 raise ConfigError(f"{method}: give a directory or a run_dir")
             directory = os.path.join(self.run_dir, "graph")
         refs = {name: getattr(self._handles[name].actor, method).remote(os.path.join(directory, name))
-                for name in self.graph.latents}
+                for name in self._latents}
         for name, ref in refs.items():
             try:
                 ray.get(ref)
             except ray.exceptions.RayError as err:
                 raise unwrap_error(err, name, method) from err
+
+
+def _await_dead(actors: Sequence[Any], timeout: float) -> None:
+    """Poll ``ready`` until every actor answers with :class:`ray.exceptions.RayActorError`."""
+    deadline = time.monotonic() + timeout
+    pending = list(actors)
+    while pending and time.monotonic() < deadline:
+        refs = [a.ready.remote() for a in pending]
+        ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
+        alive = []
+        for actor, ref in zip(pending, refs):
+            try:
+                ray.get(ref, timeout=0)
+                alive.append(actor)
+            except ray.exceptions.RayActorError:
+                pass
+            except ray.exceptions.RayError:  # answered with an error or not yet: still there
+                alive.append(actor)
+        pending = alive
+        if pending:
+            time.sleep(0.02)
 
 
 def _import_paths() -> list[str]:

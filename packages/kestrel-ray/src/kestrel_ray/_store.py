@@ -24,8 +24,16 @@ from typing import Any
 
 import numpy as np
 import ray
-from kestrel_core import BlockRead, Checkout, ConfigError, KestrelError, StoreError, check_count, split_key
-from kestrel_core._store import StoreWarning  # the warning class InMemoryStore uses
+from kestrel_core import (
+    BlockRead,
+    Checkout,
+    ConfigError,
+    KestrelError,
+    StoreError,
+    StoreWarning,
+    check_count,
+    split_key,
+)
 
 from ._blocks import BlockIndex
 

@@ -1,0 +1,116 @@
+"""The ``kestrel launch`` and ``kestrel sample`` sub-commands (entry points ``kestrel.commands``).
+
+::
+
+    kestrel launch -c CONFIG -o RUN [--address ADDR] [--seed S] [--timeout SEC]
+                   [--no-auto-sample] [--progress {auto,live,log,none}] [key=value ...]
+    kestrel sample prior|posterior|proposal|ppd -o RUN [-n N] [--seed S] [--address ADDR]
+                   [key=value ...]
+
+Ray is imported only when a command runs, so ``kestrel --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from kestrel_core._cli import add_config_arguments
+
+__all__ = ["launch_command", "sample_command"]
+
+_MODES = ("prior", "posterior", "proposal", "ppd")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("expected a positive integer, got 0")
+    return value
+
+
+def launch_command(subparsers: Any) -> None:
+    """Register ``kestrel launch``."""
+    p = subparsers.add_parser(
+        "launch", help="train the estimators (adaptive simulation on Ray), save, sample the posterior",
+        description="Train every estimator of the graph while simulations from the current proposal keep "
+        "arriving; save the weights under RUN/graph/<node>/ and draw sample.posterior.n posterior samples "
+        "to RUN/samples/posterior/. On an existing RUN with saved weights the run is resumed (with "
+        "RUN/config.yml). Ctrl-C stops gracefully; a second Ctrl-C aborts.")
+    add_config_arguments(p)
+    p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
+    p.add_argument("--seed", type=_non_negative_int, default=None, help="seed (default: fresh entropy, recorded)")
+    p.add_argument("--timeout", type=_positive_float, default=None, metavar="SEC",
+                   help="stop gracefully after SEC seconds, as on Ctrl-C")
+    p.add_argument("--no-auto-sample", dest="auto_sample", action="store_false",
+                   help="do not sample the posterior after training")
+    p.add_argument("--progress", choices=("auto", "live", "log", "none"), default="auto",
+                   help="live table (terminal), log lines, or nothing (default: live on a terminal)")
+    p.set_defaults(func=_run_launch)
+
+
+def _run_launch(args: argparse.Namespace) -> int:
+    import os
+
+    from ._launch import launch
+
+    progress = {"auto": None, "live": True, "log": 10.0, "none": False}[args.progress]
+    # an existing run's own config.yml wins over -c (resume)
+    config = None if os.path.isfile(os.path.join(args.output, "config.yml")) else args.config
+    result = launch(config, args.output, overrides=args.overrides, seed=args.seed, timeout=args.timeout,
+                    address=args.address, auto_sample=args.auto_sample, progress=progress)
+    print(f"kestrel launch: {result.status} in {result.wall_time:.1f} s (seed {result.seed}); "
+          f"epochs {result.epochs}; run {result.run_dir}")
+    for mode, path in result.samples.items():
+        print(f"  {mode} samples: {path}")
+    return 0
+
+
+def sample_command(subparsers: Any) -> None:
+    """Register ``kestrel sample``."""
+    p = subparsers.add_parser(
+        "sample", help="draw prior / posterior / proposal / ppd samples of a run",
+        description="Load a run (RUN/config.yml and the saved weights) and write n samples to "
+        "RUN/samples/<mode>/NNNNNN.npz, one array per node of shape (n, ...). n comes from -n or "
+        "from sample.<mode>.n in the run's config.")
+    p.add_argument("mode", choices=_MODES, help="what to sample")
+    p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
+    p.add_argument("-n", type=_positive_int, default=None, metavar="N",
+                   help="number of samples (default: sample.<mode>.n of the run's config)")
+    p.add_argument("--seed", type=_non_negative_int, default=None, help="seed (default: fresh entropy, printed)")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (not saved)")
+    p.set_defaults(func=_run_sample)
+
+
+def _run_sample(args: argparse.Namespace) -> int:
+    from ._sampling import sample_run
+
+    result = sample_run(args.output, args.mode, n=args.n, seed=args.seed, overrides=args.overrides,
+                        address=args.address)
+    shapes = ", ".join(f"{m} {s}" for m, s in result.shapes.items())
+    print(f"kestrel sample: {result.n} {result.mode} samples (seed {result.seed}) → {result.path}: {shapes}")
+    return 0

@@ -1,0 +1,86 @@
+"""Graceful stop of a launch: Ctrl-C, ``--timeout``, or a call from another thread.
+
+The first SIGINT (Ctrl-C) asks for a graceful stop: the launch loop stops simulating, asks the
+estimators to stop after their current step, saves their weights and still samples the
+posterior; the run's status becomes ``"interrupted"``. A second SIGINT raises
+:class:`KeyboardInterrupt` at once (abort: the actors are killed, nothing more is saved).
+A timeout triggers the same graceful stop as the first Ctrl-C.
+
+The SIGINT handler is installed only while a launch runs, only from the main thread (Python
+delivers signals there), and the previous handler is restored afterwards.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+__all__ = ["StopControl"]
+
+
+class StopControl:
+    """Tracks whether (and why) a launch should stop.
+
+    Args:
+        timeout: seconds after :meth:`start` at which :attr:`requested` becomes true (``None``:
+            never).
+        handle_sigint: install the two-stage Ctrl-C handler while the control is active
+            (ignored outside the main thread).
+    """
+
+    def __init__(self, timeout: float | None = None, *, handle_sigint: bool = True):
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        self.timeout = timeout
+        self.reason: str | None = None
+        self._event = threading.Event()
+        self._deadline: float | None = None
+        self._handle_sigint = handle_sigint
+        self._previous: Any = None
+        self._installed = False
+        self._interrupts = 0
+
+    def __enter__(self) -> StopControl:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def start(self) -> None:
+        """Start the timeout clock and install the SIGINT handler."""
+        self._deadline = None if self.timeout is None else time.monotonic() + float(self.timeout)
+        if self._handle_sigint and threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+
+    def close(self) -> None:
+        """Restore the previous SIGINT handler."""
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+    def request(self, reason: str = "requested") -> None:
+        """Ask for a graceful stop (thread-safe); the first reason given is kept."""
+        if self.reason is None:
+            self.reason = reason
+        self._event.set()
+
+    @property
+    def requested(self) -> bool:
+        """Whether a graceful stop was asked for (checks the timeout too)."""
+        if not self._event.is_set() and self._deadline is not None and time.monotonic() >= self._deadline:
+            self.request(f"timeout after {self.timeout:g} s")
+        return self._event.is_set()
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        self._interrupts += 1
+        if self._interrupts == 1:
+            self.request("interrupted (Ctrl-C)")
+            print("\nkestrel: stopping gracefully (current step ends, weights are saved, the posterior "
+                  "is sampled); press Ctrl-C again to abort", flush=True)
+            return
+        raise KeyboardInterrupt
