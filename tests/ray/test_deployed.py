@@ -12,6 +12,7 @@ from kestrel_core import (
     TRAINABLE,
     ConfigError,
     CountError,
+    EstimatorError,
     StoreError,
     load_config,
     sample_forward,
@@ -45,6 +46,8 @@ def test_forward_sampling_05_equals_kestrel_simulate_and_stores_blocks(deployed)
     dg.append(trace)
     assert ray.get(dg.store.stats.remote())["total"] == 1024
     assert held_refs(dg) == 1 * len(expected)  # chunks × keys, not samples × keys
+    with pytest.raises(EstimatorError, match="node 'theta' has evidence but no estimator"):
+        dg.sample_posterior(4)  # never prior draws passed off as a posterior
 
 
 def test_chunked_graph_stores_chunks_times_keys_objects(deployed):

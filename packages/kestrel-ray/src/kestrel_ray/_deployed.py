@@ -26,6 +26,7 @@ import numpy as np
 import ray
 from kestrel_core import (
     ConfigError,
+    EstimatorError,
     Graph,
     GraphError,
     KestrelError,
@@ -298,6 +299,8 @@ class DeployedGraph:
 
         Raises:
             CountError: bad ``n``. GraphError: a needed condition has no value.
+            EstimatorError: an inference method is planned for a node with evidence but no
+                estimator (or one deployed with ``estimators=False``).
             KestrelError: a node failed (its own error, naming the node; user exceptions carry a
                 note naming the node).
         """
@@ -316,6 +319,9 @@ class DeployedGraph:
         for name, method in plan:
             node = nodes[name]
             estimating = method != "sample" and name in latents
+            if method != "sample" and node.evidence and not estimating:
+                raise EstimatorError(f"node {name!r} has evidence but no estimator deployed; "
+                                     f"{method} cannot draw it")
             need = node.evidence if estimating else node.parents
             lacking = [c for c in need if c not in avail]
             if lacking:
