@@ -163,3 +163,18 @@ class Failing:
 
     def simulate_batch(self, n, mu):
         raise ValueError("negative variance in the user's simulator")
+
+
+class CrashOnce:
+    """``x = mu`` — but the first call ever (marker file absent) kills the actor process."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def simulate_batch(self, n, mu):
+        import os
+
+        if not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            os._exit(1)  # a crash, not an exception: Ray restarts the actor and retries the call
+        return np.array(mu)

@@ -10,6 +10,7 @@ import ray
 
 from kestrel_core import (
     TRAINABLE,
+    Spec,
     ConfigError,
     CountError,
     EstimatorError,
@@ -19,6 +20,7 @@ from kestrel_core import (
 )
 from kestrel_ray import DeployedGraph, RayBufferView, init_ray
 
+from .fakes import CrashOnce
 from .helpers import chain_graph, estimator_graph, variant
 
 EXAMPLE_05 = Path(__file__).resolve().parents[2] / "examples" / "05_linear_regression" / "config.yml"
@@ -166,3 +168,14 @@ def test_estimator_nodes_cannot_be_multiplexed():
 def test_sampling_before_deploy_is_an_error():
     with pytest.raises(Exception, match="not deployed"):
         DeployedGraph(chain_graph(2)).sample(2)
+
+
+def test_crashed_simulator_actor_is_restarted_and_its_call_retried(deployed, tmp_path):
+    graph = chain_graph(2).add_node("y", Spec(CrashOnce, {"marker": tmp_path / "crashed"}),
+                                    parents=["n1"])
+    dg = deployed(graph, seed=10)
+    arrays = dg.to_arrays(dg.sample(8))  # y's actor dies in this call, restarts, runs it again
+    assert (tmp_path / "crashed").exists()
+    np.testing.assert_array_equal(arrays["y.value"], arrays["n1.value"])
+    expected = sample_forward(chain_graph(2), 8, seed=10)  # y is last in forward order
+    np.testing.assert_array_equal(arrays["n1.value"], expected["n1.value"])

@@ -190,19 +190,20 @@ class DeployedGraph:
         return ray.remote(SampleStore).options(num_cpus=0).remote(**kwargs)
 
     def _wait_ready(self, pending: Sequence[tuple[str, int, Any]]) -> dict[tuple[str, int], dict]:
-        refs = {actor.ready.remote(): (name, i) for name, i, actor in pending}
+        ready_refs = {actor.ready.remote(): (name, i) for name, i, actor in pending}
         deadline = time.monotonic() + self._ready_timeout
         infos: dict[tuple[str, int], dict] = {}
-        left = list(refs)
-        while left:
-            done, left = ray.wait(left, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
-            if not done:
-                names = sorted({refs[r][0] for r in left})
+        left_refs = list(ready_refs)
+        while left_refs:
+            done_refs, left_refs = ray.wait(left_refs, num_returns=1,
+                                            timeout=max(0.0, deadline - time.monotonic()))
+            if not done_refs:
+                names = sorted({ready_refs[r][0] for r in left_refs})
                 raise KestrelError(f"node actor(s) {names} did not start within "
                                    f"{self._ready_timeout:g} s (resources taken by other work?)")
-            name, i = refs[done[0]]
+            name, i = ready_refs[done_refs[0]]
             try:
-                infos[(name, i)] = ray.get(done[0])
+                infos[(name, i)] = ray.get(done_refs[0])
             except ray.exceptions.RayError as err:
                 raise unwrap_error(err, name, "start") from err
         return infos
@@ -393,18 +394,18 @@ class DeployedGraph:
         """Read a trace into arrays (one batched get).
 
         Returns:
-            flat key → array ``(N, *D_key)``; read-only when it is a whole single block.
+            flat key → array ``(N, *D_key)``; may be a read-only view of a stored block.
         """
         keys = trace.keys() if keys is None else list(keys)
-        unique: dict[Any, int] = {}
+        unique_refs: dict[Any, int] = {}
         for key in keys:
             for ref in trace[key].refs:
-                unique.setdefault(ref, len(unique))
-        values = ray.get(list(unique)) if unique else []
+                unique_refs.setdefault(ref, len(unique_refs))
+        values = ray.get(list(unique_refs)) if unique_refs else []
         out = {}
         for key in keys:
             col = trace[key]
-            parts = [values[unique[ref]][a:b] for ref, a, b in col.segments]
+            parts = [values[unique_refs[ref]][a:b] for ref, a, b in col.segments]
             if not parts:
                 shape, dtype = trace.meta.get(key, ((), "float64"))
                 out[key] = np.empty((0, *shape), dtype)

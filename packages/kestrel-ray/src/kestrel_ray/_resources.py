@@ -26,9 +26,22 @@ __all__ = ["actor_options", "check_resources", "unwrap_error"]
 _NAMES = {"CPU": "CPUs", "GPU": "GPUs", "memory": "bytes of memory"}
 
 
+#: restarts of a crashed simulator actor (and retries of the call it was running)
+SIMULATOR_RESTARTS = 3
+
+
 def actor_options(node: Any) -> dict[str, Any]:
-    """Ray ``.options()`` for the actors of ``node``: its ``ray`` mapping over the defaults."""
+    """Ray ``.options()`` for the actors of ``node``: its ``ray`` mapping over the defaults.
+
+    Defaults: ``num_cpus=0`` (see the module docstring). A node without estimator is restarted
+    after a crash (``max_restarts``) and the call it was running is retried
+    (``max_task_retries``); the driver passes each chunk's seed, so the retry draws the same
+    numbers. Estimator nodes are not restarted: a fresh actor would silently drop the training
+    state.
+    """
     opts: dict[str, Any] = {"num_cpus": 0}
+    if node.estimator is None:
+        opts.update(max_restarts=SIMULATOR_RESTARTS, max_task_retries=SIMULATOR_RESTARTS)
     opts.update(dict(node.ray or {}))
     return opts
 

@@ -89,14 +89,15 @@ class RayBufferView:
         co = self._get(self._store.checkout.remote(
             [int(s) for s in statuses], keys, int(max_samples), held))
         try:
-            index: dict[Any, int] = {}
+            unique_refs: dict[Any, int] = {}
             for read in co.reads:
                 for key in keys:
-                    index.setdefault(read.block[key], len(index))
-            values = self._get(list(index)) if index else []
+                    unique_refs.setdefault(read.block[key], len(unique_refs))
+            values = self._get(list(unique_refs)) if unique_refs else []
             arrays = {}
             for key in keys:
-                parts = [(np.asarray(values[index[read.block[key]]]), read.rows) for read in co.reads]
+                parts = [(np.asarray(values[unique_refs[read.block[key]]]), read.rows)
+                         for read in co.reads]
                 arrays[key] = self._gather(key, parts, len(co.new_ids))
         finally:
             self._store.release.remote(co.token)  # ordered after the checkout by Ray

@@ -183,6 +183,8 @@ class NodeWrapper:
                     chunks: Sequence[int] | None, seeds: Sequence[Any] | None) -> tuple:
         self._check()
         n = check_count(n)
+        if n == 0:
+            return {"fields": {}, "nonfinite": 0}  # the one return value of an empty call
         chunks = [int(c) for c in chunks] if chunks is not None else chunk_grid(
             n, [(self.node.sample_chunk_size, 1)])
         if sum(chunks) != n or any(c <= 0 for c in chunks):
@@ -208,20 +210,20 @@ class NodeWrapper:
 
     async def _resolve(self, conditions: Mapping[str, list], n: int) -> dict[str, np.ndarray]:
         """Condition name → read-only array of 1 (broadcast) or ``n`` rows; one batched get."""
-        unique: dict[Any, int] = {}
+        unique_refs: dict[Any, int] = {}
         for name, segments in conditions.items():
             rows = sum(int(stop) - int(start) for _, start, stop in segments)
             if rows not in (1, n):
                 raise ShapeError(f"node {self._name!r}: condition {name!r} has leading dimension "
                                  f"{rows}; expected 1 (broadcast) or {n}")
             for ref, _, _ in segments:
-                unique.setdefault(ref, len(unique))
-        values = await asyncio.gather(*unique) if unique else []
+                unique_refs.setdefault(ref, len(unique_refs))
+        values = await asyncio.gather(*unique_refs) if unique_refs else []
         out = {}
         for name, segments in conditions.items():
             parts = []
             for ref, start, stop in segments:
-                block = values[unique[ref]]
+                block = values[unique_refs[ref]]
                 if not isinstance(block, np.ndarray) or block.ndim == 0 or block.shape[0] < stop:
                     raise ShapeError(f"node {self._name!r}: condition {name!r} block of shape "
                                      f"{np.shape(block)} has no rows {start}:{stop}")
