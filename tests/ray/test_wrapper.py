@@ -109,7 +109,7 @@ def test_k19_proposals_interleave_with_training(deployed):
     train_ref = dg.start_training()["theta"]
 
     def steps():
-        return dg.status()["theta"]["estimator"]["steps"]
+        return dg.status(timeout=30)["theta"]["estimator"]["steps"]
 
     deadline = time.monotonic() + 60
     while steps() == 0 and time.monotonic() < deadline:

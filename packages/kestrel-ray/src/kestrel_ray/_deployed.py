@@ -465,7 +465,7 @@ def _await_dead(actors: Sequence[Any], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     pending = list(actors)
     while pending and time.monotonic() < deadline:
-        refs = [a.ready.remote() for a in pending]
+        refs = [a.ready.options(max_task_retries=0).remote() for a in pending]
         ray.wait(refs, num_returns=len(refs), timeout=max(0.0, deadline - time.monotonic()))
         alive = []
         for actor, ref in zip(pending, refs):
