@@ -1,0 +1,118 @@
+"""Training: optimizer steps per second while the buffer grows, vs an in-memory tensor set.
+
+Example 05's GaussianPosterior (SignalProjection embedding, batch 128) takes ``STEPS`` steps per
+round through its own training step; the round time is what is reported, so the ratio
+baseline / Kestrel is Kestrel's steps/s over the baseline's (see :mod:`kestrel_bench._training`):
+
+* Kestrel — the estimator's CachedDataLoader over a store with example 05's buffer (2048
+  training + 256 validation samples), synced every epoch, while pre-simulated blocks of 128
+  samples are appended every 0.1 s from a thread. CPU: Ray store; CUDA: the cache on the GPU,
+  fed from kestrel-core's InMemoryStore (appends from a thread, no Ray), with the GPU's busy
+  fraction sampled through NVML.
+* baseline — the same steps on the same 2048 samples held as tensors on the device.
+
+N in the ids is the buffer's training size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+
+import pytest
+from kestrel_core import TRAINABLE
+
+from kestrel_bench import (
+    BASELINE,
+    BUFFER_05,
+    KESTREL,
+    RESIMULATION_05,
+    TRAIN_KEYS,
+    Appender,
+    StoreRig,
+    UtilizationSampler,
+    label,
+    make_estimator,
+    make_samples,
+    skip_without_cuda,
+    sync_device,
+    tensor_set,
+    train_steps,
+)
+
+DEVICES = ["cpu", "cuda"]
+STEPS = 64  # four epochs of 16 steps (2048 samples / batch 128) per round
+ROUNDS = 9
+N_TRAIN = BUFFER_05["max_samples"]
+N_BUFFER = BUFFER_05["max_samples"] + BUFFER_05["validation_samples"]
+WARMUP_STEPS = 16  # the first step builds the model
+
+
+def _info(benchmark, durations: list[float]) -> None:
+    benchmark.extra_info.update(steps=STEPS, batch_size=128, max_step_ms=1e3 * max(durations),
+                                median_step_ms=1e3 * statistics.median(durations))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_baseline(benchmark, device):
+    skip_without_cuda(device)
+    label(benchmark, "training", BASELINE, N_TRAIN, device=device, baseline="in-memory tensor set")
+    est = make_estimator(device)
+    samples = make_samples(N_BUFFER)
+    source = tensor_set(est, {k: samples[k][:N_TRAIN] for k in TRAIN_KEYS}, device)
+    train_steps(est, source, WARMUP_STEPS, sync=False)
+    durations: list[float] = []
+
+    def run():
+        good = train_steps(est, source, STEPS, sync=False, durations=durations)
+        sync_device(device)
+        return good
+
+    assert benchmark.pedantic(run, rounds=ROUNDS, warmup_rounds=1) == STEPS
+    _info(benchmark, durations)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_training_kestrel(benchmark, request, device):
+    skip_without_cuda(device)
+    backend = "ray" if device == "cpu" else "memory"
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    label(benchmark, "training", KESTREL, N_TRAIN, device=device, store=backend,
+          path="GaussianPosterior._train_step on CachedDataLoader, appends every 0.1 s",
+          append_rows=RESIMULATION_05[0], append_interval_s=RESIMULATION_05[1])
+    rig = StoreRig(backend, BUFFER_05, n=N_BUFFER, sets=2, keys=TRAIN_KEYS)
+    rig.append_set()
+    est = make_estimator(device)
+    loader = est._loader(rig.view, TRAINABLE, "train")  # the estimator's own loader (θ → z, float64)
+    durations: list[float] = []
+
+    def run():
+        good = train_steps(est, loader, STEPS, sync=True, durations=durations)
+        sync_device(device)
+        return good
+
+    try:
+        loader.sync()
+        train_steps(est, loader, WARMUP_STEPS, sync=True)
+        first_ids = set(loader.ids.tolist())
+        appender = Appender(rig.append_block, RESIMULATION_05[1]).start()
+        try:
+            with UtilizationSampler() if device == "cuda" else contextlib.nullcontext() as busy:
+                good = benchmark.pedantic(run, rounds=ROUNDS, warmup_rounds=1)
+        finally:
+            appends = appender.stop()
+        assert good == STEPS
+        _info(benchmark, durations)
+        # the data path really moved: blocks were appended and the cache turned over
+        loader.sync(wait=True)
+        loader.sync(wait=True)
+        turned = len(set(loader.ids.tolist()) - first_ids)
+        benchmark.extra_info.update(appends=appends, cache_rows_replaced=turned)
+        if device == "cuda":
+            benchmark.extra_info.update(gpu_busy_fraction=busy.mean, gpu_busy_error=busy.error)
+        assert appends > 0 and turned > 0
+    finally:
+        loader.close()
+        rig.close()
+
