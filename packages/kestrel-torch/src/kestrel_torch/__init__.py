@@ -12,6 +12,10 @@ __all__ = [
     "Embedding",
     "build_embedding",
     "embeddings",
+    # estimators
+    "StepwiseEstimator",
+    "GaussianPosterior",
+    "FlowPosterior",
 ]
 
 from . import embeddings
@@ -20,3 +24,6 @@ from ._batch import Batch
 from ._embedding import Embedding, build_embedding
 from ._loader import CachedDataLoader
 from ._norm import RunningNorm
+from ._flow import FlowPosterior
+from ._gaussian import GaussianPosterior
+from ._train import StepwiseEstimator
