@@ -4,6 +4,7 @@ Built-in sub-commands (kestrel-core, no Ray, no PyTorch)::
 
     kestrel graph    -c CONFIG [key=value ...]                       # print the graph
     kestrel simulate -c CONFIG -n N -o OUT.npz [--seed S] [key=value ...]
+    kestrel plot     -o RUN [--mode MODE] [--file IMAGE]                 # corner plot (matplotlib)
 
 ``key=value`` arguments are OmegaConf dotlist overrides (``graph.x.simulator.sigma=0.2``).
 Errors of the user's making (:class:`~kestrel_core.KestrelError`) print one message to
@@ -120,6 +121,18 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from ._plot import MissingExtra, plot_run
+
+    try:
+        path = plot_run(args.output, args.mode, args.file)
+    except MissingExtra as err:
+        print(err, file=sys.stderr)
+        return 2
+    print(f"kestrel plot: {args.mode} corner plot → {path}")
+    return 0
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     """The parser with the built-in and the entry-point sub-commands.
 
@@ -149,6 +162,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     p.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="output file")
     p.add_argument("--seed", type=_seed, default=None, help="seed (default: fresh entropy, printed)")
     p.set_defaults(func=_cmd_simulate)
+
+    p = sub.add_parser("plot", help="corner plot of a run's samples (needs matplotlib)",
+                       description="Draw the one- and two-dimensional marginals of a run's samples "
+                       "(true values overlaid when the observation file holds <node>_true) to "
+                       "RUN/plots/<mode>.png. Needs matplotlib: pip install 'kestrel-core[plot]'.")
+    p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
+    p.add_argument("--mode", default="posterior", choices=("prior", "posterior", "proposal", "ppd"),
+                   help="which samples (default: %(default)s)")
+    p.add_argument("--file", default=None, metavar="IMAGE", help="image file (default: RUN/plots/<mode>.png)")
+    p.set_defaults(func=_cmd_plot)
 
     unavailable: dict[str, str] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):

@@ -31,11 +31,12 @@ from kestrel_core import ConfigError, KestrelError, RunConfig, load_config, seed
 
 from ._finite import drop_nonfinite, merge_counts
 from ._initial import append_initial_samples
+from ._preflight import preflight
 from ._progress import Snapshot, make_progress
 from ._resources import unwrap_error
 from ._rundir import RunDir
 from ._sampling import draw_samples, shapes_text
-from ._session import deploy_run, driver_logger, ray_for_run
+from ._session import cluster_nodes, deploy_run, driver_logger, ray_for_run
 from ._stop import StopControl
 
 __all__ = ["launch", "RunResult", "RunError"]
@@ -56,7 +57,8 @@ class RunResult:
         seed: the run's seed (the entropy used when none was given). resumed: nodes whose
             saved weights were loaded. epochs: node → epochs trained over the estimator's life.
         samples: mode → file written. simulated: samples appended. nonfinite: node → non-finite
-            simulations dropped. wall_time: seconds. config: the run's config.
+            simulations dropped. wall_time: seconds. placement: node → the Ray node id of each
+            of its actors. config: the run's config.
     """
 
     run_dir: str
@@ -69,6 +71,7 @@ class RunResult:
     simulated: int = 0
     nonfinite: dict[str, int] = field(default_factory=dict)
     wall_time: float = 0.0
+    placement: dict[str, list[str]] = field(default_factory=dict)
     config: RunConfig | None = field(default=None, repr=False)
 
 
@@ -95,6 +98,7 @@ def _resolve_config(config: Any, run: RunDir, overrides: Iterable[str]) -> tuple
     if not cfg.graph.latents:
         raise ConfigError("graph: no node has an estimator; kestrel launch trains estimators (use "
                           "`kestrel simulate` for forward simulation only)")
+    preflight(cfg)
     return cfg, resumed_config
 
 
@@ -158,6 +162,7 @@ class _Launcher:
         self.stats: dict[str, int] = {}
         self.rates: list[tuple[float, int]] = []
         self.progress: Any = None
+        self.cluster: dict[str, dict[str, float]] = {}
         self._last_status = 0.0
         self._node_status: dict[str, dict[str, Any]] = {}
 
@@ -170,7 +175,9 @@ class _Launcher:
                  list(cfg.graph.nodes), cfg.graph.latents)
         progress.start()
         try:
-            self.dg = deploy_run(cfg, self.run_dir, seed=self.seed, buffer=self.buffer)
+            self.dg, self.result.placement = deploy_run(cfg, self.run_dir, seed=self.seed, buffer=self.buffer)
+            self.cluster = cluster_nodes()
+            self._write_status()
             self._resume()
             self._initial_simulation()
             if not stop.requested:
@@ -179,9 +186,14 @@ class _Launcher:
         except KeyboardInterrupt:
             self._end("aborted", "second Ctrl-C")
             raise
-        except BaseException as err:
+        except KestrelError as err:
             self._end("failed", f"{type(err).__name__}: {err}")
+            if isinstance(err, RunError):
+                err.result = self.result
             raise
+        except Exception as err:  # a user exception from a node: add what the driver knows
+            self._end("failed", f"{type(err).__name__}: {err}")
+            raise RunError(_describe(err), result=self.result) from err
         finally:
             progress.stop()
             if self.dg is not None:
@@ -201,6 +213,7 @@ class _Launcher:
             "status": r.status, "reason": r.reason, "seed": r.seed, "resumed": r.resumed,
             "epochs": r.epochs, "samples": r.samples, "simulated": r.simulated, "nonfinite": r.nonfinite,
             "buffer": self.stats, "wall_time": round(time.monotonic() - self.t0, 3),
+            "placement": r.placement, "cluster": self.cluster,
             "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
         })
 
@@ -391,6 +404,15 @@ class _Launcher:
             rate = (self.rates[-1][1] - self.rates[0][1]) / (self.rates[-1][0] - self.rates[0][0])
         self.progress.update(Snapshot(now - self.t0, self.phase, nodes, dict(self.stats), self.result.simulated,
                                       rate, dict(self.result.nonfinite)))
+
+
+def _describe(err: BaseException) -> str:
+    """One error of a node call: its text, the notes naming the node, the actor's traceback."""
+    lines = [f"{type(err).__name__}: {err}", *getattr(err, "__notes__", [])]
+    remote = getattr(err.__cause__, "traceback_str", None)
+    if remote:
+        lines += ["", "Traceback in the actor:", remote.rstrip()]
+    return "\n".join(lines)
 
 
 def _ready(ref: Any) -> bool:

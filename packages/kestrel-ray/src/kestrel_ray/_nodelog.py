@@ -50,14 +50,15 @@ class RunNodeWrapper(NodeWrapper):
     _metrics_path: str | None = None
     _last_epoch: int | None = None
 
-    async def open_log(self, directory: str) -> str:
+    async def open_log(self, directory: str) -> dict[str, Any]:
         """Send this actor's logging to ``<directory>/output.log`` (created; appended to).
 
         Args:
             directory: the node's folder, ``<graph>/<node>``.
 
         Returns:
-            The log file's path.
+            ``{"log": path of the log file, "pid": process id, "node_id": Ray node id (hex) of
+            the machine the actor runs on}``.
         """
         os.makedirs(directory, exist_ok=True)
         suffix = f".{self._replica}" if self._replica else ""
@@ -86,8 +87,12 @@ class RunNodeWrapper(NodeWrapper):
         for name in ("kestrel", "kestrel_core", "kestrel_ray", "kestrel_torch"):
             logging.getLogger(name).setLevel(logging.INFO)
         self._log_handlers = handlers
-        logging.getLogger("kestrel_ray").info("node %s: actor pid %d logging to %s", self._name, os.getpid(), path)
-        return path
+        import ray
+
+        node_id = ray.get_runtime_context().get_node_id()
+        logging.getLogger("kestrel_ray").info("node %s: actor pid %d on Ray node %s logging to %s", self._name,
+                                              os.getpid(), node_id, path)
+        return {"log": path, "pid": os.getpid(), "node_id": node_id}
 
     async def load(self, directory: str) -> None:
         """Load the estimator (see :meth:`NodeWrapper.load`); the metrics continue its epochs."""

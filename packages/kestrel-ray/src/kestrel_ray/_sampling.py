@@ -8,7 +8,7 @@ mode       how                                         nodes written by default
 prior      forward simulation of the whole graph       every node
 posterior  the estimators at the observations          the estimator nodes
 proposal   the estimators' tempered proposals          the estimator nodes
-ppd        posterior draws, the rest simulated from    every node that is not observed
+ppd        posterior draws, the rest simulated from    every node (the observables re-simulated)
            them
 =========  ==========================================  ======================================
 
@@ -61,8 +61,6 @@ def _default_nodes(dg: DeployedGraph, mode: str, produced: Sequence[str]) -> lis
     graph = dg.graph
     if mode in ("posterior", "proposal"):
         return [m for m in produced if m in graph.latents]
-    if mode == "ppd":
-        return [m for m in produced if m not in graph.observations]
     return list(produced)
 
 
@@ -154,7 +152,8 @@ def sample_run(run_dir: str | os.PathLike[str], mode: str, *, n: int | None = No
         ConfigError: not a run directory; unknown mode; ``n`` given neither here nor in the
             config. EstimatorError: no saved weights (modes other than ``prior``).
     """
-    from ._session import deploy_run, ray_for_run
+    from ._preflight import preflight
+    from ._session import ray_for_run
 
     _check_mode(mode)
     run = RunDir(run_dir)
@@ -162,6 +161,7 @@ def sample_run(run_dir: str | os.PathLike[str], mode: str, *, n: int | None = No
         raise ConfigError(f"{run.root}: not a run directory (no {os.path.basename(run.config_file)}); "
                           f"start a run with `kestrel launch -c CONFIG -o {run.root}`")
     config = load_config(run.config_file, overrides, run_dir=run.root, check_targets=("simulator", "estimator"))
+    preflight(config)
     run = RunDir(run.root, config)
     entry = config.sample[mode]
     if n is None:

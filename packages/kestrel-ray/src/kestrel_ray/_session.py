@@ -24,7 +24,7 @@ from ._init import init_ray
 from ._nodelog import RunNodeWrapper
 from ._rundir import RunDir
 
-__all__ = ["driver_logger", "ray_for_run", "deploy_run", "LOGGER_NAME"]
+__all__ = ["driver_logger", "ray_for_run", "deploy_run", "cluster_nodes", "LOGGER_NAME"]
 
 LOGGER_NAME = "kestrel.run"
 _FORMAT = "%(asctime)s %(levelname)s %(message)s"
@@ -108,7 +108,8 @@ def _resources() -> str:
     return ", ".join(f"{k} {res[k]:g}" for k in keys if k in res)
 
 
-def deploy_run(config: Any, run: RunDir, *, seed: int | None, buffer: Any = None) -> DeployedGraph:
+def deploy_run(config: Any, run: RunDir, *, seed: int | None, buffer: Any = None
+               ) -> tuple[DeployedGraph, dict[str, list[str]]]:
     """Deploy the config's graph with :class:`RunNodeWrapper` actors logging into ``run``.
 
     Args:
@@ -119,7 +120,8 @@ def deploy_run(config: Any, run: RunDir, *, seed: int | None, buffer: Any = None
             keep every sample).
 
     Returns:
-        The deployed graph; the caller shuts it down.
+        ``(deployed graph, {node: [Ray node id of each of its actors]})``; the caller shuts
+        the graph down.
 
     Raises:
         As :meth:`DeployedGraph.deploy`.
@@ -128,10 +130,16 @@ def deploy_run(config: Any, run: RunDir, *, seed: int | None, buffer: Any = None
     dg.wrapper_cls = RunNodeWrapper
     dg.deploy()
     try:
-        refs = [actor.open_log.remote(run.node_dir(name))
-                for name in config.graph.nodes for actor in dg.handle(name).actors]
-        ray.get(refs)
+        refs = {name: [actor.open_log.remote(run.node_dir(name)) for actor in dg.handle(name).actors]
+                for name in config.graph.nodes}
+        placement = {name: [info["node_id"] for info in ray.get(r)] for name, r in refs.items()}
     except BaseException:
         dg.shutdown()
         raise
-    return dg
+    return dg, placement
+
+
+def cluster_nodes() -> dict[str, dict[str, float]]:
+    """``{Ray node id: its resources}`` of the live nodes of the cluster."""
+    return {n["NodeID"]: {k: v for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}
+            for n in ray.nodes() if n.get("Alive", True)}

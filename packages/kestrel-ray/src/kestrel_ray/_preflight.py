@@ -1,0 +1,58 @@
+"""Checks of a run config that ``load_config`` cannot make, done before Ray starts (K17).
+
+* ``ray:`` — its keys are ``ray.init`` keyword arguments: an unknown one (``num_gpu``) is an
+  error with a suggestion, instead of a ``TypeError`` from inside ``ray.init``.
+* estimators — each node's estimator is constructed once on the driver (construction only
+  validates keyword arguments; models are built later, in the node's actor), so a misspelt
+  keyword (``num_epochs``) or an out-of-range value fails here, naming the key path, rather
+  than when the actor starts.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from kestrel_core import ConfigError, KestrelError
+from kestrel_core._suggest import unknown
+
+__all__ = ["preflight", "ray_init_problems", "estimator_problems"]
+
+
+def ray_init_problems(ray_kwargs: dict[str, Any]) -> list[str]:
+    """Problems with the ``ray`` section (``ray.init`` keyword arguments)."""
+    import ray
+
+    params = inspect.signature(ray.init).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        known = [name for name, p in params.items() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    else:
+        known = list(params)
+    # ray.init takes private ``_name`` options through **kwargs
+    return [f"ray.{key}: {unknown('ray.init argument', key, known)}" for key in ray_kwargs
+            if key not in known and not str(key).startswith("_")]
+
+
+def estimator_problems(config: Any) -> list[str]:
+    """Problems found by constructing each node's estimator from its config."""
+    problems = []
+    for name in config.graph.latents:
+        spec = config.graph[name].estimator
+        try:
+            spec.build()
+        except (TypeError, ValueError, KestrelError) as err:
+            problems.append(f"graph.{name}.estimator: {type(err).__name__}: {err}")
+    return problems
+
+
+def preflight(config: Any) -> None:
+    """Run every check; raise one :class:`ConfigError` listing all problems.
+
+    Raises:
+        ConfigError: unknown ``ray.init`` arguments, or an estimator that cannot be built.
+    """
+    problems = ray_init_problems(dict(config.ray)) + estimator_problems(config)
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    if problems:
+        raise ConfigError(f"{len(problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in problems))
