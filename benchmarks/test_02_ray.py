@@ -8,6 +8,10 @@ actor (the actor call's round trip is not part of it, as in the original's ``_re
   (:class:`~kestrel_bench.ResolveProbe`): the one-row column is detected as a broadcast in O(1),
   awaited once and stays ``(1, 1000)``. ``_resolve`` is internal; it is the code every
   ``sample``/``sample_posterior``/``sample_proposal`` call runs first.
+* ``resolve`` (gated) passes the same observation ref in every round, as a run does: the
+  NodeWrapper remembers one-row blocks by ref, so after the first call the observation is not
+  read again. ``resolve_cold`` (reported) puts a new ref before every round (untimed): the cost
+  of the first call, one object-store read.
 
 ``store`` — N new samples of a simulator actor end up held by the store; timed on the driver:
 * baselines — the actor ``ray.put`` s every sample of every key, sequentially or with a
@@ -72,23 +76,40 @@ def resolvers(ray_session):
         ray.kill(probe)
 
 
+#: ``resolve``: every call conditions on the same observation ref, as in a run (DeployedGraph puts
+#: each observation once); ``resolve_cold``: a new ref every round, so nothing is remembered
+RESOLVE_GROUPS = ["resolve", "resolve_cold"]
+
+
+@pytest.mark.parametrize("group", RESOLVE_GROUPS)
 @pytest.mark.parametrize("n", SIZES, ids=N_IDS)
-def test_resolve_baseline(benchmark, resolvers, observation, n):
-    label(benchmark, "resolve", BASELINE, n, baseline="N refs: ray.get + np.stack", inside="actor")
+def test_resolve_baseline(benchmark, resolvers, observation, n, group):
+    label(benchmark, group, BASELINE, n, baseline="N refs: ray.get + np.stack", inside="actor")
     naive, _ = resolvers
     refs = [ray.put(observation)] * n  # the observation shared by all N samples, one ref per sample
-    shape = pedantic_inner(benchmark, lambda: ray.get(naive.resolve.remote(refs)),
-                           rounds=_rounds(n, 15, 5))
+
+    def fresh():
+        return ([ray.put(observation)] * n,), {}
+
+    shape = pedantic_inner(benchmark, lambda refs=refs: ray.get(naive.resolve.remote(refs)),
+                           setup=fresh if group == "resolve_cold" else None, rounds=_rounds(n, 15, 5))
     assert shape == (n, *observation.shape)
 
 
+@pytest.mark.parametrize("group", RESOLVE_GROUPS)
 @pytest.mark.parametrize("n", SIZES, ids=N_IDS)
-def test_resolve_kestrel(benchmark, resolvers, observation, n):
-    label(benchmark, "resolve", KESTREL, n, path="NodeWrapper._resolve", inside="actor")
+def test_resolve_kestrel(benchmark, resolvers, observation, n, group):
+    label(benchmark, group, KESTREL, n, path="NodeWrapper._resolve", inside="actor")
     _, probe = resolvers
-    block_ref = ray.put(observation[None])  # as DeployedGraph stores an observation: one row
-    conditions = {"x": [(block_ref, 0, 1)]}
-    out = pedantic_inner(benchmark, lambda: ray.get(probe.timed_resolve.remote(conditions, n)), rounds=30)
+
+    def conditions():  # an observation as DeployedGraph stores it: a block of one row
+        return {"x": [(ray.put(observation[None]), 0, 1)]}
+
+    def fresh():
+        return (conditions(),), {}
+
+    out = pedantic_inner(benchmark, lambda c=conditions(): ray.get(probe.timed_resolve.remote(c, n)),
+                         setup=fresh if group == "resolve_cold" else None, rounds=30)
     shape, first = out["x"]
     assert shape == (1, *observation.shape)  # a broadcast stays one row
     np.testing.assert_array_equal(first, observation)

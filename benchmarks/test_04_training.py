@@ -11,13 +11,17 @@ baseline / Kestrel is Kestrel's steps/s over the baseline's (see :mod:`kestrel_b
   fraction sampled through NVML.
 * baseline — the same steps on the same 2048 samples held as tensors on the device.
 
-N in the ids is the buffer's training size.
+The Kestrel benchmark also runs one baseline round (appends paused) before each of its own
+rounds and records the pairs in ``extra_info["paired"]``: the gate takes the median of the
+per-pair ratios, which a machine whose load drifts between the two benchmarks cannot skew.
+The separate baseline benchmark reports the baseline on its own. N is the training buffer size.
 """
 
 from __future__ import annotations
 
 import contextlib
 import statistics
+import time
 
 import pytest
 from kestrel_core import TRAINABLE
@@ -48,6 +52,15 @@ N_BUFFER = BUFFER_05["max_samples"] + BUFFER_05["validation_samples"]
 WARMUP_STEPS = 16  # the first step builds the model
 
 
+def _baseline(device: str):
+    """A fresh estimator and its in-memory tensor set of the buffer's 2048 training samples, warmed up."""
+    est = make_estimator(device)
+    samples = make_samples(N_BUFFER)
+    source = tensor_set(est, {k: samples[k][:N_TRAIN] for k in TRAIN_KEYS}, device)
+    train_steps(est, source, WARMUP_STEPS, sync=False)
+    return est, source
+
+
 def _info(benchmark, durations: list[float]) -> None:
     benchmark.extra_info.update(steps=STEPS, batch_size=128, max_step_ms=1e3 * max(durations),
                                 median_step_ms=1e3 * statistics.median(durations))
@@ -57,10 +70,7 @@ def _info(benchmark, durations: list[float]) -> None:
 def test_training_baseline(benchmark, device):
     skip_without_cuda(device)
     label(benchmark, "training", BASELINE, N_TRAIN, device=device, baseline="in-memory tensor set")
-    est = make_estimator(device)
-    samples = make_samples(N_BUFFER)
-    source = tensor_set(est, {k: samples[k][:N_TRAIN] for k in TRAIN_KEYS}, device)
-    train_steps(est, source, WARMUP_STEPS, sync=False)
+    est, source = _baseline(device)
     durations: list[float] = []
 
     def run():
@@ -86,10 +96,23 @@ def test_training_kestrel(benchmark, request, device):
     est = make_estimator(device)
     loader = est._loader(rig.view, TRAINABLE, "train")  # the estimator's own loader (θ → z, float64)
     durations: list[float] = []
+    base_est, base_source = _baseline(device)
+    base_times: list[float] = []
+    kestrel_times: list[float] = []
+
+    def baseline_round():  # untimed by pytest-benchmark: the interleaved baseline
+        appender.pause()
+        start = time.perf_counter()
+        train_steps(base_est, base_source, STEPS, sync=False)
+        sync_device(device)
+        base_times.append(time.perf_counter() - start)
+        appender.resume()
 
     def run():
+        start = time.perf_counter()
         good = train_steps(est, loader, STEPS, sync=True, durations=durations)
         sync_device(device)
+        kestrel_times.append(time.perf_counter() - start)
         return good
 
     try:
@@ -99,11 +122,13 @@ def test_training_kestrel(benchmark, request, device):
         appender = Appender(rig.append_block, RESIMULATION_05[1]).start()
         try:
             with UtilizationSampler() if device == "cuda" else contextlib.nullcontext() as busy:
-                good = benchmark.pedantic(run, rounds=ROUNDS, warmup_rounds=1)
+                good = benchmark.pedantic(run, setup=baseline_round, rounds=ROUNDS, warmup_rounds=1)
         finally:
             appends = appender.stop()
         assert good == STEPS
         _info(benchmark, durations)
+        warm = len(kestrel_times) - min(ROUNDS, len(kestrel_times))  # pairs of the warm-up round dropped
+        benchmark.extra_info["paired"] = [[b, k] for b, k in zip(base_times[warm:], kestrel_times[warm:])]
         # the data path really moved: blocks were appended and the cache turned over
         loader.sync(wait=True)
         loader.sync(wait=True)

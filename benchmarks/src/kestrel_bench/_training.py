@@ -109,12 +109,16 @@ class Appender:
         append: appends one pre-simulated block to the store (blocking until stored).
         interval: seconds between the starts of two appends.
 
-    The thread's exception, if any, is re-raised by :meth:`stop`.
+    :meth:`pause` and :meth:`resume` stop and restart the appends (for interleaved baseline
+    rounds); the thread's exception, if any, is re-raised by :meth:`stop`.
     """
 
     def __init__(self, append: Callable[[], None], interval: float = RESIMULATION_05[1]):
         self._append, self._interval = append, float(interval)
         self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._lock = threading.Lock()  # held while an append runs
         self._error: BaseException | None = None
         self.count = 0
         self._thread = threading.Thread(target=self._run, name="kestrel-bench-appender", daemon=True)
@@ -128,16 +132,33 @@ class Appender:
         next_at = time.monotonic()
         try:
             while not self._stop.is_set():
-                self._append()
-                self.count += 1
+                if not self._running.is_set():
+                    self._running.wait(0.05)
+                    next_at = time.monotonic()
+                    continue
+                with self._lock:
+                    if self._running.is_set():
+                        self._append()
+                        self.count += 1
                 next_at += self._interval
                 self._stop.wait(max(0.0, next_at - time.monotonic()))
         except BaseException as err:  # re-raised on the benchmark's thread by stop()
             self._error = err
 
+    def pause(self) -> None:
+        """Stop appending; returns once no append is running."""
+        self._running.clear()
+        with self._lock:
+            pass
+
+    def resume(self) -> None:
+        """Append again, starting now."""
+        self._running.set()
+
     def stop(self) -> int:
         """Stop, join, re-raise the thread's exception; returns the number of appends."""
         self._stop.set()
+        self._running.set()
         self._thread.join(30)
         if self._error is not None:
             raise self._error

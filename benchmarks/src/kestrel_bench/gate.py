@@ -8,6 +8,8 @@ steps/s over the baseline's), the ratio the original design published, and the f
 
 Floors apply on the CPU at N = 1024 (at the group's only N where it has one size); every
 other row is reported. Medians only: one slow round on a shared machine does not fail the gate.
+Where Kestrel's benchmark ran interleaved baseline rounds (``extra_info["paired"]``, the
+``training`` group), the gated ratio is the median of the per-round ratios.
 ``sync`` is gated on Kestrel's absolute blocking time, every other group on its ratio. The exit
 status is 1 when a floor is missed or a gated benchmark is missing (e.g. it failed), 2 when the
 file cannot be read, else 0.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -78,11 +81,14 @@ class Row:
     baseline_s: float | None
     kestrel_s: float | None
     steps: int | None = None  # training: steps per round
+    paired_ratio: float | None = None  # median of per-round ratios of interleaved rounds
     gated: bool = False
     floor: Floor | None = None
 
     @property
     def ratio(self) -> float | None:
+        if self.paired_ratio is not None:
+            return self.paired_ratio
         if not self.baseline_s or not self.kestrel_s:
             return None
         return self.baseline_s / self.kestrel_s
@@ -104,19 +110,29 @@ def rows_from(data: dict[str, Any]) -> list[Row]:
         if "group" not in info or "role" not in info or not bench.get("stats"):
             continue
         key = (info["group"], info.get("device", "cpu"), int(info["n"]))
-        slot = entries.setdefault(key, {"kestrel": None, "baselines": [], "steps": info.get("steps")})
+        slot = entries.setdefault(key, {"kestrel": None, "baselines": [], "steps": info.get("steps"),
+                                        "paired": None})
         median = float(bench["stats"]["median"])
         if info["role"] == "kestrel":
             slot["kestrel"] = median
+            slot["paired"] = info.get("paired") or None
         else:
             slot["baselines"].append((info.get("baseline", "baseline"), median))
     rows: list[Row] = []
     for (group, device, n), slot in entries.items():
         for name, median in slot["baselines"] or [("(missing)", None)]:
             rows.append(Row(group, device, n, name, median, slot["kestrel"], slot["steps"]))
-    # gate: CPU rows at GATE_N, or at every N of a group that has no GATE_N row
+        if slot["paired"]:
+            pairs = [(float(b), float(k)) for b, k in slot["paired"] if b > 0 and k > 0]
+            if pairs:
+                rows.append(Row(group, device, n, "interleaved rounds", statistics.median(b for b, _ in pairs),
+                                statistics.median(k for _, k in pairs), slot["steps"],
+                                paired_ratio=statistics.median(b / k for b, k in pairs)))
+    # gate: CPU rows at GATE_N, or at every N of a group that has no GATE_N row; where a group
+    # has interleaved rounds, those rows (robust to drifting load) are the gated ones
     for group, floor in FLOORS.items():
         cpu = [r for r in rows if r.group == group and r.device == "cpu"]
+        cpu = [r for r in cpu if r.paired_ratio is not None] or cpu
         at = [r for r in cpu if r.n == GATE_N] or cpu
         for r in at:
             r.gated, r.floor = True, floor

@@ -50,6 +50,9 @@ __all__ = ["NodeWrapper", "SAMPLING_METHODS"]
 
 #: the methods that return blocks
 SAMPLING_METHODS = ("sample", "sample_posterior", "sample_proposal")
+#: one-row condition blocks (observations) remembered by ref, most recently used last: a run
+#: passes the same observation ref to every call, so it is read once per actor, not per call
+BROADCAST_MEMO = 8
 
 
 class NodeWrapper:
@@ -70,6 +73,7 @@ class NodeWrapper:
                  replica: int = 0):
         self._name = "<unknown>"
         self._error: KestrelError | None = None
+        self._broadcast: dict[Any, np.ndarray] = {}  # ref → one-row block (see BROADCAST_MEMO)
         self._replica = int(replica)
         self._state = "initializing"
         self._calls = 0
@@ -218,7 +222,7 @@ class NodeWrapper:
                                  f"{rows}; expected 1 (broadcast) or {n}")
             for ref, _, _ in segments:
                 unique_refs.setdefault(ref, len(unique_refs))
-        values = await asyncio.gather(*unique_refs) if unique_refs else []
+        values = await self._fetch_blocks(list(unique_refs))
         out = {}
         for name, segments in conditions.items():
             parts = []
@@ -233,6 +237,31 @@ class NodeWrapper:
             view.flags.writeable = False
             out[name] = view
         return out
+
+    async def _fetch_blocks(self, refs: list[Any]) -> list[Any]:
+        """The values of ``refs`` in order: one ``asyncio.gather`` for those not remembered.
+
+        One-row blocks (an observation shared by every sample) are remembered by ref
+        (:data:`BROADCAST_MEMO` of them, least recently used dropped first); an ObjectRef's value
+        never changes, so a remembered block is always current.
+        """
+        memo = self._broadcast
+        missing = [ref for ref in refs if ref not in memo]
+        fetched = dict(zip(missing, await asyncio.gather(*missing))) if missing else {}
+        values = []
+        for ref in refs:
+            if ref in fetched:
+                block = fetched[ref]
+                if not (isinstance(block, np.ndarray) and block.ndim and block.shape[0] == 1):
+                    values.append(block)
+                    continue
+            else:
+                block = memo.pop(ref)
+            memo[ref] = block
+            values.append(block)
+        while len(memo) > BROADCAST_MEMO:
+            del memo[next(iter(memo))]
+        return values
 
     def _simulate(self, method: str, arrays: Mapping[str, np.ndarray], n: int,
                   chunks: Sequence[int], seeds: Sequence[Any]) -> list[dict[str, np.ndarray]]:
