@@ -61,3 +61,13 @@ class BrokenEstimator:
 
     def status(self):
         return {"state": "idle", "epoch": 0, "max_epochs": 1}
+
+
+class BadInit:
+    """A simulator whose constructor raises a TypeError (K16: the original text, with the node)."""
+
+    def __init__(self, sigma: float = 0.1):
+        raise TypeError(f"BadInit() got a sigma it cannot use: {sigma!r}")
+
+    def simulate_batch(self, n, z):
+        return z

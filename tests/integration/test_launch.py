@@ -238,3 +238,15 @@ def test_k17_embedding_null_is_the_identity(tmp_path, no_leaked_actors):
     result = launch(config, tmp_path / "run", overrides=tiny(config) + ["graph.z.estimator.embedding=null"],
                     seed=15, progress=False)
     assert result.status == "completed"
+
+
+def test_k16_a_node_that_cannot_start_names_the_node_and_the_original_error(tmp_path, no_leaked_actors):
+    with pytest.raises(SimulatorError, match=r"node 'x'.*TypeError: BadInit\(\) got a sigma it cannot use"):
+        launch(toy(tmp_path, x=f"{MODELS}.BadInit"), tmp_path / "run", seed=16, progress=False)
+
+
+def test_k16_more_gpus_than_the_cluster_has_fails_before_any_actor(tmp_path, no_leaked_actors):
+    cfg = toy(tmp_path)
+    cfg["graph"]["x"]["ray"] = {"num_gpus": 2}
+    with pytest.raises(ConfigError, match="node 'x' requests 2 GPUs; the cluster has 0"):
+        launch(cfg, tmp_path / "run", seed=17, progress=False)
