@@ -252,7 +252,8 @@ class CachedDataLoader:
             raise self._empty_error()
         pos = torch.randint(count, (batch_size,), device=self._device, generator=generator)
         rows = pos if count == self._used else self._rows_dev[pos]
-        data = {key: cache[rows] for key, cache in self._cache.items()}
+        # index_select: the same gather as cache[rows], at about half its cost on the CPU
+        data = {key: cache.index_select(0, rows) for key, cache in self._cache.items()}
         return Batch(self._ids_dev[pos], data, self._view)
 
     def all(self) -> Batch:
@@ -266,7 +267,7 @@ class CachedDataLoader:
         if self._live_rows.size == self._used:
             data = {key: cache[: self._used].clone() for key, cache in self._cache.items()}
         else:
-            data = {key: cache[self._rows_dev] for key, cache in self._cache.items()}
+            data = {key: cache.index_select(0, self._rows_dev) for key, cache in self._cache.items()}
         return Batch(self.ids, data, self._view)
 
     # -- lifecycle ---------------------------------------------------------------------------
