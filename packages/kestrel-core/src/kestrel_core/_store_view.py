@@ -43,11 +43,9 @@ class InMemoryBufferView:
             schema = self.store.schema
             arrays = {}
             for key in keys:
-                parts = [read.block[key][read.rows] for read in checkout.reads]  # fancy index: copies
-                if len(parts) == 1:
-                    arrays[key] = parts[0]
-                elif parts:
-                    arrays[key] = np.concatenate(parts)
+                parts = [(read.block[key], read.rows) for read in checkout.reads]
+                if parts:
+                    arrays[key] = _gather(parts, len(checkout.new_ids))
                 elif key in schema:
                     shape, dtype = schema[key]
                     arrays[key] = np.empty((0, *shape), dtype=dtype)
@@ -64,3 +62,23 @@ class InMemoryBufferView:
     def stats(self) -> dict[str, int]:
         """The store's counts (see :meth:`InMemoryStore.stats`)."""
         return self.store.stats()
+
+
+def _gather(parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> np.ndarray:
+    """Rows ``rows`` of each block, in order, copied once into a new array ``(K, *D)``.
+
+    ``np.take(..., mode="clip")`` after a bounds check: with the default ``mode="raise"`` numpy
+    buffers ``out`` and copies every row twice.
+    """
+    first = parts[0][0]
+    out = np.empty((k, *first.shape[1:]), np.result_type(*(block.dtype for block, _ in parts)))
+    pos = 0
+    for block, rows in parts:
+        if len(rows) and (rows.min() < 0 or rows.max() >= block.shape[0]):
+            raise IndexError(f"rows {rows.min()}..{rows.max()} outside a block of {block.shape[0]} rows")
+        if block.dtype == out.dtype:
+            np.take(block, rows, axis=0, out=out[pos:pos + len(rows)], mode="clip")
+        else:
+            out[pos:pos + len(rows)] = block[rows]
+        pos += len(rows)
+    return out
