@@ -57,6 +57,7 @@ EXPECTED = [
     "sample_forward",
     "InMemoryStore",
     "InMemoryBufferView",
+    "BlockIndex",
 ]
 
 

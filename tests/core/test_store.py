@@ -80,7 +80,7 @@ def test_view_fetch_returns_independent_copies_in_new_ids_order():
     fetch.arrays["x.value"] += 100  # the loader may write into what it fetched
     again = view.fetch([T], ["x.value"])
     np.testing.assert_array_equal(again.arrays["x.value"], rows_for(np.arange(10))["x.value"])
-    assert store._checkouts == {}  # fetch released its checkout
+    assert store.open_checkouts == 0  # fetch released its checkout
     assert view.stats() == store.stats()
     view.discard([0, 1])
     assert store.status([0, 1]).tolist() == [D, D]

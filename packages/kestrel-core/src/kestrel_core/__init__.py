@@ -64,9 +64,11 @@ __all__ = [
     "sample_forward",
     "InMemoryStore",
     "InMemoryBufferView",
+    "BlockIndex",
 ]
 
 from .__about__ import __version__
+from ._blocks import BlockIndex
 from ._boundary import CountError, OutputTypeError, as_record, call_simulator, check_count, finite_rows
 from ._config import BufferConfig, PathsConfig, RunConfig, SampleConfig, load_config
 from ._errors import (

@@ -12,34 +12,22 @@ from __future__ import annotations
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ._blocks import BlockIndex
 from ._boundary import check_count
 from ._errors import ConfigError, StoreError
-from ._lifecycle import LIVE, Status, rotate
 from ._protocols import BlockRead, Checkout
 from ._store_schema import Schema, buffer_int, validate_block, write_snapshots
 from ._store_view import InMemoryBufferView
 
 __all__ = ["InMemoryStore", "StoreWarning"]
 
-_DEAD = Status.TOMBSTONE  # statuses >= this are dead
-
-
 class StoreWarning(UserWarning):
     """A store operation works but wastes data (e.g. an append larger than the buffer)."""
-
-
-@dataclass
-class _Block:
-    arrays: dict[str, np.ndarray]  # read-only copies, (n, *D) each
-    start: int  # first sample id; the block holds ids start .. start + n - 1
-    n: int
-    pins: int = 0
 
 
 class InMemoryStore:
@@ -75,16 +63,8 @@ class InMemoryStore:
             raise ConfigError(f"buffer.snapshot_every={self.snapshot_every} needs a snapshot directory")
         self.snapshot_dir = Path(snapshot_dir) if snapshot_dir is not None else None
         self._lock = threading.RLock()
-        self._rng = np.random.default_rng(seed)
-        self._status = np.empty(0, dtype=np.int8)
-        self._block_of = np.empty(0, dtype=np.int64)
-        self._row_of = np.empty(0, dtype=np.int64)
-        self._n_ids = 0
-        self._live_start = 0  # every id below it is TOMBSTONE or DELETED
-        self._blocks: dict[int, _Block] = {}
-        self._next_block = 0
-        self._checkouts: dict[int, list[int]] = {}
-        self._next_token = 0
+        self._index = BlockIndex(min_samples=self.min_samples, max_samples=self.max_samples,
+                                 validation_samples=self.validation_samples, seed=seed)
         self._schema: Schema | None = None
 
     @classmethod
@@ -113,6 +93,12 @@ class InMemoryStore:
         """Flat key → (per-sample shape, dtype of the first append); empty before it."""
         with self._lock:
             return dict(self._schema or {})
+
+    @property
+    def open_checkouts(self) -> int:
+        """Number of checkouts not yet released."""
+        with self._lock:
+            return self._index.open_checkouts
 
     def view(self) -> InMemoryBufferView:
         """A :class:`~kestrel_core.BufferView` on this store."""
@@ -149,43 +135,9 @@ class InMemoryStore:
                     StoreWarning, stacklevel=2)
             if self._schema is None:
                 self._schema = {k: (a.shape[1:], a.dtype) for k, a in arrays.items()}
-            start, b = self._n_ids, self._next_block
-            self._grow(start + n)
-            self._status[start:start + n] = Status.VALIDATION
-            self._block_of[start:start + n] = b
-            self._row_of[start:start + n] = np.arange(n)
-            self._n_ids, self._next_block = start + n, b + 1
-            self._blocks[b] = _Block(arrays, start, n)
-            window = slice(self._live_start, self._n_ids)
-            self._status[window] = rotate(self._status[window], min_samples=self.min_samples,
-                                          max_samples=self.max_samples,
-                                          validation_samples=self.validation_samples)
-            alive = np.flatnonzero(self._status[window] < _DEAD)
-            self._live_start += int(alive[0]) if alive.size else self._n_ids - self._live_start
-            write_snapshots(self.snapshot_dir, self.snapshot_every, arrays, start, n)
-            self._collect(list(self._blocks))
-            return np.arange(start, start + n, dtype=np.int64)
-
-    def _grow(self, size: int) -> None:
-        if size <= self._status.shape[0]:
-            return
-        cap = max(size, 2 * self._status.shape[0], 1024)
-        for name in ("_status", "_block_of", "_row_of"):
-            old = getattr(self, name)
-            new = np.empty(cap, dtype=old.dtype)
-            new[: self._n_ids] = old[: self._n_ids]
-            setattr(self, name, new)
-
-    def _collect(self, block_ids: Sequence[int]) -> None:
-        """Drop unpinned blocks whose rows are all dead; their rows become DELETED."""
-        for b in block_ids:
-            blk = self._blocks.get(b)
-            if blk is None or blk.pins:
-                continue
-            rows = slice(blk.start, blk.start + blk.n)
-            if blk.start + blk.n <= self._live_start or bool(np.all(self._status[rows] >= _DEAD)):
-                self._status[rows] = Status.DELETED
-                del self._blocks[b]
+            ids = self._index.append(arrays, n)
+            write_snapshots(self.snapshot_dir, self.snapshot_every, arrays, int(ids[0]), n)
+            return ids
 
     # -- checkout / release -----------------------------------------------------------------
 
@@ -207,13 +159,6 @@ class InMemoryStore:
             StoreError: a status is not readable, or a key is not in the schema (the message
                 lists the schema).
         """
-        max_samples = check_count(max_samples, "max_samples")
-        wanted = [int(s) for s in statuses]
-        for s in wanted:
-            if s not in LIVE:
-                name = Status(s).name if s in Status._value2member_map_ else "unknown"
-                raise StoreError(f"checkout: status {s} ({name}) is not readable; use one of "
-                                 f"{', '.join(f'{x.name}={int(x)}' for x in LIVE)}")
         keys = list(keys)
         with self._lock:
             if self._schema is not None:
@@ -221,27 +166,11 @@ class InMemoryStore:
                 if unknown:
                     raise StoreError(f"checkout: unknown key(s) {unknown}; the store holds "
                                      f"{sorted(self._schema)}")
-            window = self._status[self._live_start:self._n_ids]
-            active = np.flatnonzero(np.isin(window, wanted)).astype(np.int64) + self._live_start
-            if 0 < max_samples < active.size:
-                active = np.sort(self._rng.choice(active, max_samples, replace=False))
-            new = active
-            if held_ids is not None and np.size(held_ids):
-                new = active[~np.isin(active, np.asarray(held_ids, dtype=np.int64))]
-            blocks = self._block_of[new]
-            cuts = np.flatnonzero(np.diff(blocks)) + 1
-            reads, pinned = [], []
-            for seg in np.split(np.arange(new.size), cuts) if new.size else []:
-                b = int(blocks[seg[0]])
-                blk = self._blocks[b]
-                blk.pins += 1
-                pinned.append(b)
-                reads.append(BlockRead(block={k: blk.arrays[k] for k in keys},
-                                       rows=self._row_of[new[seg]].copy(), ids=new[seg].copy()))
-            token = self._next_token
-            self._next_token += 1
-            self._checkouts[token] = pinned
-            return Checkout(token=token, active_ids=active, new_ids=new.copy(), reads=reads)
+            token, active, new, reads = self._index.checkout(statuses, max_samples=max_samples,
+                                                              held_ids=held_ids)
+        reads = [BlockRead(block={k: arrays[k] for k in keys}, rows=rows, ids=ids)
+                 for arrays, rows, ids in reads]
+        return Checkout(token=token, active_ids=active, new_ids=new, reads=reads)
 
     def release(self, token: int) -> None:
         """End a checkout; its blocks become collectable.
@@ -250,25 +179,9 @@ class InMemoryStore:
             StoreError: unknown token (never issued, or already released).
         """
         with self._lock:
-            pinned = self._checkouts.pop(int(token), None)
-            if pinned is None:
-                raise StoreError(f"release: unknown checkout token {token!r} (already released?)")
-            for b in pinned:
-                self._blocks[b].pins -= 1
-            self._collect(pinned)
+            self._index.release(token)
 
     # -- statuses ---------------------------------------------------------------------------
-
-    def _ids(self, ids: Sequence[int] | np.ndarray, what: str) -> np.ndarray:
-        arr = np.asarray(ids).reshape(-1)
-        if arr.size and arr.dtype.kind not in "iu":
-            raise StoreError(f"{what}: sample ids must be integers, got dtype {arr.dtype}")
-        arr = arr.astype(np.int64)
-        bad = arr[(arr < 0) | (arr >= self._n_ids)]
-        if bad.size:
-            raise StoreError(f"{what}: unknown sample id(s) {bad[:10].tolist()} "
-                             f"(the store has ids 0..{self._n_ids - 1})")
-        return arr
 
     def discard(self, ids: Sequence[int] | np.ndarray) -> int:
         """Mark TRAINING ids DISFAVOURED (others unchanged); return how many moved.
@@ -277,10 +190,7 @@ class InMemoryStore:
             StoreError: an id was never assigned.
         """
         with self._lock:
-            arr = np.unique(self._ids(ids, "discard"))
-            move = arr[self._status[arr] == Status.TRAINING]
-            self._status[move] = Status.DISFAVOURED
-            return int(move.size)
+            return self._index.discard(ids)
 
     def status(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """Statuses (int8, shape of ``ids`` flattened) of ``ids``.
@@ -289,13 +199,9 @@ class InMemoryStore:
             StoreError: an id was never assigned.
         """
         with self._lock:
-            return self._status[self._ids(ids, "status")].copy()
+            return self._index.status(ids)
 
     def stats(self) -> dict[str, int]:
         """Counts ``validation training disfavoured tombstone deleted total blocks``."""
         with self._lock:
-            counts = np.bincount(self._status[: self._n_ids], minlength=len(Status))
-            out = {s.name.lower(): int(counts[s]) for s in Status}
-            out["total"] = self._n_ids
-            out["blocks"] = len(self._blocks)
-            return out
+            return self._index.stats()

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import ray
 from kestrel_core import (
+    BlockIndex,
     BlockRead,
     Checkout,
     ConfigError,
@@ -35,7 +36,6 @@ from kestrel_core import (
     split_key,
 )
 
-from ._blocks import BlockIndex
 
 __all__ = ["SampleStore", "create_store", "Schema"]
 

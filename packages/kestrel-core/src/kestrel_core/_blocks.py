@@ -2,7 +2,10 @@
 
 :class:`BlockIndex` knows nothing about Ray. A *block* is an opaque handle (the Ray store
 passes ``{flat_key: ObjectRef}``) holding ``n`` rows; appending it assigns the contiguous ids
-``start … start+n-1``, so sample ``i`` lives in row ``i - start`` of its block. Every append is
+``start … start+n-1``, so sample ``i`` lives in row ``i - start`` of its block. Both stores
+build on it: :class:`~kestrel_core.InMemoryStore` (handle = ``{flat_key: ndarray}``) and the
+Ray store actor of kestrel-ray (handle = ``{flat_key: ObjectRef}``), so their lifecycles and
+release rules are one implementation. Every append is
 followed by :func:`kestrel_core.rotate`. A block is *released* — its handle dropped, its rows
 marked DELETED — once every row is dead (TOMBSTONE) and no checkout pins it.
 
@@ -16,7 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from kestrel_core import LIVE, ConfigError, KestrelError, Status, StoreError, check_count, rotate
+from ._boundary import check_count
+from ._errors import StoreError
+from ._lifecycle import LIVE, Status, rotate
+from ._store_schema import buffer_int
 
 __all__ = ["BlockIndex"]
 
@@ -46,7 +52,7 @@ class BlockIndex:
 
     def __init__(self, *, min_samples: int = 0, max_samples: int = 2**62, validation_samples: int = 0,
                  seed: int | None = None):
-        self._rules = {name: _buffer_int(value, name, minimum) for name, value, minimum in (
+        self._rules = {name: buffer_int(value, name, minimum) for name, value, minimum in (
             ("min_samples", min_samples, 0), ("max_samples", max_samples, 1),
             ("validation_samples", validation_samples, 0))}
         self._status = np.zeros(0, np.int8)  # (capacity,), valid up to self._size
@@ -124,7 +130,8 @@ class BlockIndex:
 
         Args:
             statuses: statuses that count as active (each must be LIVE).
-            max_samples: if > 0, a random subset of at most this many active ids.
+            max_samples: if > 0, at most this many active ids: the held ones first, the rest
+                drawn at random.
             held_ids: ids the caller already holds (any int array; unknown ids are ignored).
 
         Returns:
@@ -139,11 +146,17 @@ class BlockIndex:
         max_samples = check_count(max_samples, "max_samples")
         window = self._status[self._live_start:self._size]
         active = np.flatnonzero(np.isin(window, wanted)).astype(np.int64) + self._live_start
+        held = np.isin(active, np.asarray(held_ids, dtype=np.int64)) if held_ids is not None and len(held_ids) \
+            else np.zeros(len(active), bool)
         if 0 < max_samples < len(active):
-            active = np.sort(self._rng.choice(active, size=max_samples, replace=False))
-        new = active
-        if held_ids is not None and len(held_ids):
-            new = active[~np.isin(active, np.asarray(held_ids, dtype=np.int64))]
+            # Keep what the caller already holds (up to max_samples), fill up with a random
+            # draw of the rest: a capped cache then only fetches what changed.
+            kept = active[held][:max_samples]
+            fresh = active[~held]
+            extra = self._rng.choice(fresh, size=min(max_samples - len(kept), len(fresh)), replace=False)
+            active = np.sort(np.concatenate([kept, extra]).astype(np.int64))
+            held = np.isin(active, kept)
+        new = active[~held]
         token = self._next_token
         self._next_token += 1
         reads = []
@@ -230,12 +243,3 @@ class BlockIndex:
             out.append(s)
         return np.asarray(out, np.int8)
 
-
-def _buffer_int(value: object, name: str, minimum: int) -> int:
-    try:
-        out = check_count(value, name)
-    except KestrelError as err:
-        raise ConfigError(f"buffer.{name}: {err}") from err
-    if out < minimum:
-        raise ConfigError(f"buffer.{name} must be ≥ {minimum}, got {out}")
-    return out
