@@ -36,25 +36,24 @@ from kestrel_ray import DeployedGraph
 
 from kestrel_bench import (
     BASELINE,
+    BIG,
     BLOCK_ROWS,
     DATA_KEYS,
     KESTREL,
     SIZES,
+    NaiveNode,
+    ResolveProbe,
     StoreRig,
     fetch_per_sample,
     label,
     make_samples,
     pedantic_inner,
+    probe_node_blob,
     replay_graph,
+    rounds,
 )
-from kestrel_bench._actors import NaiveNode, ResolveProbe, probe_node_blob
 
 N_IDS = [f"N={n}" for n in SIZES]
-BIG = 1024  # above this size, baselines get one or few rounds
-
-
-def _rounds(n: int, small: int, big: int) -> int:
-    return big if n > BIG else small
 
 
 # -- resolve ---------------------------------------------------------------------------------
@@ -92,7 +91,7 @@ def test_resolve_baseline(benchmark, resolvers, observation, n, group):
         return ([ray.put(observation)] * n,), {}
 
     shape = pedantic_inner(benchmark, lambda refs=refs: ray.get(naive.resolve.remote(refs)),
-                           setup=fresh if group == "resolve_cold" else None, rounds=_rounds(n, 15, 5))
+                           setup=fresh if group == "resolve_cold" else None, rounds=rounds(n, 15, 5))
     assert shape == (n, *observation.shape)
 
 
@@ -123,7 +122,7 @@ def test_store_baseline(benchmark, track, n, threads):
     label(benchmark, "store", BASELINE, n, baseline=name, keys=list(DATA_KEYS))
     node = track(ray.remote(NaiveNode).options(num_cpus=0).remote(n))
     ray.get(node.ready.remote())
-    refs = benchmark.pedantic(lambda: ray.get(node.put.remote(threads))[0], rounds=_rounds(n, 3, 1),
+    refs = benchmark.pedantic(lambda: ray.get(node.put.remote(threads))[0], rounds=rounds(n, 3, 1),
                               warmup_rounds=0 if n > BIG else 1)
     assert {k: len(v) for k, v in refs.items()} == {k: n for k in DATA_KEYS}
 
@@ -151,7 +150,7 @@ def test_store_kestrel(benchmark, replay_deployed, n):
         traces.append(trace)
         return dg.append(trace)
 
-    ids = benchmark.pedantic(store, rounds=_rounds(n, 10, 5), warmup_rounds=1)
+    ids = benchmark.pedantic(store, rounds=rounds(n, 10, 5), warmup_rounds=1)
     assert len(ids) == n and np.all(np.diff(ids) == 1)
     arrays = dg.to_arrays(traces[-1])  # the replays line up: x - mu is the N(0, 0.1²) noise
     assert {k: v.shape for k, v in arrays.items()} == {"theta.value": (n, 10), "mu.value": (n, 1000),
@@ -175,7 +174,7 @@ def test_fetch_baseline(benchmark, ray_rig, per_sample_refs):
     n = ray_rig.n
     label(benchmark, "fetch", BASELINE, n, baseline="per-sample ray.get + np.stack", keys=list(DATA_KEYS))
     refs = per_sample_refs(n)
-    out = benchmark.pedantic(lambda: fetch_per_sample(refs), rounds=_rounds(n, 10, 3), warmup_rounds=1)
+    out = benchmark.pedantic(lambda: fetch_per_sample(refs), rounds=rounds(n, 10, 3), warmup_rounds=1)
     np.testing.assert_array_equal(out["x.value"], ray_rig.arrays["x.value"])
 
 
@@ -183,7 +182,7 @@ def test_fetch_kestrel(benchmark, ray_rig):
     n = ray_rig.n
     label(benchmark, "fetch", KESTREL, n, path="RayBufferView.fetch", block_rows=BLOCK_ROWS,
           keys=list(DATA_KEYS))
-    out = benchmark.pedantic(lambda: ray_rig.view.fetch(TRAINABLE, DATA_KEYS), rounds=_rounds(n, 20, 5),
+    out = benchmark.pedantic(lambda: ray_rig.view.fetch(TRAINABLE, DATA_KEYS), rounds=rounds(n, 20, 5),
                              warmup_rounds=1)
     assert len(out.new_ids) == n
     np.testing.assert_array_equal(out.arrays["x.value"], ray_rig.arrays["x.value"])

@@ -12,6 +12,13 @@ timed on the training thread:
 flight (CPU, Ray store); the baseline is the original blocking sync: per-sample ``ray.get`` and
 the per-sample apply, all on the training thread. Gated on Kestrel's absolute time.
 
+``fill`` (reported, not gated) — the background thread's host → device step for N fetched
+samples (16.5 MB at N = 1024):
+* baselines — per-sample ``torch.as_tensor(row).to(device)`` then ``torch.stack``; and the
+  original's fix, ``np.stack`` then one ``.to(device)``;
+* Kestrel — ``HostToDevice.copy`` per key (pinned staging ring and a side stream on CUDA; one
+  owned copy on the CPU), the loader's internal transfer helper, waited for.
+
 ``sample_batch`` (reported, not gated) — draw a batch of 128 for a training step:
 * baseline — index host arrays, ``torch.as_tensor(...).to(device)`` per key (no device cache);
 * Kestrel — ``CachedDataLoader.sample_batch(128)`` from the device cache.
@@ -25,6 +32,7 @@ import torch
 
 from kestrel_bench import (
     BASELINE,
+    BIG,
     DATA_KEYS,
     KESTREL,
     SIZES,
@@ -33,6 +41,7 @@ from kestrel_bench import (
     blocking_fetch_and_apply,
     label,
     make_samples,
+    rounds,
     skip_without_cuda,
     sync_device,
 )
@@ -40,11 +49,6 @@ from kestrel_bench import (
 N_IDS = [f"N={n}" for n in SIZES]
 DEVICES = ["cpu", "cuda"]
 BATCH = 128
-BIG = 1024
-
-
-def _rounds(n: int, small: int, big: int) -> int:
-    return big if n > BIG else small
 
 
 def _backend(device: str, request) -> str:
@@ -84,7 +88,7 @@ def test_apply_fetch_baseline(benchmark, n, device):
         apply_per_sample(cache, rows, samples, device)
         sync_device(device)
 
-    benchmark.pedantic(apply, rounds=_rounds(n, 10, 3), warmup_rounds=1)
+    benchmark.pedantic(apply, rounds=rounds(n, 10, 3), warmup_rounds=1)
     np.testing.assert_array_equal(cache["x.value"].cpu().numpy(), arrays["x.value"])
 
 
@@ -103,7 +107,7 @@ def test_apply_fetch_kestrel(benchmark, request, n, device):
         sync_device(device)
 
     try:
-        benchmark.pedantic(apply, setup=rig.fetch_ready, rounds=_rounds(n, 15, 5), warmup_rounds=1)
+        benchmark.pedantic(apply, setup=rig.fetch_ready, rounds=rounds(n, 15, 5), warmup_rounds=1)
         assert all(applied) and rig.loader.count == n
         _check_cache(rig.loader, rig.rig.arrays)
     finally:
@@ -117,7 +121,7 @@ def test_sync_baseline(benchmark, per_sample_refs, n):
     refs = per_sample_refs(n)
     cache = _empty_cache(n, "cpu")
     rows = torch.arange(n)
-    benchmark.pedantic(lambda: blocking_fetch_and_apply(refs, cache, rows, "cpu"), rounds=_rounds(n, 5, 1),
+    benchmark.pedantic(lambda: blocking_fetch_and_apply(refs, cache, rows, "cpu"), rounds=rounds(n, 5, 1),
                        warmup_rounds=0 if n > BIG else 1)
     np.testing.assert_array_equal(cache["x.value"].numpy(), make_samples(n)["x.value"])
 
@@ -129,7 +133,7 @@ def test_sync_kestrel(benchmark, request, n):
     results = []
     try:
         benchmark.pedantic(lambda: results.append(rig.loader.sync()), setup=rig.fetch_in_flight,
-                           rounds=_rounds(n, 15, 5), warmup_rounds=1)
+                           rounds=rounds(n, 15, 5), warmup_rounds=1)
         # False: the fetch was still running and sync() returned at once; True: it had finished
         # and this call applied it (the apply_fetch cost), which the median then reflects.
         benchmark.extra_info["in_flight_fraction"] = results.count(False) / len(results)
@@ -138,6 +142,50 @@ def test_sync_kestrel(benchmark, request, n):
         _check_cache(rig.loader, rig.rig.arrays)
     finally:
         rig.close()
+
+
+# -- fill ------------------------------------------------------------------------------------
+FILL_BASELINES = {"per-sample .to(device) + torch.stack": "rows", "np.stack + one .to(device)": "stack"}
+
+
+@pytest.mark.parametrize("how", list(FILL_BASELINES), ids=list(FILL_BASELINES.values()))
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", SIZES, ids=N_IDS)
+def test_fill_baseline(benchmark, n, device, how):
+    skip_without_cuda(device)
+    label(benchmark, "fill", BASELINE, n, device=device, baseline=how)
+    arrays = {k: v for k, v in make_samples(n).items() if k in DATA_KEYS}
+    rows = {k: list(v) for k, v in arrays.items()}  # as per-sample ray.get returns them
+
+    def fill():
+        if FILL_BASELINES[how] == "rows":
+            out = {k: torch.stack([torch.as_tensor(r).to(device) for r in v]) for k, v in rows.items()}
+        else:
+            out = {k: torch.as_tensor(np.stack(v)).to(device) for k, v in rows.items()}
+        sync_device(device)
+        return out
+
+    out = benchmark.pedantic(fill, rounds=rounds(n, 10, 3), warmup_rounds=1)
+    np.testing.assert_array_equal(out["x.value"].cpu().numpy(), arrays["x.value"])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", SIZES, ids=N_IDS)
+def test_fill_kestrel(benchmark, n, device):
+    skip_without_cuda(device)
+    from kestrel_torch._staging import HostToDevice
+
+    label(benchmark, "fill", KESTREL, n, device=device, path="HostToDevice.copy + wait (loader background)")
+    arrays = {k: v for k, v in make_samples(n).items() if k in DATA_KEYS}
+    transfer = HostToDevice(device)
+
+    def fill():
+        out = {k: transfer.copy(v, torch.float64) for k, v in arrays.items()}
+        transfer.wait()
+        return out
+
+    out = benchmark.pedantic(fill, rounds=rounds(n, 20, 5), warmup_rounds=1)
+    np.testing.assert_array_equal(out["x.value"].cpu().numpy(), arrays["x.value"])
 
 
 # -- sample_batch ----------------------------------------------------------------------------

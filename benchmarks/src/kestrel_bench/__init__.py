@@ -44,6 +44,8 @@ __all__ = [
     "InnerClock",
     "pedantic_inner",
     "label",
+    "rounds",
+    "BIG",
     "skip_without_cuda",
     "sync_device",
     "KESTREL",
@@ -54,7 +56,7 @@ from .__about__ import __version__
 from ._clock import InnerClock, pedantic_inner
 from ._data import DATA_KEYS, GATE_N, SIZES, TRAIN_KEYS, Replay, make_samples, prior, replay_graph
 from ._gpu import UtilizationSampler
-from ._label import BASELINE, KESTREL, label, skip_without_cuda, sync_device
+from ._label import BASELINE, BIG, KESTREL, label, rounds, skip_without_cuda, sync_device
 from ._naive import (
     TensorSet,
     apply_per_sample,

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["label", "skip_without_cuda", "sync_device", "KESTREL", "BASELINE"]
+__all__ = ["label", "rounds", "skip_without_cuda", "sync_device", "KESTREL", "BASELINE", "BIG"]
 
 KESTREL = "kestrel"
 BASELINE = "baseline"
+#: above this N, the slow baselines get one or a few rounds
+BIG = 1024
+
+
+def rounds(n: int, small: int, big: int) -> int:
+    """``small`` rounds up to N = :data:`BIG`, ``big`` (fewer) above."""
+    return big if n > BIG else small
 
 
 def label(benchmark: Any, group: str, role: str, n: int, *, device: str = "cpu", **info: Any) -> None:
