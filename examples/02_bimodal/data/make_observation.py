@@ -9,8 +9,8 @@ SHIFT, SIGMA = 0.3, 0.05
 
 def main() -> None:
     rng = np.random.default_rng(2)
-    z_true = np.array([0.2, -0.4, 0.5, -0.1])
-    sign = np.array([1.0, -1.0, -1.0, 1.0])
+    z_true = np.array([0.2, -0.3, 0.5, -0.1])
+    sign = np.array([1.0, 1.0, -1.0, 1.0])  # both modes x_i ± 0.3 lie inside the prior
     x = z_true + SHIFT * sign + SIGMA * rng.standard_normal(4)
     out = Path(__file__).with_name("obs.npz")
     np.savez(out, x=x, z_true=z_true, sign=sign)
