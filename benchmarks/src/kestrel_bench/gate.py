@@ -179,7 +179,7 @@ def render(rows: Sequence[Row], *, markdown: bool = False) -> str:
         name = r.group if r.device == "cpu" else f"{r.group}[{r.device}]"
         if (r.group, r.device, r.n) in multi:
             name += f" vs {r.baseline_name}"
-        ratio = "—" if r.ratio is None else f"{r.ratio:.3g}×"
+        ratio = "—" if r.ratio is None else f"{r.ratio:,.0f}×" if r.ratio >= 1000 else f"{r.ratio:.3g}×"
         floor = str(r.floor) if r.gated and r.floor is not None else "—"
         status = ("ok" if r.ok else "FAIL") if r.gated else ""
         body.append([name, str(r.n), _cell(r, r.baseline_s), _cell(r, r.kestrel_s), ratio,
