@@ -38,7 +38,7 @@ def test_first_sync_blocks_and_fills(make_store, open_loader, device):
     assert all(t.device.type == torch.device(device).type for t in loader.all().values())
 
 
-def test_eviction_and_scatter_into_freed_rows(make_store, open_loader, device):
+def test_eviction_frees_rows_that_the_next_fetch_refills(make_store, open_loader, device):
     store = make_store(min_samples=0, max_samples=8)
     append(store, 8)
     loader = open_loader(store.view(), KEYS, device=device)
@@ -48,8 +48,17 @@ def test_eviction_and_scatter_into_freed_rows(make_store, open_loader, device):
     append(store, 4)  # ids 8..11; rotation tombstones 0..3
     refresh(loader)
     check_matches_store(loader, store)
-    assert loader._row_to_id.size == 8, "the 4 new rows must reuse the 4 freed rows"
-    assert sorted(loader._row_to_id.tolist()) == list(range(4, 12))
+    # rows 0..3 were live while the fetch ran: the new rows went past the end (written in the
+    # background), and 0..3 are free for the next fetch
+    assert loader._row_to_id[:4].tolist() == [-1] * 4
+    assert sorted(loader.ids.tolist()) == list(range(4, 12))
+    capacity = loader._row_to_id.size
+
+    append(store, 4)  # ids 12..15 evict 4..7 and fill the rows freed last time: no growth
+    refresh(loader)
+    check_matches_store(loader, store)
+    assert loader._row_to_id.size == capacity
+    assert sorted(loader._row_to_id[:4].tolist()) == [12, 13, 14, 15]
 
     store.discard([4, 5])  # DISFAVOURED is still trainable
     append(store, 2)  # 12, 13: min_samples 0 so the disfavoured go first
@@ -66,10 +75,14 @@ def test_eviction_and_scatter_into_freed_rows(make_store, open_loader, device):
     both = open_loader(mixed.view(), KEYS, device=device)
     both.sync()
     mixed.discard([0, 1])
-    append(mixed, 4)  # evicts the 2 disfavoured: 2 new rows fill them, 2 go past the end (growth)
+    append(mixed, 4)  # evicts the 2 disfavoured: they become free rows, the 4 new go past the end
     refresh(both)
     check_matches_store(both, mixed)
-    assert sorted(both._row_to_id[:2].tolist()) == [8, 9] and both.count == 10
+    assert both._row_to_id[:2].tolist() == [-1, -1] and both.count == 10
+    append(mixed, 2)  # the next 2 new rows refill the freed ones
+    refresh(both)
+    check_matches_store(both, mixed)
+    assert sorted(both._row_to_id[:2].tolist()) == [12, 13]
 
     bigger = make_store(max_samples=100)
     append(bigger, 3)
@@ -182,13 +195,17 @@ def test_k04_dtype_change_keeps_the_wider_dtype(make_store, open_loader, device,
     loader = open_loader(store.view(), KEYS, device=device)
     loader.sync()
     assert loader.all()["x.value"].dtype == torch.from_numpy(np.zeros(0, first)).dtype
-    append(store, 4, dtype=second)  # 4 evictions: the new rows go into freed rows
+    append(store, 4, dtype=first)  # 4 evictions: those rows are free for the next fetch
+    refresh(loader)
+    capacity, freed = loader._row_to_id.size, np.flatnonzero(loader._row_to_id < 0)
+    assert freed.size >= 4
+    append(store, 4, dtype=second)  # the new rows, in the other dtype, go into the freed rows
     with pytest.warns(UserWarning) as record:
         refresh(loader)
     assert len(record) == 1
     message = str(record[0].message)
     assert "'x.value'" in message and "torch.float32" in message and "torch.float64" in message
-    assert loader._row_to_id.size == 8
+    assert loader._row_to_id.size == capacity and (loader._row_to_id[freed[:4]] >= 12).all()
     assert loader.all()["x.value"].dtype == torch.float64
     check_matches_store(loader, store)
     append(store, 4, dtype=second)

@@ -2,9 +2,11 @@
 
 Everything here runs on the loader's thread ``kestrel-loader-<name>``: the store fetch, the
 transforms, shape and dtype checks, the host → device copy, growing or upcasting the cache and
-writing the rows appended past its end. The training thread (``_loader``) hands a
-:class:`Snapshot` of the cache to :class:`Fetcher` and later applies the :class:`Prepared`
-result; between the two it writes nothing that this side reads or writes.
+writing every new row — into rows that were already free when the fetch started, and past the
+end of the used rows. The training thread never reads those rows, so nothing it does races
+with these writes. The training thread (``_loader``) hands a :class:`Snapshot` of the cache to
+:class:`Fetcher` and later applies the :class:`Prepared` result — bookkeeping only: rows this
+fetch evicts become free rows for the next one.
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ class Prepared:
     active_ids: np.ndarray  # int64 (A,)
     new_ids: np.ndarray  # int64 (K,)
     stale: np.ndarray  # bool (used,): occupied rows whose id left the status set
-    fill: np.ndarray  # int64: freed rows that receive the first new ids
+    fill: np.ndarray  # int64: rows free when the fetch started, receiving the first new ids
     end: int  # the rows [used, end) receive the rest
-    # key -> (K, *D) on the device; with a cache, only the rows for ``fill`` (the rest is written)
+    # key -> (K, *D) on the device: only for the first fill (later fetches write into the cache)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
     caches: dict[str, torch.Tensor] = field(default_factory=dict)  # grown or upcast caches, rows [0, used) copied
     changes: list[tuple[str, torch.dtype, torch.dtype, torch.dtype]] = field(default_factory=list)
@@ -111,7 +113,9 @@ class Fetcher:
         new_ids = np.asarray(fetched.new_ids, dtype=np.int64).reshape(-1)
         k = new_ids.size
         stale = (snap.row_to_id >= 0) & ~np.isin(snap.row_to_id, active)
-        holes = np.flatnonzero((snap.row_to_id < 0) | stale)
+        # Only rows that were free before this fetch: the training thread may still be reading
+        # the stale ones until this fetch is applied, so they are reused by the next fetch.
+        holes = np.flatnonzero(snap.row_to_id < 0)
         fill = holes[: min(k, holes.size)]
         end = snap.row_to_id.size + k - fill.size
         prepared = Prepared(active, new_ids, stale, fill, end)
@@ -143,22 +147,25 @@ class Fetcher:
         return prepared
 
     def _grow_and_append(self, snap: Snapshot, prepared: Prepared) -> None:
-        """Grow or upcast the caches and write the rows past ``used`` — work the training thread skips.
+        """Grow or upcast the caches and write every new row — work the training thread skips.
 
-        Rows ``[used, capacity)`` hold no live sample, so the training thread never reads them
-        while this fetch runs: writing them here is safe. Growth and upcasts copy rows
-        ``[0, used)`` (only read) into new tensors the training thread swaps in.
+        The rows written are ``fill`` (free when the fetch started) and ``[used, end)``: none
+        holds a live sample, so the training thread never reads them while this fetch runs.
+        Growth and upcasts copy rows ``[0, used)`` (only read) into new tensors the training
+        thread swaps in.
         """
         used, n_fill = snap.row_to_id.size, prepared.fill.size
         self.transfer.after(snap.ready)
         capacity = max(prepared.end, 2 * snap.capacity) if prepared.end > snap.capacity else snap.capacity
+        fill_dev = torch.from_numpy(prepared.fill).to(self.transfer.device) if n_fill else None
         for key, cache in snap.cache.items():
-            tensor = prepared.tensors[key]
+            tensor = prepared.tensors.pop(key)
             if capacity != snap.capacity or cache.dtype != tensor.dtype:
                 cache = prepared.caches[key] = self.transfer.regrow(cache, used, capacity, tensor.dtype)
+            if n_fill:
+                self.transfer.scatter(cache, fill_dev, tensor[:n_fill])
             if prepared.end > used:
                 self.transfer.write(cache, used, tensor[n_fill:])
-            prepared.tensors[key] = tensor[:n_fill]
 
     def _prepare_array(self, key: str, array: np.ndarray, k: int) -> np.ndarray:
         """Transform, check and normalise one fetched array ``(K, *D)``."""

@@ -2,10 +2,11 @@
 
 The design (see the package README): a background thread (``_fetcher``) does every slow step —
 checkout, fetch, transforms, stacking, dtype conversion, host → device copy, growing the cache
-and writing the rows appended past its end — and hands the training thread tensors that are
-ready on the device. The training thread only evicts (bookkeeping on a small int64 array) and
-scatters the new rows into the rows just freed, with one indexed assignment per key.
-``sync()`` never waits for the background thread after the first fill.
+and writing every new row into rows no live sample occupies (rows freed by an earlier fetch,
+and rows past the used end). The training thread only does bookkeeping on small int64
+arrays: it marks evicted rows free — the next fetch refills them — and makes the new rows
+live. ``sync()`` never waits for the background thread after the first fill, and never copies
+sample data. The price: the cache may hold up to one fetch's worth of free rows.
 """
 
 from __future__ import annotations
@@ -204,10 +205,6 @@ class CachedDataLoader:
                     row_to_id = np.full(capacity, -1, dtype=np.int64)
                     row_to_id[:used] = self._row_to_id[:used]
                     self._row_to_id = row_to_id
-                if n_fill:  # rows freed by this fetch: scatter (the rest was written in the background)
-                    fill_dev = torch.from_numpy(fill).to(self._device)
-                    for key, tensor in prepared.tensors.items():
-                        self._cache[key][fill_dev] = tensor
                 self._row_to_id[fill] = prepared.new_ids[:n_fill]
                 self._row_to_id[used:end] = prepared.new_ids[n_fill:]
             used = end

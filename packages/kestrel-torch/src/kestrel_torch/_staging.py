@@ -178,6 +178,11 @@ class HostToDevice:
         with self._on_stream():
             dst[start:start + src.shape[0]] = src
 
+    def scatter(self, dst: torch.Tensor, rows: torch.Tensor, src: torch.Tensor) -> None:
+        """``dst[rows] = src`` on the transfer stream (all on :attr:`device`)."""
+        with self._on_stream():
+            dst.index_copy_(0, rows, src)
+
     def _on_stream(self) -> Any:
         return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
 
