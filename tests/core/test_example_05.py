@@ -84,5 +84,5 @@ def test_config_prior_is_a_standard_normal_in_ten_dimensions():
     assert prior.specs == [["normal", 0.0, 1.0]] * 10
     assert theta["simulator"]["_target_"] == "kestrel_core.Product"
     assert (theta["evidence"], theta["scaffolds"]) == (["x"], ["mu"])
-    assert cfg["buffer"] == {"min_samples": 2048, "max_samples": 2048, "validation_samples": 256,
+    assert cfg["buffer"] == {"min_samples": 2048, "max_samples": 2048, "validation_samples": 1024,
                              "simulate_count": 128, "simulate_interval": 0.1}

@@ -57,6 +57,8 @@ def two_node_cluster():
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             proc.kill()
+            proc.wait()
+        proc.stdout.close()
 
 
 def test_05_posterior_on_a_two_node_cluster(two_node_cluster, tmp_path):
