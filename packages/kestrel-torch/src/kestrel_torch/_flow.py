@@ -24,6 +24,9 @@ __all__ = ["FlowPosterior", "FlowHead"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _CANDIDATES_PER_PASS = 1 << 16  # K·M rows per flow evaluation while sampling
+_WIDEN = 1.5  # base scale of the widened half of the candidates, for γ = 1
+_CAP_ROWS = 16384  # training rows used to set the cap of log π − log m
+_CAP_QUANTILE = 0.99
 
 
 class FlowHead(nn.Module):
@@ -45,6 +48,7 @@ class FlowHead(nn.Module):
         kwargs = {"transforms": transforms, "hidden_features": tuple(hidden_features), "bins": bins}
         self.conditional = zuko.flows.NSF(features=dim, context=context_dim, **kwargs)
         self.marginal = zuko.flows.NSF(features=dim, context=0, **kwargs)
+        self.register_buffer("ratio_cap", torch.tensor(math.inf, dtype=torch.float64))
 
     @torch.no_grad()
     def observe(self, z: torch.Tensor, s: torch.Tensor) -> None:
@@ -69,17 +73,41 @@ class FlowHead(nn.Module):
         """``log c(z | s)`` in z-space, float64; ``z`` ``(..., M, D)``, ``ctx`` ``(M, E)`` → ``(..., M)``."""
         return self.conditional(ctx).log_prob(self._w(z)).to(torch.float64) - self._log_scale()
 
+    def log_ratio(self, z: torch.Tensor) -> torch.Tensor:
+        """``log π(z) − log m(z)``, capped at :attr:`ratio_cap`, float64 ``(...)``."""
+        log_pi = -0.5 * (z * z).sum(-1) - 0.5 * self.dim * _LOG_2PI
+        return torch.clamp(log_pi - self.log_m(z), max=float(self.ratio_cap))
+
     def log_m(self, z: torch.Tensor) -> torch.Tensor:
         """``log m(z)`` in z-space, float64; ``z`` ``(..., D)`` → ``(...)``."""
         return self.marginal().log_prob(self._w(z)).to(torch.float64) - self._log_scale()
 
-    def sample_c(self, ctx: torch.Tensor, k: int) -> torch.Tensor:
-        """``k`` draws per context row: float64 ``(k, M, D)`` in z-space (global torch RNG)."""
-        return self._z(self.conditional(ctx).sample((k,)))
+    def draw_c(self, ctx: torch.Tensor, scales: torch.Tensor,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Draw from ``c`` with its base distribution widened: ``u ~ N(0, τ_k² I)``, ``w = f⁻¹(u)``.
 
-    def sample_m(self, k: int, m: int) -> torch.Tensor:
-        """Draws from the marginal: float64 ``(k, m, D)`` in z-space (global torch RNG)."""
-        return self._z(self.marginal().sample((k, m)))
+        Args:
+            ctx: context ``(M, E)``; scales: float32 ``(K,)``, the base scale τ_k of each
+                candidate row (1 draws from ``c`` itself).
+
+        Returns:
+            ``(z, log_c, log_base)``: candidates float64 ``(K, M, D)`` in z-space, their
+            z-space log density under ``c`` (τ = 1), and ``log|det ∂u/∂z|`` terms folded in as
+            ``log_c − log N(u; 0, I)`` so that the density under scale τ is
+            ``log_c − log N(u; 0, I) + log N(u; 0, τ² I)`` — returned as ``(K, M)`` float64
+            via ``log_base = log N(u; 0, I)`` and the squared norm (see caller).
+        """
+        dist = self.conditional(ctx)
+        k, m = scales.shape[0], ctx.shape[0]
+        u = torch.randn(k, m, self.dim, generator=generator, device=ctx.device, dtype=ctx.dtype)
+        u = u * scales[:, None, None]
+        w, ladj = dist.transform.inv.call_and_ladj(u)
+        if ladj.dim() == u.dim():
+            ladj = ladj.sum(-1)
+        sq = (u.to(torch.float64) ** 2).sum(-1)
+        log_base = -0.5 * sq - 0.5 * self.dim * _LOG_2PI
+        log_c = log_base - ladj.to(torch.float64) - self._log_scale()
+        return self._z(w), log_c, sq
 
 
 class FlowPosterior(StepwiseEstimator):
@@ -145,36 +173,50 @@ class FlowPosterior(StepwiseEstimator):
         log_m = head.log_m(z)
         return -(log_c + log_m), None, log_c + logdet
 
+    @torch.no_grad()
+    def _end_epoch(self, model: nn.Module, loader: Any) -> None:
+        """Cap ``log π − log m`` at its 99th percentile over the training set (see class docstring)."""
+        head: FlowHead = model.head  # type: ignore[assignment]
+        batch = loader.all() if loader.count <= _CAP_ROWS else loader.sample_batch(_CAP_ROWS, self._batch_gen)
+        was_training = model.training
+        model.eval()
+        try:
+            head.ratio_cap.fill_(math.inf)
+            ratios = [head.log_ratio(z) for z, _, _, _ in self._chunks(batch)]
+        finally:
+            model.train(was_training)
+        if ratios:
+            ratio = torch.cat(ratios)
+            ratio = ratio[torch.isfinite(ratio)]
+            if ratio.numel():
+                head.ratio_cap.fill_(float(torch.quantile(ratio, _CAP_QUANTILE)))
+
     def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         head: FlowHead = model.head  # type: ignore[assignment]
         k = self.config["num_proposals"]
         k_c = (k + 1) // 2
-        k_m = k - k_c
+        tau = _WIDEN / math.sqrt(min(gamma, 1.0))
+        scales = torch.ones(k, dtype=torch.float32, device=s.device)
+        scales[k_c:] = tau
+        log_mix = torch.log(torch.tensor([k_c / k, (k - k_c) / k], dtype=torch.float64, device=s.device))
         ctx = head.context(s)
         pooled = ctx.shape[0] == 1
         ctx = ctx.expand(n, ctx.shape[1])
         chunk = max(1, _CANDIDATES_PER_PASS // k)
-        seed = int(torch.randint(0, 2**62, (1,), generator=self._sample_gen, device=self._sample_gen.device))
-        devices = [ctx.device] if ctx.device.type == "cuda" else []
         zs, log_ts, log_zs = [], [], []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            for start in range(0, n, chunk):
-                c = ctx[start:start + chunk]
-                cand = head.sample_c(c, k_c)
-                if k_m:
-                    cand = torch.cat([cand, head.sample_m(k_m, c.shape[0])], dim=0)  # (K, m, D)
-                log_c, log_m = head.log_c(cand, c), head.log_m(cand)
-                log_g = math.log(k_c / k) + log_c
-                if k_m:
-                    log_g = torch.logaddexp(log_g, math.log(k_m / k) + log_m)
-                log_pi = -0.5 * (cand * cand).sum(-1) - 0.5 * head.dim * _LOG_2PI
-                log_t = log_pi + gamma * (log_c - log_m)
-                index, log_z = resample(log_t - log_g, self._sample_gen)
-                cols = torch.arange(c.shape[0], device=c.device)
-                zs.append(cand[index, cols])
-                log_ts.append(log_t[index, cols])
-                log_zs.append(log_z)
+        for start in range(0, n, chunk):
+            c = ctx[start:start + chunk]
+            cand, log_c, sq = head.draw_c(c, scales, self._sample_gen)  # (K, m, D), (K, m), (K, m)
+            # density of the candidate mixture (balance heuristic): c itself and c widened by τ
+            log_wide = log_c + 0.5 * sq * (1.0 - 1.0 / tau**2) - head.dim * math.log(tau)
+            log_g = torch.logaddexp(log_mix[0] + log_c, log_mix[1] + log_wide) if k > k_c else log_c
+            log_pi = -0.5 * (cand * cand).sum(-1) - 0.5 * head.dim * _LOG_2PI
+            log_t = (1.0 - gamma) * log_pi + gamma * (log_c + head.log_ratio(cand))
+            index, log_z = resample(log_t - log_g, self._sample_gen)
+            cols = torch.arange(c.shape[0], device=c.device)
+            zs.append(cand[index, cols])
+            log_ts.append(log_t[index, cols])
+            log_zs.append(log_z)
         log_z = torch.cat(log_zs)
         if pooled:
             log_z = (torch.logsumexp(log_z, 0) - math.log(n)).expand(n)

@@ -200,13 +200,21 @@ class GaussianPosterior(StepwiseEstimator):
     """
 
     DEFAULTS: ClassVar[dict[str, Any]] = {**COMMON_DEFAULTS, "lr": 1e-2, "hidden_dim": 128, "num_layers": 3,
-                                          "momentum": 0.01, "min_var": 1e-20}
+                                          "momentum": 0.01, "min_var": 1e-20, "weight_decay": 1.0}
 
     def _check_extra(self, cfg: dict[str, Any]) -> None:
         check_int(self, cfg, "hidden_dim", 1)
         check_int(self, cfg, "num_layers", 1)
         check_real(self, cfg, "momentum", 0.0, 1.0, low_open=True)
         check_real(self, cfg, "min_var", 0.0, math.inf)
+        check_real(self, cfg, "weight_decay", 0.0, math.inf)
+
+    def _param_groups(self, model: nn.Module) -> list[dict[str, Any]]:
+        head: GaussianHead = model.head  # type: ignore[assignment]
+        decayed = [m.weight for m in head.net if isinstance(m, nn.Linear)]
+        ids = {id(p) for p in decayed}
+        rest = [p for p in model.parameters() if id(p) not in ids]
+        return [{"params": rest}, {"params": decayed, "weight_decay": self.config["weight_decay"]}]
 
     def _make_head(self, dim: int, context_dim: int) -> nn.Module:
         cfg = self.config

@@ -17,8 +17,10 @@ class RunningMoments(nn.Module):
     The statistics change only through :meth:`update`, and only while the module is in
     training mode; they are buffers (saved, copied, moved with ``.to()`` but never cast by
     ``.float()``, because :meth:`_apply` keeps them float64) and never carry gradients. The
-    first update sets them from that batch; later updates move the mean by ``momentum`` towards
-    the batch mean and the covariance towards the batch covariance *around the updated running
+    first update sets them from that batch; a later batch of n rows, after ``seen`` rows, gets
+    the weight ``max(momentum, n / (seen + n))`` — a plain running average until ``momentum``
+    takes over, so the first batch's noise does not linger — and moves the mean towards the
+    batch mean and the covariance towards the batch covariance *around the updated running
     mean* (so a drifting mean widens the estimate instead of being ignored).
 
     Args:
@@ -30,7 +32,7 @@ class RunningMoments(nn.Module):
     Attributes:
         mean: float64 ``(D,)``.
         cov: float64 ``(D, D)`` if ``full`` else ``(D,)`` (the variances).
-        count: int64 scalar, number of updates applied.
+        count: int64 scalar, number of rows folded in so far.
     """
 
     def __init__(self, dim: int, momentum: float, *, full: bool = False, min_var: float = 1e-20) -> None:
@@ -63,21 +65,21 @@ class RunningMoments(nn.Module):
         if not self.training or x.shape[0] == 0:
             return
         x = x.detach().to(torch.float64).reshape(x.shape[0], self.dim)
+        n = x.shape[0]
+        seen = int(self.count)
         batch_mean = x.mean(0)
-        if int(self.count) == 0:
+        if seen == 0:
             self.mean.copy_(batch_mean)
             centred = x - batch_mean
-            denom = max(x.shape[0] - 1, 1)
+            batch_cov = centred.T @ centred if self.full else (centred * centred).sum(0)
+            self.cov.copy_(batch_cov / max(n - 1, 1))
         else:
-            self.mean.add_(self.momentum * (batch_mean - self.mean))
+            weight = max(self.momentum, n / (seen + n))
+            self.mean.add_(weight * (batch_mean - self.mean))
             centred = x - self.mean
-            denom = x.shape[0]
-        batch_cov = centred.T @ centred / denom if self.full else (centred * centred).sum(0) / denom
-        if int(self.count) == 0:
-            self.cov.copy_(batch_cov)
-        else:
-            self.cov.mul_(1.0 - self.momentum).add_(self.momentum * batch_cov)
-        self.count.add_(1)
+            batch_cov = (centred.T @ centred if self.full else (centred * centred).sum(0)) / n
+            self.cov.mul_(1.0 - weight).add_(weight * batch_cov)
+        self.count.add_(n)
 
     @property
     def variance(self) -> torch.Tensor:

@@ -181,6 +181,10 @@ class StepwiseEstimator:
     def _make_head(self, dim: int, context_dim: int) -> nn.Module:
         raise NotImplementedError
 
+    def _param_groups(self, model: nn.Module) -> list[dict[str, Any]]:
+        """Optimiser parameter groups (AdamW; ``weight_decay`` 0 unless a group sets it)."""
+        return [{"params": list(model.parameters())}]
+
     def _row_terms(self, model: nn.Module, z: torch.Tensor, logdet: torch.Tensor, log_prob: torch.Tensor,
                    s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         """Per-row ``(nll (N,), log importance weight (N,) or None, log q(θ | x) (N,))``."""
@@ -282,7 +286,7 @@ class StepwiseEstimator:
             head = self._make_head(context.prior.dim, int(s.shape[1])).to(self._device)
         self._model = _Model(embedding, head).to(self._device)
         self._model.train()
-        self._optimizer = torch.optim.Adam(self._model.parameters(), lr=cfg["lr"])
+        self._optimizer = torch.optim.AdamW(self._param_groups(self._model), lr=cfg["lr"], weight_decay=0.0)
         self._scheduler = None
         if cfg["lr_decay_factor"] < 1.0:
             self._scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
