@@ -65,3 +65,10 @@ def filled_store(blocks: list[dict[str, np.ndarray]], validation: int = 256) -> 
     for block in blocks:
         store.append(block, len(block["theta.value"]))
     return store
+
+
+def mvn_logpdf(values: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """Log density of N(mean, cov) at ``values`` ``(N, D)``."""
+    diff = values - mean
+    sol = np.linalg.solve(cov, diff.T).T
+    return -0.5 * (diff * sol).sum(1) - 0.5 * np.linalg.slogdet(2 * np.pi * cov)[1]

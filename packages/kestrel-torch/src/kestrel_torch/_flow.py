@@ -29,6 +29,22 @@ _CAP_ROWS = 16384  # training rows used to set the cap of log π − log m
 _CAP_QUANTILE = 0.99
 
 
+def _affine_nsf(features: int, context: int, *, transforms: int, hidden_features: tuple[int, ...],
+                bins: int) -> zuko.flows.Flow:
+    """A conditional affine autoregressive layer followed by a zuko neural spline flow.
+
+    The affine layer (applied first, from data to base) moves and scales each variable as a
+    function of the context, so the spline layers see roughly standardised values even where
+    the conditional is much narrower than the standardised space; without it a narrow
+    conditional must be carved out by steep splines and keeps heavy tails.
+    """
+    nsf = zuko.flows.NSF(features=features, context=context, transforms=transforms,
+                         hidden_features=hidden_features, bins=bins)
+    affine = zuko.flows.MaskedAutoregressiveTransform(features=features, context=context,
+                                                      hidden_features=hidden_features)
+    return zuko.flows.Flow(transform=[affine, *nsf.transform.transforms], base=nsf.base)
+
+
 class FlowHead(nn.Module):
     """A conditional flow ``c(z | s)`` and an unconditional flow ``m(z)`` over the same space.
 
@@ -46,8 +62,8 @@ class FlowHead(nn.Module):
         self.context_stats = RunningMoments(context_dim, momentum)
         self.latent_stats = RunningMoments(dim, momentum)
         kwargs = {"transforms": transforms, "hidden_features": tuple(hidden_features), "bins": bins}
-        self.conditional = zuko.flows.NSF(features=dim, context=context_dim, **kwargs)
-        self.marginal = zuko.flows.NSF(features=dim, context=0, **kwargs)
+        self.conditional = _affine_nsf(dim, context_dim, **kwargs)
+        self.marginal = _affine_nsf(dim, 0, **kwargs)
         self.register_buffer("ratio_cap", torch.tensor(math.inf, dtype=torch.float64))
 
     @torch.no_grad()
@@ -224,3 +240,17 @@ class FlowPosterior(StepwiseEstimator):
             raise EstimatorError(f"node {self._require_setup().node!r}: importance resampling found no finite "
                                  f"weight among {k} candidates; the flows are not usable (retrain or reload)")
         return torch.cat(zs), torch.cat(log_ts) - log_z
+
+    def _log_density(self, model: nn.Module, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        head: FlowHead = model.head  # type: ignore[assignment]
+        k = self.config["num_proposals"]
+        ctx = head.context(s)
+        generator = torch.Generator(ctx.device).manual_seed(0)  # deterministic normalising constant
+        log_zs = []
+        for start in range(0, ctx.shape[0], max(1, _CANDIDATES_PER_PASS // k)):
+            c = ctx[start:start + max(1, _CANDIDATES_PER_PASS // k)]
+            cand, _, _ = head.draw_c(c, torch.ones(k, device=c.device), generator)
+            log_zs.append(torch.logsumexp(head.log_ratio(cand), 0) - math.log(k))  # Ẑ = E_c[π/m]
+        log_z = torch.cat(log_zs)
+        ctx = ctx.expand(z.shape[0], ctx.shape[1]) if ctx.shape[0] == 1 else ctx
+        return head.log_c(z, ctx) + head.log_ratio(z) - log_z

@@ -264,3 +264,7 @@ class GaussianPosterior(StepwiseEstimator):
         self._clipped = factor.clipped
         z = factor.sample(n, self._sample_gen)
         return z, factor.log_prob(z)
+
+    def _log_density(self, model: nn.Module, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        head: GaussianHead = model.head  # type: ignore[assignment]
+        return head.factor(head.mean(s), 1.0).log_prob(z)

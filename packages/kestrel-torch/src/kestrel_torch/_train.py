@@ -197,6 +197,10 @@ class StepwiseEstimator:
         """``n`` draws ``z (n, D)`` and their z-space log density ``(n,)`` given ``s (M, E)``."""
         raise NotImplementedError
 
+    def _log_density(self, model: nn.Module, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """Posterior log density in z-space ``(N,)`` of ``z (N, D)`` given ``s (M, E)``, deterministic."""
+        raise NotImplementedError
+
     # -- setup -------------------------------------------------------------------------------
     def setup(self, context: EstimatorContext) -> None:
         """Bind the estimator to its node.
@@ -374,6 +378,12 @@ class StepwiseEstimator:
             self._train_loss = float(torch.stack(losses).mean())
             self._val_loss = self._validation_loss(val_loader) if val_loader is not None else None
             metric = self._val_loss if self._val_loss is not None else self._train_loss
+            if self._val_loss is not None and self._best is not None:
+                # the validation set follows the proposals, so losses of different epochs are on
+                # different data: compare with the best model's loss on the same, current set
+                best_now = self._validation_loss(val_loader, self._best)
+                if best_now is not None and math.isfinite(best_now):
+                    best_metric = best_now
             self._total_epochs += 1
             if math.isfinite(metric) and metric < best_metric:
                 best_metric, bad_epochs = metric, 0
@@ -453,12 +463,13 @@ class StepwiseEstimator:
         return (truncated_weights(log_w) * nll).sum()
 
     @torch.no_grad()
-    def _validation_loss(self, loader: CachedDataLoader) -> float | None:
-        """Mean (or importance-weighted) loss over the whole validation set, in eval mode.
+    def _validation_loss(self, loader: CachedDataLoader, model: nn.Module | None = None) -> float | None:
+        """Mean (or importance-weighted) loss of ``model`` (default: the current model) over the
+        whole validation set, in eval mode.
 
         Changes no state (case K21): eval mode, no gradient, statistics untouched.
         """
-        model = self._model
+        model = self._model if model is None else model
         if model is None or loader.count == 0:
             return None
         was_training = model.training
@@ -554,6 +565,38 @@ class StepwiseEstimator:
         if self._best is None or self._total_epochs < self.config["prior_epochs"] or self.config["gamma"] == 0:
             return self.sample_prior(n)
         return self._sample(self._best, n, conditions, self.config["gamma"])
+
+    def log_prob(self, theta: Any, conditions: Mapping[str, Any]) -> np.ndarray:
+        """Log density of the (proposal-corrected) posterior at ``theta`` given ``conditions``.
+
+        Uses the best-so-far model, like the sampling methods; deterministic (the flow's
+        normalising constant is estimated with a fixed-seed draw).
+
+        Args:
+            theta: array ``(N, F)`` inside the prior's support.
+            conditions: evidence node → array ``(N, *D)`` or ``(1, *D)``.
+
+        Returns:
+            float64 ``(N,)``, θ-space.
+
+        Raises:
+            EstimatorError: no trained model, or a missing/mis-shaped condition.
+            OutOfSupportError: ``theta`` outside the prior's support.
+        """
+        context = self._require_setup()
+        if self._best is None:
+            raise EstimatorError(f"node {context.node!r}: log_prob needs a trained model; "
+                                 "train at least one epoch or load a checkpoint first")
+        theta = np.asarray(theta, dtype=np.float64)
+        if theta.ndim != 2:
+            raise EstimatorError(f"node {context.node!r}: log_prob expects theta of shape (N, "
+                                 f"{context.prior.full_dim}), got {theta.shape}")
+        z, logdet = context.prior.to_normal(theta, with_logdet=True)
+        inputs = self._inference_inputs(theta.shape[0], conditions)
+        with torch.no_grad():
+            s = self._best.embed(inputs)
+            log_z = self._log_density(self._best, torch.as_tensor(z, device=self._device), s)
+        return log_z.cpu().numpy() + logdet
 
     def _sample(self, model: _Model, n: int, conditions: Mapping[str, Any], gamma: float) -> Record:
         prior = self.prior
