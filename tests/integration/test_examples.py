@@ -28,6 +28,7 @@ def test_example_launches_with_a_tiny_budget(name, tmp_path, no_leaked_actors):
     assert (run / "config.yml").is_file()
     assert load_config(run / "config.yml").graph.forward_order == cfg.graph.forward_order
     assert (run / "graph" / "driver" / "output.log").stat().st_size > 0
+    assert (run / "buffer" / "snapshots").is_dir()
     for node in cfg.graph.nodes:
         assert (run / "graph" / node / "output.log").is_file()
     for node in cfg.graph.latents:

@@ -93,8 +93,9 @@ class RunDir:
         _write_json(os.path.join(self.node_dir(node), SAVED_MARKER), {"time": time.time(), **info})
 
     def makedirs(self) -> None:
-        """Create the run directory and its ``graph/driver`` and ``samples`` folders."""
-        for path in (self.root, self.node_dir("driver"), self.samples):
+        """Create the run directory and its ``graph/driver``, ``samples`` and ``buffer/snapshots``
+        folders (snapshots are written there only with ``buffer.snapshot_every``)."""
+        for path in (self.root, self.node_dir("driver"), self.samples, self.snapshots):
             os.makedirs(path, exist_ok=True)
 
     def write_config(self, config: Any) -> None:
