@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from kestrel_core import EstimatorContext, InMemoryStore, Product
+from torch import nn
 
 
 @dataclass
@@ -72,3 +74,25 @@ def mvn_logpdf(values: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np.ndar
     diff = values - mean
     sol = np.linalg.solve(cov, diff.T).T
     return -0.5 * (diff * sol).sum(1) - 0.5 * np.linalg.slogdet(2 * np.pi * cov)[1]
+
+
+class BasisEmbedding(nn.Module):
+    """Case K13: keeps a projection basis as a *plain attribute*, set on the first training forward.
+
+    Until then (or if the attribute were lost) it returns zeros: no information about θ, so a
+    posterior built on it is the prior. The learned basis is the top principal directions of
+    the first training batch of ``x``.
+    """
+
+    def __init__(self, components: int = 3) -> None:
+        super().__init__()
+        self.components = components
+        self.basis: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and self.basis is None:
+            centred = x.detach() - x.detach().mean(0)
+            self.basis = torch.linalg.svd(centred, full_matrices=False)[2][: self.components].T.clone()
+        if self.basis is None:
+            return torch.zeros(x.shape[0], self.components, dtype=x.dtype, device=x.device)
+        return x @ self.basis.to(x.dtype)

@@ -1,4 +1,4 @@
-"""Neural spline flow posterior (zuko) with an SNPE-A correction by a learned buffer marginal.
+"""Neural spline flow posterior (zuko), importance-weighted to a Gaussian reference.
 
 Shape symbols: N samples, M rows of conditions, K candidates per draw, E embedding width,
 D free parameters.
@@ -25,8 +25,6 @@ __all__ = ["FlowPosterior", "FlowHead"]
 _LOG_2PI = math.log(2.0 * math.pi)
 _CANDIDATES_PER_PASS = 1 << 16  # K·M rows per flow evaluation while sampling
 _WIDEN = 1.5  # base scale of the widened half of the candidates, for γ = 1
-_CAP_ROWS = 16384  # training rows used to set the cap of log π − log m
-_CAP_QUANTILE = 0.99
 
 
 def _affine_nsf(features: int, context: int, *, transforms: int, hidden_features: tuple[int, ...],
@@ -35,8 +33,7 @@ def _affine_nsf(features: int, context: int, *, transforms: int, hidden_features
 
     The affine layer (applied first, from data to base) moves and scales each variable as a
     function of the context, so the spline layers see roughly standardised values even where
-    the conditional is much narrower than the standardised space; without it a narrow
-    conditional must be carved out by steep splines and keeps heavy tails.
+    the conditional is much narrower than the buffer.
     """
     nsf = zuko.flows.NSF(features=features, context=context, transforms=transforms,
                          hidden_features=hidden_features, bins=bins)
@@ -46,13 +43,13 @@ def _affine_nsf(features: int, context: int, *, transforms: int, hidden_features
 
 
 class FlowHead(nn.Module):
-    """A conditional flow ``c(z | s)`` and an unconditional flow ``m(z)`` over the same space.
+    """A conditional flow ``c(z | s)`` and the Gaussian reference ``r(z)`` of the buffer.
 
-    Both are zuko neural spline flows over ``w = (z − μ) / σ``, where ``μ``, ``σ`` are running
-    float64 statistics of the buffer's z (updated by training steps only); densities are
-    returned in z-space (``log p(z) = log p(w) − Σ log σ``) in float64. The embedding is
-    whitened by running float64 statistics before it becomes the flow's context. The flows
-    themselves run in float32.
+    ``r = N(m_r, R)`` holds the running float64 mean and covariance of the buffer's z (updated
+    by training steps only). The flow models ``w = (z − m_r) / σ_r`` (σ_r the square roots of
+    the diagonal of R) in float32; densities are returned in z-space
+    (``log c(z) = log c(w) − Σ log σ_r``) in float64. The flow's context is the embedding
+    whitened by running float64 statistics.
     """
 
     def __init__(self, dim: int, context_dim: int, *, transforms: int, hidden_features: Sequence[int],
@@ -60,11 +57,9 @@ class FlowHead(nn.Module):
         super().__init__()
         self.dim = int(dim)
         self.context_stats = RunningMoments(context_dim, momentum)
-        self.latent_stats = RunningMoments(dim, momentum)
-        kwargs = {"transforms": transforms, "hidden_features": tuple(hidden_features), "bins": bins}
-        self.conditional = _affine_nsf(dim, context_dim, **kwargs)
-        self.marginal = _affine_nsf(dim, 0, **kwargs)
-        self.register_buffer("ratio_cap", torch.tensor(math.inf, dtype=torch.float64))
+        self.latent_stats = RunningMoments(dim, momentum, full=True, min_var=1e-30)
+        self.conditional = _affine_nsf(dim, context_dim, transforms=transforms,
+                                       hidden_features=tuple(hidden_features), bins=bins)
 
     @torch.no_grad()
     def observe(self, z: torch.Tensor, s: torch.Tensor) -> None:
@@ -76,9 +71,6 @@ class FlowHead(nn.Module):
         """The flow context: whitened embedding, float32 ``(M, E)``."""
         return self.context_stats.normalize(s).to(torch.float32)
 
-    def _w(self, z: torch.Tensor) -> torch.Tensor:
-        return self.latent_stats.normalize(z).to(torch.float32)
-
     def _z(self, w: torch.Tensor) -> torch.Tensor:
         return self.latent_stats.mean + self.latent_stats.std * w.to(torch.float64)
 
@@ -87,70 +79,77 @@ class FlowHead(nn.Module):
 
     def log_c(self, z: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
         """``log c(z | s)`` in z-space, float64; ``z`` ``(..., M, D)``, ``ctx`` ``(M, E)`` → ``(..., M)``."""
-        return self.conditional(ctx).log_prob(self._w(z)).to(torch.float64) - self._log_scale()
+        w = self.latent_stats.normalize(z).to(torch.float32)
+        return self.conditional(ctx).log_prob(w).to(torch.float64) - self._log_scale()
+
+    def log_ref(self, z: torch.Tensor) -> torch.Tensor:
+        """``log r(z)``, float64 ``(...)``."""
+        return self.latent_stats.log_prob(z)
 
     def log_ratio(self, z: torch.Tensor) -> torch.Tensor:
-        """``log π(z) − log m(z)``, capped at :attr:`ratio_cap`, float64 ``(...)``."""
-        log_pi = -0.5 * (z * z).sum(-1) - 0.5 * self.dim * _LOG_2PI
-        return torch.clamp(log_pi - self.log_m(z), max=float(self.ratio_cap))
-
-    def log_m(self, z: torch.Tensor) -> torch.Tensor:
-        """``log m(z)`` in z-space, float64; ``z`` ``(..., D)`` → ``(...)``."""
-        return self.marginal().log_prob(self._w(z)).to(torch.float64) - self._log_scale()
+        """``log π(z) − log r(z)`` with ``π = N(0, I)``, float64 ``(...)``."""
+        return -0.5 * (z * z).sum(-1) - 0.5 * self.dim * _LOG_2PI - self.log_ref(z)
 
     def draw_c(self, ctx: torch.Tensor, scales: torch.Tensor,
                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Draw from ``c`` with its base distribution widened: ``u ~ N(0, τ_k² I)``, ``w = f⁻¹(u)``.
+        """Draw from ``c`` through its base distribution widened per row: ``u ~ N(0, τ_k² I)``.
 
         Args:
-            ctx: context ``(M, E)``; scales: float32 ``(K,)``, the base scale τ_k of each
-                candidate row (1 draws from ``c`` itself).
+            ctx: context ``(M, E)``; scales: ``(K,)``, the base scale τ_k of candidate row k
+                (τ = 1 draws from ``c`` itself); generator: for ``u``.
 
         Returns:
-            ``(z, log_c, log_base)``: candidates float64 ``(K, M, D)`` in z-space, their
-            z-space log density under ``c`` (τ = 1), and ``log|det ∂u/∂z|`` terms folded in as
-            ``log_c − log N(u; 0, I)`` so that the density under scale τ is
-            ``log_c − log N(u; 0, I) + log N(u; 0, τ² I)`` — returned as ``(K, M)`` float64
-            via ``log_base = log N(u; 0, I)`` and the squared norm (see caller).
+            ``(z, log_c, sq)``: candidates float64 ``(K, M, D)`` in z-space, their z-space log
+            density under ``c``, and ``|u|²`` ``(K, M)``, from which the density under the
+            widened base follows: ``log c_τ = log c + ½|u|²(1 − τ⁻²) − D log τ``.
         """
         dist = self.conditional(ctx)
         k, m = scales.shape[0], ctx.shape[0]
         u = torch.randn(k, m, self.dim, generator=generator, device=ctx.device, dtype=ctx.dtype)
-        u = u * scales[:, None, None]
+        u = u * scales.to(u.dtype)[:, None, None]
         w, ladj = dist.transform.inv.call_and_ladj(u)
         if ladj.dim() == u.dim():
             ladj = ladj.sum(-1)
         sq = (u.to(torch.float64) ** 2).sum(-1)
-        log_base = -0.5 * sq - 0.5 * self.dim * _LOG_2PI
-        log_c = log_base - ladj.to(torch.float64) - self._log_scale()
+        log_c = -0.5 * sq - 0.5 * self.dim * _LOG_2PI - ladj.to(torch.float64) - self._log_scale()
         return self._z(w), log_c, sq
 
 
 class FlowPosterior(StepwiseEstimator):
-    """Conditional neural spline flow posterior (zuko), corrected by a learned buffer marginal.
+    """Conditional neural spline flow posterior (zuko), importance-weighted to a Gaussian reference.
 
     **Space.** θ is mapped to the unit cube by the prior's CDFs, ``u = prior.to_unit(θ)``, and
     on to the unbounded space ``z = Φ⁻¹(u)`` (Φ the standard-normal CDF) — computed directly
-    and tail-accurately by ``prior.to_normal`` — where the prior is ``N(0, I)``. The flows are
-    fitted there (standardised by running statistics, see :class:`FlowHead`); every draw maps
-    back through ``prior.from_normal``, which lands in the prior's support by construction, so
-    posterior samples never leave it. Densities are reported in θ-space.
+    and tail-accurately by ``prior.to_normal`` — where the prior is ``π = N(0, I)``. The flow
+    is fitted there; every draw maps back through ``prior.from_normal``, which lands in the
+    prior's support by construction, so samples never leave it. Densities are reported in
+    θ-space. The flow is a conditional affine autoregressive layer followed by a neural spline
+    flow (``transforms`` spline layers of ``bins`` bins, ``hidden_features`` wide).
 
-    **Proposal correction (SNPE-A with learned densities).** The buffer ``p̃(z)`` is a mixture
-    of the prior and past proposals. Two flows are trained on the same batches: the conditional
-    ``c(z | s)`` (s the embedding of the sample's own conditions) and the unconditional
-    ``m(z)``. They learn ``c ≈ p̃(z) L(x | z) / p̃(x)`` and ``m ≈ p̃(z)``, so
-    ``π(z) c(z | x) / m(z) ∝ π(z) L(x | z)`` is the posterior whatever the proposal history
-    (Papamakarios & Murray 2016, arXiv:1605.06376, with flows in place of Gaussians).
+    **Proposal correction.** The buffer holds draws from a mixture of the prior and past
+    proposals; each carries the log density of the distribution it came from
+    (``<node>.log_prob``). The loss reweights the buffer to a Gaussian reference
+    ``r = N(m_r, R)`` — the running mean and covariance of the buffer's z — with
+    self-normalised, truncated importance weights ``w_i ∝ r(z_i) / q_i(z_i)`` (SNPE-B style,
+    Lueckmann et al. 2017, arXiv:1711.01861; truncation: Ionides 2008), so the flow learns
+    ``c(z | x) ∝ r(z) L(x | z)``, and the posterior is ``π(z) c(z | x) / r(z)`` with ``r``
+    known in closed form (the SNPE-A division of Papamakarios & Murray 2016,
+    arXiv:1605.06376, with an analytic denominator). Because r is a smooth Gaussian that follows
+    the buffer, the weights stay near 1 once proposals settle, and dividing by it does not
+    amplify the flow's tail errors the way dividing by a learned, sharply peaked buffer density
+    would.
 
-    **Sampling.** Target ``t_γ(z) = π(z) (c(z | x) / m(z))^γ`` — γ = 1 for
+    **Sampling.** Target ``t_γ(z) = π(z) (c(z | x) / r(z))^γ`` — γ = 1 for
     :meth:`sample_posterior`, γ = ``gamma`` for :meth:`sample_proposal` (∝ prior ·
     likelihood^γ). Each draw picks one of ``num_proposals`` candidates — half from ``c``, half
-    from ``m`` (a defensive mixture, weighted by the balance heuristic, Veach & Guibas 1995) —
-    with probability ∝ ``t_γ / g`` (sampling importance resampling, Rubin 1988). The reported
-    ``log_prob`` is ``log t_γ − log Ẑ``, with ``Ẑ`` the mean importance weight (pooled over all
-    draws for a broadcast observation): the density of the resampled distribution up to the
-    Monte-Carlo error of ``Ẑ``, exact as ``num_proposals`` grows.
+    from ``c`` with its base distribution widened by ``τ = 1.5/√min(γ, 1)`` (a defensive
+    mixture with the balance heuristic, Veach & Guibas 1995) — with probability ∝ ``t_γ / g``
+    (sampling importance resampling, Rubin 1988). The reported ``log_prob`` is
+    ``log t_γ − log Ẑ`` with ``Ẑ`` the mean importance weight (pooled over all draws for a
+    broadcast observation): the density of the resampled distribution up to the Monte-Carlo
+    error of ``Ẑ``, exact as ``num_proposals`` grows. Tempering also raises the flow's own
+    errors to the power γ, so proposals tend to be somewhat wider than the nominal
+    ``π · L^γ`` — the safe direction for a proposal.
 
     Keyword args (besides those of :class:`StepwiseEstimator`): ``transforms=3``,
     ``hidden_features=(64, 64)``, ``bins=8``, ``num_proposals=256``, ``momentum=0.01``
@@ -186,26 +185,8 @@ class FlowPosterior(StepwiseEstimator):
         head: FlowHead = model.head  # type: ignore[assignment]
         head.observe(z, s)
         log_c = head.log_c(z, head.context(s))
-        log_m = head.log_m(z)
-        return -(log_c + log_m), None, log_c + logdet
-
-    @torch.no_grad()
-    def _end_epoch(self, model: nn.Module, loader: Any) -> None:
-        """Cap ``log π − log m`` at its 99th percentile over the training set (see class docstring)."""
-        head: FlowHead = model.head  # type: ignore[assignment]
-        batch = loader.all() if loader.count <= _CAP_ROWS else loader.sample_batch(_CAP_ROWS, self._batch_gen)
-        was_training = model.training
-        model.eval()
-        try:
-            head.ratio_cap.fill_(math.inf)
-            ratios = [head.log_ratio(z) for z, _, _, _ in self._chunks(batch)]
-        finally:
-            model.train(was_training)
-        if ratios:
-            ratio = torch.cat(ratios)
-            ratio = ratio[torch.isfinite(ratio)]
-            if ratio.numel():
-                head.ratio_cap.fill_(float(torch.quantile(ratio, _CAP_QUANTILE)))
+        log_w = head.log_ref(z).detach() - (log_prob - logdet)
+        return -log_c, log_w, log_c + logdet
 
     def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         head: FlowHead = model.head  # type: ignore[assignment]
@@ -214,7 +195,6 @@ class FlowPosterior(StepwiseEstimator):
         tau = _WIDEN / math.sqrt(min(gamma, 1.0))
         scales = torch.ones(k, dtype=torch.float32, device=s.device)
         scales[k_c:] = tau
-        log_mix = torch.log(torch.tensor([k_c / k, (k - k_c) / k], dtype=torch.float64, device=s.device))
         ctx = head.context(s)
         pooled = ctx.shape[0] == 1
         ctx = ctx.expand(n, ctx.shape[1])
@@ -224,8 +204,10 @@ class FlowPosterior(StepwiseEstimator):
             c = ctx[start:start + chunk]
             cand, log_c, sq = head.draw_c(c, scales, self._sample_gen)  # (K, m, D), (K, m), (K, m)
             # density of the candidate mixture (balance heuristic): c itself and c widened by τ
-            log_wide = log_c + 0.5 * sq * (1.0 - 1.0 / tau**2) - head.dim * math.log(tau)
-            log_g = torch.logaddexp(log_mix[0] + log_c, log_mix[1] + log_wide) if k > k_c else log_c
+            log_g = math.log(k_c / k) + log_c
+            if k > k_c:
+                log_wide = log_c + 0.5 * sq * (1.0 - 1.0 / tau**2) - head.dim * math.log(tau)
+                log_g = torch.logaddexp(log_g, math.log((k - k_c) / k) + log_wide)
             log_pi = -0.5 * (cand * cand).sum(-1) - 0.5 * head.dim * _LOG_2PI
             log_t = (1.0 - gamma) * log_pi + gamma * (log_c + head.log_ratio(cand))
             index, log_z = resample(log_t - log_g, self._sample_gen)
@@ -238,7 +220,7 @@ class FlowPosterior(StepwiseEstimator):
             log_z = (torch.logsumexp(log_z, 0) - math.log(n)).expand(n)
         if not bool(torch.isfinite(log_z).all()):
             raise EstimatorError(f"node {self._require_setup().node!r}: importance resampling found no finite "
-                                 f"weight among {k} candidates; the flows are not usable (retrain or reload)")
+                                 f"weight among {k} candidates; the flow is not usable (retrain or reload)")
         return torch.cat(zs), torch.cat(log_ts) - log_z
 
     def _log_density(self, model: nn.Module, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -246,11 +228,11 @@ class FlowPosterior(StepwiseEstimator):
         k = self.config["num_proposals"]
         ctx = head.context(s)
         generator = torch.Generator(ctx.device).manual_seed(0)  # deterministic normalising constant
+        chunk = max(1, _CANDIDATES_PER_PASS // k)
         log_zs = []
-        for start in range(0, ctx.shape[0], max(1, _CANDIDATES_PER_PASS // k)):
-            c = ctx[start:start + max(1, _CANDIDATES_PER_PASS // k)]
-            cand, _, _ = head.draw_c(c, torch.ones(k, device=c.device), generator)
-            log_zs.append(torch.logsumexp(head.log_ratio(cand), 0) - math.log(k))  # Ẑ = E_c[π/m]
+        for start in range(0, ctx.shape[0], chunk):
+            cand, _, _ = head.draw_c(ctx[start:start + chunk], torch.ones(k, device=ctx.device), generator)
+            log_zs.append(torch.logsumexp(head.log_ratio(cand), 0) - math.log(k))  # Ẑ = E_c[π / r]
         log_z = torch.cat(log_zs)
         ctx = ctx.expand(z.shape[0], ctx.shape[1]) if ctx.shape[0] == 1 else ctx
         return head.log_c(z, ctx) + head.log_ratio(z) - log_z

@@ -141,7 +141,7 @@ class GaussianHead(nn.Module):
 
     def log_ref(self, z: torch.Tensor) -> torch.Tensor:
         """``log r(z)`` in z-space: float64 ``(N,)``."""
-        return _log_normal(z, self.latent_stats.mean, self.latent_stats.covariance)
+        return self.latent_stats.log_prob(z)
 
     def factor(self, mean: torch.Tensor, gamma: float) -> GaussianFactor:
         """The corrected, γ-tempered posterior for the means ``(M, D)`` (see :func:`gaussian_posterior`)."""

@@ -5,6 +5,8 @@ Shape symbols: N rows in a batch, D features.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
@@ -102,3 +104,10 @@ class RunningMoments(nn.Module):
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
         """``(x − mean) / std`` in float64, shape of ``x``; no gradient reaches the statistics."""
         return (x.to(torch.float64) - self.mean) / self.std
+
+    def log_prob(self, x: torch.Tensor) -> torch.Tensor:
+        """Log density of ``N(mean, covariance)`` at ``x`` ``(..., D)``: float64 ``(...)``."""
+        chol = torch.linalg.cholesky(self.covariance)
+        diff = (x.to(torch.float64) - self.mean).unsqueeze(-1)
+        t = torch.linalg.solve_triangular(chol, diff, upper=False).squeeze(-1)
+        return -0.5 * (t * t).sum(-1) - torch.log(torch.diagonal(chol)).sum() - 0.5 * self.dim * math.log(2 * math.pi)

@@ -1,0 +1,258 @@
+"""The shared training loop: configuration, status, stopping, yielding, validation, discard, bad rows."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+from kestrel_core import ConfigError, EstimatorContext, EstimatorError, InMemoryStore, Product, Status
+from kestrel_torch import FlowPosterior, GaussianPosterior, RunningNorm
+
+from .estimator_helpers import LinearGaussian, filled_store
+
+LG = LinearGaussian.make()
+X_O = LG.simulate(np.array([[0.3, -0.5, 0.8]]), np.random.default_rng(2))[0]
+
+BRIEF_KEYS = {"max_epochs", "batch_size", "lr", "early_stop_patience", "lr_decay_factor", "lr_patience",
+              "prior_epochs", "gamma", "cache_sync_every", "max_cache_samples", "discard_samples",
+              "log_ratio_threshold", "embedding", "device", "seed"}
+
+
+def small_store(n: int = 1024, validation: int = 128, seed: int = 5) -> InMemoryStore:
+    return filled_store([LG.prior_block(n, np.random.default_rng(seed))], validation=validation)
+
+
+def make(cls=GaussianPosterior, **kwargs):
+    est = cls(**{"seed": 0, **kwargs})
+    est.setup(LG.context())
+    return est
+
+
+def test_unknown_keyword_is_a_type_error_with_a_suggestion() -> None:
+    with pytest.raises(TypeError, match=r"GaussianPosterior: unknown keyword argument 'max_epoch' \(did you mean 'max_epochs'\?\)"):
+        GaussianPosterior(max_epoch=3)
+    with pytest.raises(TypeError, match=r"did you mean 'num_proposals'"):
+        FlowPosterior(num_proposal=3)
+    with pytest.raises(TypeError, match=r"unknown keyword argument 'bins'"):
+        GaussianPosterior(bins=3)  # a FlowPosterior keyword
+
+
+@pytest.mark.parametrize("cls, kwargs", [
+    (GaussianPosterior, {"lr": -1.0}), (GaussianPosterior, {"batch_size": 0}), (GaussianPosterior, {"gamma": "x"}),
+    (GaussianPosterior, {"lr_decay_factor": 1.5}), (GaussianPosterior, {"max_epochs": 2.5}),
+    (GaussianPosterior, {"discard_samples": "yes"}), (GaussianPosterior, {"hidden_dim": 0}),
+    (GaussianPosterior, {"momentum": 0.0}), (FlowPosterior, {"hidden_features": []}),
+    (FlowPosterior, {"num_proposals": 1}), (FlowPosterior, {"lr": math.nan}),
+])
+def test_bad_values_raise_a_config_error_naming_the_keyword(cls, kwargs) -> None:
+    with pytest.raises(ConfigError, match=f"{cls.__name__}\\({next(iter(kwargs))}="):
+        cls(**kwargs)
+
+
+def test_defaults() -> None:
+    gauss, flow = GaussianPosterior(), FlowPosterior()
+    assert BRIEF_KEYS <= set(gauss.config) and BRIEF_KEYS <= set(flow.config)
+    assert gauss.config["lr"] == 1e-2 and flow.config["lr"] == 1e-3
+    assert {"hidden_dim": 128, "num_layers": 3, "momentum": 0.01, "min_var": 1e-20}.items() <= gauss.config.items()
+    assert {"transforms": 3, "hidden_features": (64, 64), "bins": 8, "num_proposals": 256}.items() <= flow.config.items()
+    assert gauss.config["max_epochs"] == 100 and gauss.config["lr_decay_factor"] == 1.0 and gauss.config["gamma"] == 0.5
+
+
+def test_status_through_a_run() -> None:
+    est = GaussianPosterior(max_epochs=3)
+    assert est.status()["state"] == "idle" and est.status()["epoch"] == 0
+    est.setup(LG.context())
+    store = small_store()
+    asyncio.run(est.train(store.view()))
+    status = est.status()
+    assert status["state"] == "done" and status["epoch"] == 3 and status["max_epochs"] == 3
+    assert math.isfinite(status["train_loss"]) and math.isfinite(status["val_loss"])
+    assert status["best_val_loss"] <= status["val_loss"]
+    assert status["samples_seen"] == store.stats()["training"] == 1024 - 128
+    assert status["lr"] == 1e-2 and status["nonfinite_rows"] == 0 and status["error"] is None
+
+
+def test_request_stop_ends_training_after_the_current_step() -> None:
+    est = make(max_epochs=100)
+    steps: list[int] = []
+    step = est._train_step
+
+    def counting(batch):
+        steps.append(1)
+        out = step(batch)
+        if len(steps) == 5:
+            est.request_stop()
+        return out
+
+    est._train_step = counting  # type: ignore[method-assign]
+    asyncio.run(est.train(small_store().view()))
+    assert len(steps) == 5
+    assert est.status()["state"] == "stopped" and est.total_epochs == 1
+    est.config["max_epochs"] = 2
+    asyncio.run(est.train(small_store().view()))  # the stop request does not outlive the run it ended
+    assert est.status()["state"] == "done" and est.total_epochs == 3
+
+
+def test_k19_sampling_calls_interleave_with_training_steps() -> None:
+    est = make(max_epochs=3)
+    steps: list[int] = []
+    served: list[int] = []
+    step = est._train_step
+
+    def counting(batch):
+        steps.append(len(served))
+        return step(batch)
+
+    est._train_step = counting  # type: ignore[method-assign]
+
+    async def main() -> None:
+        training = asyncio.create_task(est.train(small_store().view()))
+        while not training.done():
+            record = est.sample_proposal(64, {"x": X_O[None]})
+            assert record["value"].shape == (64, 3)
+            served.append(len(steps))
+            await asyncio.sleep(0)
+        await training
+
+    asyncio.run(main())
+    # every step was followed by a turn of the event loop in which a proposal was served
+    assert len(steps) == 3 * (896 // 128)
+    assert len(set(served)) >= len(steps)
+
+
+def test_k21_validation_changes_no_state() -> None:
+    est = make(max_epochs=1, embedding=RunningNorm(momentum=0.5))
+    store = small_store()
+    asyncio.run(est.train(store.view()))
+    view = store.view()
+    val = est._loader(view, (Status.VALIDATION,), "val")
+    train = est._loader(view, (Status.TRAINING, Status.DISFAVOURED), "train")
+    try:
+        val.sync()
+        train.sync()
+        model = est._model
+        before = copy.deepcopy(model.state_dict())
+        first, second = est._validation_loss(val), est._validation_loss(val)
+        assert first == second and math.isfinite(first)
+        after = model.state_dict()
+        assert all(torch.equal(before[k], after[k]) for k in before)
+        assert model.training
+        assert not any(b.requires_grad for b in model.buffers())
+        est._train_step(train.sample_batch(128))
+        changed = model.state_dict()
+        assert not torch.equal(before["embedding.net.mean"], changed["embedding.net.mean"])
+        assert any(not torch.equal(before[k], changed[k]) for k in before if k.startswith("head.net"))
+        assert all(b.grad is None for b in model.buffers())
+    finally:
+        val.close()
+        train.close()
+
+
+def test_k09_non_finite_rows_are_left_out() -> None:
+    prior = Product([["uniform", 0.0, 1.0]] * 2)
+    rng = np.random.default_rng(6)
+    theta = prior.sample(1024, rng)
+    x = theta + 0.05 * rng.normal(size=theta.shape)
+    x[rng.random(1024) < 0.2] = np.nan
+    x[7, 1] = np.inf
+    store = InMemoryStore(min_samples=0, max_samples=1024, validation_samples=128)
+    store.append({"theta.value": theta, "theta.log_prob": prior.log_prob(theta), "x.value": x}, 1024)
+    est = GaussianPosterior(max_epochs=1, seed=0)
+    est.setup(EstimatorContext(node="theta", prior=prior, evidence=("x",)))
+    asyncio.run(est.train(store.view()))
+    status = est.status()
+    assert status["nonfinite_rows"] > 0
+    assert math.isfinite(status["train_loss"]) and math.isfinite(status["val_loss"])
+    assert all(torch.isfinite(b).all() for b in est._model.buffers() if b.is_floating_point())
+    assert all(torch.isfinite(p).all() for p in est._model.parameters())
+    assert np.isfinite(est.sample_posterior(16, {"x": np.array([[0.5, 0.5]])})["value"]).all()
+
+    x[:] = np.nan
+    store = InMemoryStore(min_samples=0, max_samples=1024, validation_samples=0)
+    store.append({"theta.value": theta, "theta.log_prob": prior.log_prob(theta), "x.value": x}, 1024)
+    est = GaussianPosterior(max_epochs=1, seed=0)
+    est.setup(EstimatorContext(node="theta", prior=prior, evidence=("x",)))
+    with pytest.raises(EstimatorError, match=r"node 'theta': no usable training row"):
+        asyncio.run(est.train(store.view()))
+    assert est.status()["state"] == "stopped" and "no usable training row" in est.status()["error"]
+
+
+def test_discard_marks_samples_below_the_log_ratio_threshold() -> None:
+    store = small_store()
+    est = make(max_epochs=1, discard_samples=True)  # threshold -20: prior draws are not that unlikely
+    asyncio.run(est.train(store.view()))
+    assert est.status()["discarded"] == 0 and store.stats()["disfavoured"] == 0
+    est = make(max_epochs=1, discard_samples=True, log_ratio_threshold=1e9)  # every sample is below
+    asyncio.run(est.train(store.view()))
+    assert est.status()["discarded"] > 0 and store.stats()["disfavoured"] > 0
+    assert store.stats()["validation"] == 128  # validation samples are never discarded
+
+
+def test_early_stopping_and_lr_decay(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(GaussianPosterior, "_validation_loss", lambda self, loader, model=None: 1.0)  # never improves
+    est = make(max_epochs=50, early_stop_patience=3, lr_decay_factor=0.5, lr_patience=0)
+    asyncio.run(est.train(small_store().view()))
+    assert est.total_epochs == 4  # one improvement, then three epochs without
+    assert est.status()["lr"] == pytest.approx(1e-2 * 0.5**3)
+    est = make(max_epochs=50, early_stop_patience=2)
+    asyncio.run(est.train(small_store().view()))
+    assert est.total_epochs == 3 and est.status()["lr"] == 1e-2
+
+
+def test_the_best_model_is_kept_while_training_continues(monkeypatch: pytest.MonkeyPatch) -> None:
+    losses = iter([3.0, 1.0, 2.0, 2.5])  # validation losses of the current model, epoch by epoch
+    current: list[float] = []
+    best_loss: list[float] = []
+
+    def validation_loss(self, loader, model=None):
+        if model is None:
+            current.append(next(losses))
+            return current[-1]
+        return best_loss[-1]  # the best model's loss does not change in this scenario
+
+    monkeypatch.setattr(GaussianPosterior, "_validation_loss", validation_loss)
+    est = make(max_epochs=4)
+    snapshot = est._snapshot
+
+    def recording_snapshot():
+        best_loss.append(current[-1])
+        snapshot()
+
+    est._snapshot = recording_snapshot  # type: ignore[method-assign]
+    states = []
+    end_epoch = est._end_epoch
+
+    def recording(model, loader):
+        end_epoch(model, loader)
+        states.append(copy.deepcopy(model.state_dict()))
+
+    est._end_epoch = recording  # type: ignore[method-assign]
+    asyncio.run(est.train(small_store().view()))
+    best = est._best.state_dict()
+    assert all(torch.equal(best[k], states[1][k]) for k in best)  # epoch 2 had the lowest loss
+    assert not all(torch.equal(best[k], states[3][k]) for k in best)
+    assert est.status()["best_val_loss"] == 1.0 and not est._best.training
+
+
+@pytest.mark.parametrize("every, seen", [(2, 896 + 64), (100, 896)])
+def test_cache_sync_every_brings_in_new_samples(every: int, seen: int) -> None:
+    store = small_store()
+    est = make(max_epochs=6, cache_sync_every=every)
+    appended: list[bool] = []
+
+    async def main() -> None:
+        training = asyncio.create_task(est.train(store.view()))
+        while not training.done():
+            if not appended and est.total_epochs == 1:
+                # 64 new samples enter validation; 64 older validation samples move to training
+                store.append(LG.prior_block(64, np.random.default_rng(8)), 64)
+                appended.append(True)
+            await asyncio.sleep(0)
+        await training
+
+    asyncio.run(main())
+    assert appended and est.status()["samples_seen"] == seen
