@@ -1,0 +1,138 @@
+"""save/load: round trips, resumed training (K14), plain attributes and a new process (K13)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from kestrel_core import EstimatorError
+from kestrel_torch import FlowPosterior, GaussianPosterior
+from kestrel_torch._train import CHECKPOINT_FILE
+
+from .estimator_helpers import LinearGaussian, filled_store
+
+LG = LinearGaussian.make()
+REPO = Path(__file__).resolve().parents[2]
+X_O = LG.simulate(np.array([[0.3, -0.5, 0.8]]), np.random.default_rng(2))[0]
+FLOW = {"transforms": 1, "hidden_features": (16,), "num_proposals": 16}
+
+
+def pairs(n: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` fixed (θ, x) pairs."""
+    rng = np.random.default_rng(11)
+    theta = rng.normal(size=(n, 3))
+    return theta, LG.simulate(theta, rng)
+
+
+def store_of(n: int = 1024, seed: int = 5):
+    return filled_store([LG.prior_block(n, np.random.default_rng(seed))], validation=128)
+
+
+def trained(cls, store, **kwargs):
+    est = cls(seed=0, **kwargs)
+    est.setup(LG.context())
+    asyncio.run(est.train(store.view()))
+    return est
+
+
+def same_state(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("cls, kwargs", [(GaussianPosterior, {"max_epochs": 3}),
+                                         (FlowPosterior, {"max_epochs": 2, **FLOW})])
+def test_round_trip(tmp_path: Path, cls, kwargs) -> None:
+    est = trained(cls, store_of(), **kwargs)
+    est.save(str(tmp_path))
+    torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)  # tensors and plain containers only
+    loaded = cls(seed=0, **kwargs)
+    loaded.setup(LG.context())
+    loaded.load(str(tmp_path))
+    assert loaded.total_epochs == est.total_epochs
+    assert same_state(loaded._model, est._model) and same_state(loaded._best, est._best)
+    assert not loaded._best.training and loaded._model.training
+    saved, restored = est._optimizer.state_dict(), loaded._optimizer.state_dict()
+    for key, state in saved["state"].items():
+        assert all(torch.equal(value, restored["state"][key][name]) for name, value in state.items())
+    theta, x = pairs()
+    np.testing.assert_allclose(loaded.log_prob(theta, {"x": x}), est.log_prob(theta, {"x": x}), rtol=0, atol=1e-10)
+
+
+def test_load_errors_name_the_problem(tmp_path: Path) -> None:
+    est = GaussianPosterior()
+    est.setup(LG.context())
+    with pytest.raises(EstimatorError, match="no checkpoint at"):
+        est.load(str(tmp_path))
+    est.save(str(tmp_path))  # untrained: only the counters
+    flow = FlowPosterior()
+    flow.setup(LG.context())
+    with pytest.raises(EstimatorError, match="holds a GaussianPosterior over 3 parameters; expected a FlowPosterior"):
+        flow.load(str(tmp_path))
+    (tmp_path / CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
+    with pytest.raises(EstimatorError, match="cannot read checkpoint"):
+        est.load(str(tmp_path))
+
+
+def test_k14_resume_continues_epochs_weights_and_optimizer(tmp_path: Path) -> None:
+    store = store_of()
+    trained(GaussianPosterior, store, max_epochs=3).save(str(tmp_path))
+    resumed = GaussianPosterior(seed=0, max_epochs=2)
+    resumed.setup(LG.context())
+    resumed.load(str(tmp_path))
+    loaded = {k: v.clone() for k, v in resumed._model.named_parameters()}
+    first = next(iter(resumed._model.parameters()))
+    step_before = float(resumed._optimizer.state[first]["step"])
+    at_first_step: list[dict[str, torch.Tensor]] = []
+    steps = []
+    train_step = resumed._train_step
+
+    def recording(batch):
+        if not at_first_step:
+            at_first_step.append({k: v.clone() for k, v in resumed._model.named_parameters()})
+        steps.append(1)
+        return train_step(batch)
+
+    resumed._train_step = recording  # type: ignore[method-assign]
+    store.append(LG.prior_block(64, np.random.default_rng(9)), 64)  # 64 new samples arrive
+    asyncio.run(resumed.train(store.view()))
+    assert resumed.total_epochs == 5  # the epoch counter continues
+    assert all(torch.equal(at_first_step[0][k], loaded[k]) for k in loaded)  # training starts from the loaded weights
+    assert float(resumed._optimizer.state[first]["step"]) == step_before + len(steps)  # and the loaded optimiser
+    # the new samples took validation places, moving 64 older ones into training: all were used
+    assert resumed.status()["samples_seen"] == 896 + 64
+
+
+def test_k13_plain_attribute_state_survives_copy_save_and_a_new_process(tmp_path: Path) -> None:
+    spec = {"_target_": "tests.torch.estimator_helpers.BasisEmbedding", "components": 3}
+    est = trained(GaussianPosterior, store_of(2048), max_epochs=1, embedding=spec)
+    basis = est._best.embedding.net.basis  # a plain attribute, set during the first training forward
+    assert isinstance(basis, torch.Tensor) and basis is not est._model.embedding.net.basis
+    proposals = est.sample_proposal(256, {"x": X_O[None]})["value"]
+    assert np.all(proposals.std(0) < 0.8)  # the learned basis is used: far narrower than the prior (σ = 1)
+    est.save(str(tmp_path))
+    theta, x = pairs()
+    np.savez(tmp_path / "pairs.npz", theta=theta, x=x)
+    code = textwrap.dedent(f"""
+        import sys
+        import numpy as np
+        from kestrel_torch import GaussianPosterior
+        from tests.torch.estimator_helpers import LinearGaussian
+        est = GaussianPosterior(seed=0, max_epochs=1, embedding={spec!r})
+        est.setup(LinearGaussian.make().context())
+        est.load(sys.argv[1])
+        data = np.load(sys.argv[1] + "/pairs.npz")
+        np.save(sys.argv[1] + "/log_prob.npy", est.log_prob(data["theta"], {{"x": data["x"]}}))
+    """)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    np.testing.assert_allclose(np.load(tmp_path / "log_prob.npy"), est.log_prob(theta, {"x": x}), rtol=0, atol=1e-6)
