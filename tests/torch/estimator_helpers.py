@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pytest
 import torch
 from kestrel_core import EstimatorContext, InMemoryStore, Product
 from torch import nn
@@ -96,3 +98,13 @@ class BasisEmbedding(nn.Module):
         if self.basis is None:
             return torch.zeros(x.shape[0], self.components, dtype=x.dtype, device=x.device)
         return x @ self.basis.to(x.dtype)
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """One intra-op thread: the estimator tests train small networks, for which a second thread
+    costs more in synchronisation than it gains (ten times more on a busy 2-core machine)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

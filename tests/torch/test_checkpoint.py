@@ -16,12 +16,14 @@ from kestrel_core import EstimatorError
 from kestrel_torch import FlowPosterior, GaussianPosterior
 from kestrel_torch._train import CHECKPOINT_FILE
 
-from .estimator_helpers import LinearGaussian, filled_store
+from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
 
 LG = LinearGaussian.make()
 REPO = Path(__file__).resolve().parents[2]
 X_O = LG.simulate(np.array([[0.3, -0.5, 0.8]]), np.random.default_rng(2))[0]
 FLOW = {"transforms": 1, "hidden_features": (16,), "num_proposals": 16}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def pairs(n: int = 32) -> tuple[np.ndarray, np.ndarray]:

@@ -9,10 +9,14 @@ import pytest
 from kestrel_core import EstimatorContext, InMemoryStore, Product
 from kestrel_torch import FlowPosterior
 
+from .estimator_helpers import one_thread  # noqa: F401 (fixture)
+
 PRIOR = Product([["uniform", -1.0, 1.0]] * 2)
 SIGMA = 0.1  # x = θ + N(0, σ² I): away from the bounds the posterior is N(x_o, σ² I)
 X_O = np.array([0.3, -0.2])
 CONFIG = {"max_epochs": 40, "transforms": 2, "hidden_features": (32, 32), "lr": 3e-3, "num_proposals": 64}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def block(theta: np.ndarray, log_prob: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -31,7 +35,7 @@ def train(blocks: list[dict[str, np.ndarray]], seed: int = 0) -> FlowPosterior:
 
 
 @pytest.fixture(scope="module")
-def trained() -> FlowPosterior:
+def trained(one_thread: None) -> FlowPosterior:  # noqa: F811 (fixture argument)
     rng = np.random.default_rng(0)
     theta = PRIOR.sample(4096, rng)
     return train([block(theta, PRIOR.log_prob(theta), rng)])

@@ -11,12 +11,14 @@ from kestrel_core import EstimatorContext, EstimatorError, InMemoryStore, Produc
 from kestrel_torch import GaussianPosterior
 from kestrel_torch._correction import gaussian_posterior
 
-from .estimator_helpers import LinearGaussian, filled_store, mvn_logpdf
+from .estimator_helpers import LinearGaussian, filled_store, mvn_logpdf, one_thread  # noqa: F401 (fixture)
 
 LG = LinearGaussian.make()
 THETA_O = np.array([[0.3, -0.5, 0.8]])
 X_O = LG.simulate(THETA_O, np.random.default_rng(2))[0]
 SD = np.sqrt(np.diag(LG.cov))
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def trained_on(blocks: list[dict[str, np.ndarray]], **kwargs) -> GaussianPosterior:
@@ -27,7 +29,7 @@ def trained_on(blocks: list[dict[str, np.ndarray]], **kwargs) -> GaussianPosteri
 
 
 @pytest.fixture(scope="module")
-def trained() -> GaussianPosterior:
+def trained(one_thread: None) -> GaussianPosterior:  # noqa: F811 (fixture argument)
     """Trained on 4096 prior draws (3840 training, 256 validation)."""
     return trained_on([LG.prior_block(4096, np.random.default_rng(100))])
 

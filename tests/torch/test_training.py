@@ -12,7 +12,7 @@ import torch
 from kestrel_core import ConfigError, EstimatorContext, EstimatorError, InMemoryStore, Product, Status
 from kestrel_torch import FlowPosterior, GaussianPosterior, RunningNorm
 
-from .estimator_helpers import LinearGaussian, filled_store
+from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
 
 LG = LinearGaussian.make()
 X_O = LG.simulate(np.array([[0.3, -0.5, 0.8]]), np.random.default_rng(2))[0]
@@ -20,6 +20,8 @@ X_O = LG.simulate(np.array([[0.3, -0.5, 0.8]]), np.random.default_rng(2))[0]
 BRIEF_KEYS = {"max_epochs", "batch_size", "lr", "early_stop_patience", "lr_decay_factor", "lr_patience",
               "prior_epochs", "gamma", "cache_sync_every", "max_cache_samples", "discard_samples",
               "log_ratio_threshold", "embedding", "device", "seed"}
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_store(n: int = 1024, validation: int = 128, seed: int = 5) -> InMemoryStore:
@@ -256,3 +258,14 @@ def test_cache_sync_every_brings_in_new_samples(every: int, seen: int) -> None:
 
     asyncio.run(main())
     assert appended and est.status()["samples_seen"] == seen
+
+
+def test_public_names() -> None:
+    import kestrel_torch
+
+    assert kestrel_torch.__all__ == [
+        "__version__", "Batch", "CachedDataLoader", "RunningNorm", "Embedding", "build_embedding", "embeddings",
+        "StepwiseEstimator", "GaussianPosterior", "FlowPosterior",
+    ]
+    for name in kestrel_torch.__all__:
+        assert hasattr(kestrel_torch, name), name

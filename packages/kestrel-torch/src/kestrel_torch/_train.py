@@ -375,8 +375,10 @@ class StepwiseEstimator:
             model = self._model
             assert model is not None  # built by the first step
             self._end_epoch(model, train_loader)
+            await asyncio.sleep(0)  # each phase of the epoch's end is followed by a turn of the event loop
             self._train_loss = float(torch.stack(losses).mean())
             self._val_loss = self._validation_loss(val_loader) if val_loader is not None else None
+            await asyncio.sleep(0)
             metric = self._val_loss if self._val_loss is not None else self._train_loss
             if self._val_loss is not None and self._best is not None:
                 # the validation set follows the proposals, so losses of different epochs are on
