@@ -24,8 +24,8 @@ from .helpers import EXAMPLES, REPO, analytic_05, example, kestrel_env, run_kest
 #: on Ctrl-C) that keep CI within its budget; the examples' own configs are what users run
 BUDGET = {
     "05_linear_regression": ([], 300),
-    "04_gaussian": ([], 120),
-    "01_minimal": (["buffer.max_samples=1024"], 150),
+    "04_gaussian": ([], 150),
+    "01_minimal": ([], 150),
 }
 
 
