@@ -24,7 +24,7 @@ __all__ = ["FlowPosterior", "FlowHead"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _CANDIDATES_PER_PASS = 1 << 16  # K·M rows per flow evaluation while sampling
-_WIDEN = 1.5  # base scale of the widened half of the candidates, for γ = 1
+_WIDEN = 1.5  # base scale of the defensive half of the posterior candidates
 
 
 def _affine_nsf(features: int, context: int, *, transforms: int, hidden_features: tuple[int, ...],
@@ -139,17 +139,23 @@ class FlowPosterior(StepwiseEstimator):
     amplify the flow's tail errors the way dividing by a learned, sharply peaked buffer density
     would.
 
-    **Sampling.** Target ``t_γ(z) = π(z) (c(z | x) / r(z))^γ`` — γ = 1 for
-    :meth:`sample_posterior`, γ = ``gamma`` for :meth:`sample_proposal` (∝ prior ·
-    likelihood^γ). Each draw picks one of ``num_proposals`` candidates — half from ``c``, half
-    from ``c`` with its base distribution widened by ``τ = 1.5/√min(γ, 1)`` (a defensive
-    mixture with the balance heuristic, Veach & Guibas 1995) — with probability ∝ ``t_γ / g``
-    (sampling importance resampling, Rubin 1988). The reported ``log_prob`` is
-    ``log t_γ − log Ẑ`` with ``Ẑ`` the mean importance weight (pooled over all draws for a
-    broadcast observation): the density of the resampled distribution up to the Monte-Carlo
-    error of ``Ẑ``, exact as ``num_proposals`` grows. Tempering also raises the flow's own
-    errors to the power γ, so proposals tend to be somewhat wider than the nominal
-    ``π · L^γ`` — the safe direction for a proposal.
+    **Posterior.** :meth:`sample_posterior` targets ``π(z) c(z | x) / r(z)``: each draw picks
+    one of ``num_proposals`` candidates — half from ``c``, half from ``c`` with its Gaussian base
+    widened 1.5 times (a defensive mixture with the balance heuristic, Veach & Guibas 1995) —
+    with probability ∝ target / mixture density (sampling importance resampling, Rubin 1988).
+    The reported ``log_prob`` is ``log target − log Ẑ`` with ``Ẑ`` the mean importance weight
+    (pooled over all draws for a broadcast observation): the density of the resampled
+    distribution up to the Monte-Carlo error of ``Ẑ``, exact as ``num_proposals`` grows.
+
+    **Proposals.** :meth:`sample_proposal` draws from ``c`` with its Gaussian base scaled by
+    ``τ = √((1 + γ) / γ)`` (the "temperature" of Kingma & Dhariwal 2018, arXiv:1807.03039), and
+    reports that distribution's exact density — exact densities keep the importance weights of
+    later training steps exact. For Gaussian densities this is ``c^a`` normalised, with
+    ``a = γ / (1 + γ)``; as ``c ∝ buffer · L``, a buffer of such proposals settles where
+    ``buffer ∝ L^γ``: the proposal is ∝ prior · likelihood^γ wherever the prior is flat on the
+    scale of the likelihood, the regime sequential inference works in. Raising the flow's
+    density itself to a power would flatten its tails, which are never learned exactly, and
+    widen proposals far beyond the intended width.
 
     Keyword args (besides those of :class:`StepwiseEstimator`): ``transforms=3``,
     ``hidden_features=(64, 64)``, ``bins=8``, ``num_proposals=256``, ``momentum=0.01``
@@ -188,13 +194,17 @@ class FlowPosterior(StepwiseEstimator):
         log_w = head.log_ref(z).detach() - (log_prob - logdet)
         return -log_c, log_w, log_c + logdet
 
-    def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float,
+              proposal: bool) -> tuple[torch.Tensor, torch.Tensor]:
         head: FlowHead = model.head  # type: ignore[assignment]
+        return self._draw_tempered(head, n, s, gamma) if proposal else self._draw_posterior(head, n, s)
+
+    def _draw_posterior(self, head: FlowHead, n: int, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sampling importance resampling of ``π c / r`` from candidates of ``c`` and widened ``c``."""
         k = self.config["num_proposals"]
         k_c = (k + 1) // 2
-        tau = _WIDEN / math.sqrt(min(gamma, 1.0))
         scales = torch.ones(k, dtype=torch.float32, device=s.device)
-        scales[k_c:] = tau
+        scales[k_c:] = _WIDEN
         ctx = head.context(s)
         pooled = ctx.shape[0] == 1
         ctx = ctx.expand(n, ctx.shape[1])
@@ -203,13 +213,12 @@ class FlowPosterior(StepwiseEstimator):
         for start in range(0, n, chunk):
             c = ctx[start:start + chunk]
             cand, log_c, sq = head.draw_c(c, scales, self._sample_gen)  # (K, m, D), (K, m), (K, m)
-            # density of the candidate mixture (balance heuristic): c itself and c widened by τ
+            # density of the candidate mixture (balance heuristic): c and c with its base widened
             log_g = math.log(k_c / k) + log_c
             if k > k_c:
-                log_wide = log_c + 0.5 * sq * (1.0 - 1.0 / tau**2) - head.dim * math.log(tau)
+                log_wide = log_c + 0.5 * sq * (1.0 - 1.0 / _WIDEN**2) - head.dim * math.log(_WIDEN)
                 log_g = torch.logaddexp(log_g, math.log((k - k_c) / k) + log_wide)
-            log_pi = -0.5 * (cand * cand).sum(-1) - 0.5 * head.dim * _LOG_2PI
-            log_t = (1.0 - gamma) * log_pi + gamma * (log_c + head.log_ratio(cand))
+            log_t = log_c + head.log_ratio(cand)
             index, log_z = resample(log_t - log_g, self._sample_gen)
             cols = torch.arange(c.shape[0], device=c.device)
             zs.append(cand[index, cols])
@@ -222,6 +231,18 @@ class FlowPosterior(StepwiseEstimator):
             raise EstimatorError(f"node {self._require_setup().node!r}: importance resampling found no finite "
                                  f"weight among {k} candidates; the flow is not usable (retrain or reload)")
         return torch.cat(zs), torch.cat(log_ts) - log_z
+
+    def _draw_tempered(self, head: FlowHead, n: int, s: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draw from ``c`` with its base scaled by ``τ = √((1 + γ) / γ)``; exact density."""
+        tau = math.sqrt((1.0 + gamma) / gamma)
+        ctx = head.context(s)
+        if ctx.shape[0] == 1:
+            cand, log_c, sq = head.draw_c(ctx, torch.full((n,), tau, device=ctx.device), self._sample_gen)
+            cand, log_c, sq = cand[:, 0], log_c[:, 0], sq[:, 0]
+        else:
+            cand, log_c, sq = head.draw_c(ctx, torch.full((1,), tau, device=ctx.device), self._sample_gen)
+            cand, log_c, sq = cand[0], log_c[0], sq[0]
+        return cand, log_c + 0.5 * sq * (1.0 - 1.0 / tau**2) - head.dim * math.log(tau)
 
     def _log_density(self, model: nn.Module, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         head: FlowHead = model.head  # type: ignore[assignment]
