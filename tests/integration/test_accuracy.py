@@ -99,9 +99,6 @@ def test_04_posterior_widths(tmp_path, no_leaked_actors):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "known gap (issue 5 open): FlowPosterior's σ is right (ratios 0.86-1.10) but its mean is "
-    "0.1-0.4 posterior σ off in some dimension after 1000 epochs (measured 2026-11-29, seeds 1, 2)"))
 def test_01_posterior_means(tmp_path, no_leaked_actors):
     overrides, cap = BUDGET["01_minimal"]
     result = launch(example("01_minimal"), tmp_path / "run", overrides=overrides, seed=1, timeout=cap,
