@@ -21,7 +21,7 @@ from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa:
 LG = LinearGaussian.make()
 REPO = Path(__file__).resolve().parents[2]
 X_O = LG.simulate(np.array([[0.3, -0.5, 0.8]]), np.random.default_rng(2))[0]
-FLOW = {"transforms": 1, "hidden_features": (16,), "num_proposals": 16}
+FLOW = {"transforms": 1, "hidden_features": (16,), "num_atoms": 4}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

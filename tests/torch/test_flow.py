@@ -14,7 +14,7 @@ from .estimator_helpers import one_thread  # noqa: F401 (fixture)
 PRIOR = Product([["uniform", -1.0, 1.0]] * 2)
 SIGMA = 0.1  # x = θ + N(0, σ² I): away from the bounds the posterior is N(x_o, σ² I)
 X_O = np.array([0.3, -0.2])
-CONFIG = {"max_epochs": 40, "transforms": 2, "hidden_features": (32, 32), "lr": 3e-3, "num_proposals": 64}
+CONFIG = {"max_epochs": 40, "transforms": 2, "hidden_features": (32, 32), "lr": 3e-3, "num_atoms": 10}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -87,3 +87,26 @@ def test_correction_with_a_buffer_half_from_a_narrow_proposal() -> None:
     values = est.sample_posterior(3000, {"x": X_O[None]})["value"]
     assert np.all(np.abs(values.mean(0) - X_O) < 0.3 * SIGMA), (values.mean(0) - X_O) / SIGMA
     assert np.all(np.abs(values.std(0) / SIGMA - 1.0) < 0.2), values.std(0) / SIGMA
+
+
+def test_atomic_loss_contrasts_each_row_with_other_rows() -> None:
+    import torch
+    from kestrel_torch._flow import FlowHead, atomic_loss
+
+    torch.manual_seed(0)
+    head = FlowHead(2, 3, transforms=1, hidden_features=(8,), bins=4, momentum=0.1)
+    z = torch.randn(16, 2, dtype=torch.float64)
+    ctx = torch.randn(16, 3)
+    loss = atomic_loss(head, z, ctx, 5, torch.Generator().manual_seed(1))
+    again = atomic_loss(head, z, ctx, 5, torch.Generator().manual_seed(1))
+    assert loss.shape == (16,) and loss.dtype == torch.float64 and torch.equal(loss, again)
+    assert bool((loss >= 0).all())  # −log of a softmax entry
+    # two atoms per row: the loss is log(1 + q(z_j|s_i)π(z_i) / (q(z_i|s_i)π(z_j))) with j another row
+    two = atomic_loss(head, z, ctx, 2, torch.Generator().manual_seed(2))
+    logits = head.log_q(z[None].expand(16, 16, 2).transpose(0, 1), ctx) + 0.5 * (z * z).sum(-1)[:, None]  # [j, i]
+    own = torch.diagonal(logits)
+    others = [torch.logaddexp(own, logits[j]) - own for j in range(16)]
+    assert all(any(torch.isclose(two[i], o[i]) for j, o in enumerate(others) if j != i) for i in range(16))
+    # a single row has no other row to contrast with: the plain negative log density
+    one = atomic_loss(head, z[:1], ctx[:1], 10)
+    assert torch.allclose(one, -head.log_q(z[:1], ctx[:1]))

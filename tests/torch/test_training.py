@@ -17,7 +17,7 @@ from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa:
 LG = LinearGaussian.make()
 X_O = LG.simulate(np.array([[0.3, -0.5, 0.8]]), np.random.default_rng(2))[0]
 
-BRIEF_KEYS = {"max_epochs", "batch_size", "lr", "early_stop_patience", "lr_decay_factor", "lr_patience",
+BRIEF_KEYS = {"max_epochs", "batch_size", "lr", "early_stop_patience", "lr_decay_factor", "lr_patience", "min_lr",
               "prior_epochs", "gamma", "cache_sync_every", "max_cache_samples", "discard_samples",
               "log_ratio_threshold", "embedding", "device", "seed"}
 
@@ -37,8 +37,8 @@ def make(cls=GaussianPosterior, **kwargs):
 def test_unknown_keyword_is_a_type_error_with_a_suggestion() -> None:
     with pytest.raises(TypeError, match=r"GaussianPosterior: unknown keyword argument 'max_epoch' \(did you mean 'max_epochs'\?\)"):
         GaussianPosterior(max_epoch=3)
-    with pytest.raises(TypeError, match=r"did you mean 'num_proposals'"):
-        FlowPosterior(num_proposal=3)
+    with pytest.raises(TypeError, match=r"did you mean 'num_atoms'"):
+        FlowPosterior(num_atom=3)
     with pytest.raises(TypeError, match=r"unknown keyword argument 'bins'"):
         GaussianPosterior(bins=3)  # a FlowPosterior keyword
 
@@ -48,7 +48,7 @@ def test_unknown_keyword_is_a_type_error_with_a_suggestion() -> None:
     (GaussianPosterior, {"lr_decay_factor": 1.5}), (GaussianPosterior, {"max_epochs": 2.5}),
     (GaussianPosterior, {"discard_samples": "yes"}), (GaussianPosterior, {"hidden_dim": 0}),
     (GaussianPosterior, {"momentum": 0.0}), (FlowPosterior, {"hidden_features": []}),
-    (FlowPosterior, {"num_proposals": 1}), (FlowPosterior, {"lr": math.nan}),
+    (FlowPosterior, {"num_atoms": 1}), (GaussianPosterior, {"min_lr": 1.0}), (FlowPosterior, {"lr": math.nan}),
 ])
 def test_bad_values_raise_a_config_error_naming_the_keyword(cls, kwargs) -> None:
     with pytest.raises(ConfigError, match=f"{cls.__name__}\\({next(iter(kwargs))}="):
@@ -60,7 +60,7 @@ def test_defaults() -> None:
     assert BRIEF_KEYS <= set(gauss.config) and BRIEF_KEYS <= set(flow.config)
     assert gauss.config["lr"] == 1e-2 and flow.config["lr"] == 1e-3
     assert {"hidden_dim": 128, "num_layers": 3, "momentum": 0.01, "min_var": 1e-20}.items() <= gauss.config.items()
-    assert {"transforms": 3, "hidden_features": (64, 64), "bins": 8, "num_proposals": 256}.items() <= flow.config.items()
+    assert {"transforms": 3, "hidden_features": (64, 64), "bins": 8, "num_atoms": 10}.items() <= flow.config.items()
     assert gauss.config["max_epochs"] == 100 and gauss.config["lr_decay_factor"] == 1.0 and gauss.config["gamma"] == 0.5
 
 
@@ -203,6 +203,11 @@ def test_early_stopping_and_lr_decay(monkeypatch: pytest.MonkeyPatch) -> None:
     est = make(max_epochs=50, early_stop_patience=2)
     asyncio.run(est.train(small_store().view()))
     assert est.total_epochs == 3 and est.status()["lr"] == 1e-2
+    # min_lr floors the decay: a learning rate near zero would freeze the weights while the
+    # running statistics keep following the buffer
+    est = make(max_epochs=50, early_stop_patience=8, lr_decay_factor=0.1, lr_patience=0, min_lr=2e-4)
+    asyncio.run(est.train(small_store().view()))
+    assert est.total_epochs == 9 and est.status()["lr"] == pytest.approx(2e-4)
 
 
 def test_the_best_model_is_kept_while_training_continues(monkeypatch: pytest.MonkeyPatch) -> None:

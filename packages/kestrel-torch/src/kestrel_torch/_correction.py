@@ -1,16 +1,14 @@
 """Proposal correction and γ-tempering: the mathematics shared by the estimators.
 
 Shape symbols: N samples, M rows of conditions (1 for a broadcast observation, else N),
-K candidates per draw, D the latent dimension. Everything is float64.
+D the latent dimension. Everything is float64.
 
-Three tools:
+Two tools:
 
 * :func:`truncated_weights` — self-normalised importance weights with truncation, used by
   :class:`~kestrel_torch.GaussianPosterior` to reweight the buffer to a Gaussian reference.
 * :func:`gaussian_posterior` — the closed-form SNPE-A correction ``q · π / r`` of Gaussians in
   standard-normal space, tempered by γ; returns a :class:`GaussianFactor`.
-* :func:`resample` — sampling importance resampling (one winner among K candidates per
-  output), used by :class:`~kestrel_torch.FlowPosterior`.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["truncated_weights", "GaussianFactor", "gaussian_posterior", "resample"]
+__all__ = ["truncated_weights", "GaussianFactor", "gaussian_posterior"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
@@ -147,28 +145,3 @@ def gaussian_posterior(mean_q: torch.Tensor, cov_q: torch.Tensor, ref_mean: torc
     info = -(chol_r.T @ ref_mean) + gamma * h
     mean_v = torch.cholesky_solve(info.T, prec_chol).T
     return GaussianFactor(ref_mean, chol_r, mean_v, prec_chol, int((~keep).sum()))
-
-
-def resample(log_w: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pick one of K candidates per column with probability ∝ ``exp(log_w)`` (Gumbel-max).
-
-    Args:
-        log_w: float64 ``(K, M)`` log importance weights (target over candidate density);
-            NaN counts as −inf.
-        generator: torch generator on ``log_w``'s device.
-
-    Returns:
-        ``(index (M,), log_z (M,))``: the chosen candidate per column and the log of the
-        estimated normalising constant ``mean(w)`` of each column, so that
-        ``log target − log_z`` approximates the log density of the resampled distribution
-        (exact as K → ∞; columns that share one target may average their ``exp(log_z)``).
-
-    References:
-        D. B. Rubin (1988), "Using the SIR algorithm to simulate posterior distributions",
-        Bayesian Statistics 3; E. J. Gumbel (1954) for the max trick.
-    """
-    log_w = torch.nan_to_num(log_w, nan=-math.inf, posinf=math.inf)
-    u = torch.rand(log_w.shape, dtype=torch.float64, device=log_w.device, generator=generator)
-    gumbel = -torch.log(-torch.log(u.clamp_min(1e-300)))
-    index = torch.argmax(log_w + gumbel, dim=0)
-    return index, torch.logsumexp(log_w, 0) - math.log(log_w.shape[0])

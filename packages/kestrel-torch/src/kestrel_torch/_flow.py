@@ -1,6 +1,6 @@
-"""Neural spline flow posterior (zuko), importance-weighted to a Gaussian reference.
+"""Neural spline flow posterior (zuko), trained with atomic proposal posteriors (APT).
 
-Shape symbols: N samples, M rows of conditions, K candidates per draw, E embedding width,
+Shape symbols: N samples, M rows of conditions, A atoms per row, E embedding width,
 D free parameters.
 """
 
@@ -13,18 +13,17 @@ from typing import Any, ClassVar
 
 import torch
 import zuko
-from kestrel_core import ConfigError, EstimatorError
+from kestrel_core import ConfigError
 from torch import nn
 
-from ._correction import resample
 from ._moments import RunningMoments
 from ._train import COMMON_DEFAULTS, StepwiseEstimator, check_int, check_real
 
-__all__ = ["FlowPosterior", "FlowHead"]
+__all__ = ["FlowPosterior", "FlowHead", "atomic_loss"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-_CANDIDATES_PER_PASS = 1 << 16  # K·M rows per flow evaluation while sampling
-_WIDEN = 1.5  # base scale of the defensive half of the posterior candidates
+_ROWS_PER_PASS = 1 << 16  # rows per flow evaluation while sampling
+_VALIDATION_SEED = 0x5EED  # atoms of the validation loss: the same for every model compared
 
 
 def _affine_nsf(features: int, context: int, *, transforms: int, hidden_features: tuple[int, ...],
@@ -43,12 +42,12 @@ def _affine_nsf(features: int, context: int, *, transforms: int, hidden_features
 
 
 class FlowHead(nn.Module):
-    """A conditional flow ``c(z | s)`` and the Gaussian reference ``r(z)`` of the buffer.
+    """A conditional flow ``q(z | s)`` over the prior's standard-normal space.
 
-    ``r = N(m_r, R)`` holds the running float64 mean and covariance of the buffer's z (updated
-    by training steps only). The flow models ``w = (z − m_r) / σ_r`` (σ_r the square roots of
-    the diagonal of R) in float32; densities are returned in z-space
-    (``log c(z) = log c(w) − Σ log σ_r``) in float64. The flow's context is the embedding
+    The flow models ``w = (z − m) / σ`` in float32, where ``m`` and ``σ`` are the running float64
+    mean and standard deviations of the buffer's z (updated by training steps only), so it sees
+    O(1) values however far the proposals zoom in; densities are returned in z-space
+    (``log q(z) = log q(w) − Σ log σ``) in float64. The flow's context is the embedding
     whitened by running float64 statistics.
     """
 
@@ -71,52 +70,73 @@ class FlowHead(nn.Module):
         """The flow context: whitened embedding, float32 ``(M, E)``."""
         return self.context_stats.normalize(s).to(torch.float32)
 
-    def _z(self, w: torch.Tensor) -> torch.Tensor:
-        return self.latent_stats.mean + self.latent_stats.std * w.to(torch.float64)
-
     def _log_scale(self) -> torch.Tensor:
         return torch.log(self.latent_stats.std).sum()
 
-    def log_c(self, z: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
-        """``log c(z | s)`` in z-space, float64; ``z`` ``(..., M, D)``, ``ctx`` ``(M, E)`` → ``(..., M)``."""
+    def log_q(self, z: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
+        """``log q(z | s)`` in z-space, float64; ``z`` ``(..., M, D)``, ``ctx`` ``(M, E)`` → ``(..., M)``."""
         w = self.latent_stats.normalize(z).to(torch.float32)
         return self.conditional(ctx).log_prob(w).to(torch.float64) - self._log_scale()
 
-    def log_ref(self, z: torch.Tensor) -> torch.Tensor:
-        """``log r(z)``, float64 ``(...)``."""
-        return self.latent_stats.log_prob(z)
-
-    def log_ratio(self, z: torch.Tensor) -> torch.Tensor:
-        """``log π(z) − log r(z)`` with ``π = N(0, I)``, float64 ``(...)``."""
-        return -0.5 * (z * z).sum(-1) - 0.5 * self.dim * _LOG_2PI - self.log_ref(z)
-
-    def draw_c(self, ctx: torch.Tensor, scales: torch.Tensor,
-               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Draw from ``c`` through its base distribution widened per row: ``u ~ N(0, τ_k² I)``.
+    def draw(self, ctx: torch.Tensor, n: int, tau: float,
+             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` draws from ``q`` with its Gaussian base scaled by ``tau`` (1: ``q`` itself).
 
         Args:
-            ctx: context ``(M, E)``; scales: ``(K,)``, the base scale τ_k of candidate row k
-                (τ = 1 draws from ``c`` itself); generator: for ``u``.
+            ctx: context ``(n, E)``, one row per draw.
+            n: number of draws. tau: base scale, > 0. generator: for the base draws.
 
         Returns:
-            ``(z, log_c, sq)``: candidates float64 ``(K, M, D)`` in z-space, their z-space log
-            density under ``c``, and ``|u|²`` ``(K, M)``, from which the density under the
-            widened base follows: ``log c_τ = log c + ½|u|²(1 − τ⁻²) − D log τ``.
+            ``(z, log_density)``: float64 ``(n, D)`` in z-space and the exact z-space log density
+            of the distribution drawn from — ``log q(z) + ½|u|²(1 − τ⁻²) − D log τ`` with ``u``
+            the base draw.
         """
         dist = self.conditional(ctx)
-        k, m = scales.shape[0], ctx.shape[0]
-        u = torch.randn(k, m, self.dim, generator=generator, device=ctx.device, dtype=ctx.dtype)
-        u = u * scales.to(u.dtype)[:, None, None]
+        u = tau * torch.randn(n, self.dim, generator=generator, device=ctx.device, dtype=ctx.dtype)
         w, ladj = dist.transform.inv.call_and_ladj(u)
         if ladj.dim() == u.dim():
             ladj = ladj.sum(-1)
         sq = (u.to(torch.float64) ** 2).sum(-1)
-        log_c = -0.5 * sq - 0.5 * self.dim * _LOG_2PI - ladj.to(torch.float64) - self._log_scale()
-        return self._z(w), log_c, sq
+        log_q = -0.5 * sq - 0.5 * self.dim * _LOG_2PI - ladj.to(torch.float64) - self._log_scale()
+        z = self.latent_stats.mean + self.latent_stats.std * w.to(torch.float64)
+        return z, log_q + 0.5 * sq * (1.0 - 1.0 / tau**2) - self.dim * math.log(tau)
+
+
+def atomic_loss(head: FlowHead, z: torch.Tensor, ctx: torch.Tensor, num_atoms: int,
+                generator: torch.Generator | None = None) -> torch.Tensor:
+    """Per-row loss of automatic posterior transformation with atomic proposals.
+
+    Row ``i`` is scored against ``A − 1`` other rows' latents (its atoms):
+    ``ℓ_i = −log [ q(z_i | s_i)/π(z_i) / Σ_{j ∈ atoms(i)} q(z_j | s_i)/π(z_j) ]`` with
+    ``π = N(0, I)`` the prior in z-space. Minimising it makes ``q`` the posterior whatever
+    mixture of prior and proposals the rows were drawn from, without their densities.
+    Atoms are the rows at ``(i + o_k) mod B`` for ``A − 1`` distinct random offsets ``o_k``.
+
+    Args:
+        head: the flow. z: float64 ``(B, D)``. ctx: ``(B, E)``. num_atoms: A ≥ 2 (capped at B).
+        generator: for the offsets.
+
+    Returns:
+        float64 ``(B,)``; with ``B = 1`` the plain negative log density (no other row to contrast).
+
+    References:
+        D. Greenberg, M. Nonnenmacher, J. Macke (2019), "Automatic Posterior Transformation for
+        Likelihood-Free Inference", ICML, arXiv:1905.07488.
+    """
+    b = z.shape[0]
+    a = min(int(num_atoms), b)
+    if a < 2:
+        return -head.log_q(z, ctx)
+    offsets = torch.randperm(b - 1, generator=generator, device=z.device)[:a - 1] + 1
+    rows = torch.arange(b, device=z.device)
+    index = torch.cat([rows[None], (rows[None] + offsets[:, None]) % b])  # (A, B); row 0: the row itself
+    atoms = z[index]  # (A, B, D)
+    logits = head.log_q(atoms, ctx) + 0.5 * (atoms * atoms).sum(-1)  # log q − log π, up to a constant
+    return torch.logsumexp(logits, 0) - logits[0]
 
 
 class FlowPosterior(StepwiseEstimator):
-    """Conditional neural spline flow posterior (zuko), importance-weighted to a Gaussian reference.
+    """Conditional neural spline flow posterior (zuko), trained with atomic proposal posteriors.
 
     **Space.** θ is mapped to the unit cube by the prior's CDFs, ``u = prior.to_unit(θ)``, and
     on to the unbounded space ``z = Φ⁻¹(u)`` (Φ the standard-normal CDF) — computed directly
@@ -127,38 +147,29 @@ class FlowPosterior(StepwiseEstimator):
     flow (``transforms`` spline layers of ``bins`` bins, ``hidden_features`` wide).
 
     **Proposal correction.** The buffer holds draws from a mixture of the prior and past
-    proposals; each carries the log density of the distribution it came from
-    (``<node>.log_prob``). The loss reweights the buffer to a Gaussian reference
-    ``r = N(m_r, R)`` — the running mean and covariance of the buffer's z — with
-    self-normalised, truncated importance weights ``w_i ∝ r(z_i) / q_i(z_i)`` (SNPE-B style,
-    Lueckmann et al. 2017, arXiv:1711.01861; truncation: Ionides 2008), so the flow learns
-    ``c(z | x) ∝ r(z) L(x | z)``, and the posterior is ``π(z) c(z | x) / r(z)`` with ``r``
-    known in closed form (the SNPE-A division of Papamakarios & Murray 2016,
-    arXiv:1605.06376, with an analytic denominator). Because r is a smooth Gaussian that follows
-    the buffer, the weights stay near 1 once proposals settle, and dividing by it does not
-    amplify the flow's tail errors the way dividing by a learned, sharply peaked buffer density
-    would.
+    proposals. The flow ``q(z | x)`` is trained with the atomic loss of automatic posterior
+    transformation (APT / SNPE-C; Greenberg, Nonnenmacher & Macke 2019, arXiv:1905.07488; see
+    :func:`atomic_loss`): each training row's latent is contrasted with ``num_atoms − 1``
+    latents of other rows of the batch, which makes ``q`` the posterior ∝ prior × likelihood
+    for any proposal mixture. Rows drawn from the prior (their stored ``<node>.log_prob`` is the
+    prior's density) add the negative log density ``−log q(z_i | x_i)``, whose optimum is the
+    posterior as well (the "combined loss" of the ``sbi`` package's SNPE-C); it makes the first
+    round, all prior draws, as sample-efficient as maximum likelihood. The flow is thus the
+    posterior itself: no density of the buffer
+    is divided out afterwards (a division amplifies the flow's errors wherever the buffer is
+    about as narrow as the posterior), and the densities of past proposals are never needed.
 
-    **Posterior.** :meth:`sample_posterior` targets ``π(z) c(z | x) / r(z)``: each draw picks
-    one of ``num_proposals`` candidates — half from ``c``, half from ``c`` with its Gaussian base
-    widened 1.5 times (a defensive mixture with the balance heuristic, Veach & Guibas 1995) —
-    with probability ∝ target / mixture density (sampling importance resampling, Rubin 1988).
-    The reported ``log_prob`` is ``log target − log Ẑ`` with ``Ẑ`` the mean importance weight
-    (pooled over all draws for a broadcast observation): the density of the resampled
-    distribution up to the Monte-Carlo error of ``Ẑ``, exact as ``num_proposals`` grows.
+    **Posterior.** :meth:`sample_posterior` draws from ``q``; ``log_prob`` is its exact density.
 
-    **Proposals.** :meth:`sample_proposal` draws from ``c`` with its Gaussian base scaled by
-    ``τ = √((1 + γ) / γ)`` (the "temperature" of Kingma & Dhariwal 2018, arXiv:1807.03039), and
-    reports that distribution's exact density — exact densities keep the importance weights of
-    later training steps exact. For Gaussian densities this is ``c^a`` normalised, with
-    ``a = γ / (1 + γ)``; as ``c ∝ buffer · L``, a buffer of such proposals settles where
-    ``buffer ∝ L^γ``: the proposal is ∝ prior · likelihood^γ wherever the prior is flat on the
-    scale of the likelihood, the regime sequential inference works in. Raising the flow's
-    density itself to a power would flatten its tails, which are never learned exactly, and
-    widen proposals far beyond the intended width.
+    **Proposals.** :meth:`sample_proposal` draws from ``q`` with its Gaussian base scaled by
+    ``τ = 1/√γ`` (the "temperature" of Kingma & Dhariwal 2018, arXiv:1807.03039) and reports
+    that distribution's exact density. For a Gaussian posterior this is ``q^γ`` normalised —
+    ∝ prior · likelihood^γ wherever the prior is flat on the scale of the likelihood. Raising
+    the flow's density itself to a power would flatten its tails, which are never learned
+    exactly, and widen proposals far beyond the intended width.
 
     Keyword args (besides those of :class:`StepwiseEstimator`): ``transforms=3``,
-    ``hidden_features=(64, 64)``, ``bins=8``, ``num_proposals=256``, ``momentum=0.01``
+    ``hidden_features=(64, 64)``, ``bins=8``, ``num_atoms=10`` (≥ 2), ``momentum=0.01``
     (running statistics); ``lr`` defaults to 1e-3.
 
     Raises:
@@ -167,13 +178,13 @@ class FlowPosterior(StepwiseEstimator):
     """
 
     DEFAULTS: ClassVar[dict[str, Any]] = {**COMMON_DEFAULTS, "lr": 1e-3, "transforms": 3,
-                                          "hidden_features": (64, 64), "bins": 8, "num_proposals": 256,
+                                          "hidden_features": (64, 64), "bins": 8, "num_atoms": 10,
                                           "momentum": 0.01}
 
     def _check_extra(self, cfg: dict[str, Any]) -> None:
         check_int(self, cfg, "transforms", 1)
         check_int(self, cfg, "bins", 1)
-        check_int(self, cfg, "num_proposals", 2)
+        check_int(self, cfg, "num_atoms", 2)
         check_real(self, cfg, "momentum", 0.0, 1.0, low_open=True)
         hidden = cfg["hidden_features"]
         if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence) or not hidden or not all(
@@ -190,70 +201,34 @@ class FlowPosterior(StepwiseEstimator):
                    s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
         head: FlowHead = model.head  # type: ignore[assignment]
         head.observe(z, s)
-        log_c = head.log_c(z, head.context(s))
-        log_w = head.log_ref(z).detach() - (log_prob - logdet)
-        return -log_c, log_w, log_c + logdet
+        ctx = head.context(s)
+        # validation (eval mode) scores every model on the same atoms
+        generator = self._batch_gen if model.training else torch.Generator(z.device).manual_seed(_VALIDATION_SEED)
+        loss = atomic_loss(head, z, ctx, self.config["num_atoms"], generator)
+        log_q = head.log_q(z, ctx)
+        # rows drawn from the prior also get the maximum-likelihood term, whose optimum is the
+        # posterior too (the combined loss of APT); their stored density is the prior's
+        log_prior = -0.5 * (z * z).sum(-1) - 0.5 * head.dim * _LOG_2PI
+        from_prior = torch.isclose(log_prob - logdet, log_prior, rtol=1e-9, atol=1e-6)
+        loss = loss - torch.where(from_prior, log_q, torch.zeros_like(log_q))
+        return loss, None, log_q.detach() + logdet
 
     def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float,
               proposal: bool) -> tuple[torch.Tensor, torch.Tensor]:
         head: FlowHead = model.head  # type: ignore[assignment]
-        return self._draw_tempered(head, n, s, gamma) if proposal else self._draw_posterior(head, n, s)
-
-    def _draw_posterior(self, head: FlowHead, n: int, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sampling importance resampling of ``π c / r`` from candidates of ``c`` and widened ``c``."""
-        k = self.config["num_proposals"]
-        k_c = (k + 1) // 2
-        scales = torch.ones(k, dtype=torch.float32, device=s.device)
-        scales[k_c:] = _WIDEN
+        tau = 1.0 / math.sqrt(gamma) if proposal else 1.0
         ctx = head.context(s)
-        pooled = ctx.shape[0] == 1
-        ctx = ctx.expand(n, ctx.shape[1])
-        chunk = max(1, _CANDIDATES_PER_PASS // k)
-        zs, log_ts, log_zs = [], [], []
-        for start in range(0, n, chunk):
-            c = ctx[start:start + chunk]
-            cand, log_c, sq = head.draw_c(c, scales, self._sample_gen)  # (K, m, D), (K, m), (K, m)
-            # density of the candidate mixture (balance heuristic): c and c with its base widened
-            log_g = math.log(k_c / k) + log_c
-            if k > k_c:
-                log_wide = log_c + 0.5 * sq * (1.0 - 1.0 / _WIDEN**2) - head.dim * math.log(_WIDEN)
-                log_g = torch.logaddexp(log_g, math.log((k - k_c) / k) + log_wide)
-            log_t = log_c + head.log_ratio(cand)
-            index, log_z = resample(log_t - log_g, self._sample_gen)
-            cols = torch.arange(c.shape[0], device=c.device)
-            zs.append(cand[index, cols])
-            log_ts.append(log_t[index, cols])
-            log_zs.append(log_z)
-        log_z = torch.cat(log_zs)
-        if pooled:
-            log_z = (torch.logsumexp(log_z, 0) - math.log(n)).expand(n)
-        if not bool(torch.isfinite(log_z).all()):
-            raise EstimatorError(f"node {self._require_setup().node!r}: importance resampling found no finite "
-                                 f"weight among {k} candidates; the flow is not usable (retrain or reload)")
-        return torch.cat(zs), torch.cat(log_ts) - log_z
-
-    def _draw_tempered(self, head: FlowHead, n: int, s: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """Draw from ``c`` with its base scaled by ``τ = √((1 + γ) / γ)``; exact density."""
-        tau = math.sqrt((1.0 + gamma) / gamma)
-        ctx = head.context(s)
-        if ctx.shape[0] == 1:
-            cand, log_c, sq = head.draw_c(ctx, torch.full((n,), tau, device=ctx.device), self._sample_gen)
-            cand, log_c, sq = cand[:, 0], log_c[:, 0], sq[:, 0]
-        else:
-            cand, log_c, sq = head.draw_c(ctx, torch.full((1,), tau, device=ctx.device), self._sample_gen)
-            cand, log_c, sq = cand[0], log_c[0], sq[0]
-        return cand, log_c + 0.5 * sq * (1.0 - 1.0 / tau**2) - head.dim * math.log(tau)
+        ctx = ctx.expand(n, ctx.shape[1]) if ctx.shape[0] == 1 else ctx  # a view: never copied n times
+        zs, log_qs = [], []
+        for start in range(0, n, _ROWS_PER_PASS):
+            z, log_q = head.draw(ctx[start:start + _ROWS_PER_PASS], min(_ROWS_PER_PASS, n - start), tau,
+                                 self._sample_gen)
+            zs.append(z)
+            log_qs.append(log_q)
+        return torch.cat(zs), torch.cat(log_qs)
 
     def _log_density(self, model: nn.Module, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         head: FlowHead = model.head  # type: ignore[assignment]
-        k = self.config["num_proposals"]
         ctx = head.context(s)
-        generator = torch.Generator(ctx.device).manual_seed(0)  # deterministic normalising constant
-        chunk = max(1, _CANDIDATES_PER_PASS // k)
-        log_zs = []
-        for start in range(0, ctx.shape[0], chunk):
-            cand, _, _ = head.draw_c(ctx[start:start + chunk], torch.ones(k, device=ctx.device), generator)
-            log_zs.append(torch.logsumexp(head.log_ratio(cand), 0) - math.log(k))  # Ẑ = E_c[π / r]
-        log_z = torch.cat(log_zs)
         ctx = ctx.expand(z.shape[0], ctx.shape[1]) if ctx.shape[0] == 1 else ctx
-        return head.log_c(z, ctx) + head.log_ratio(z) - log_z
+        return head.log_q(z, ctx)

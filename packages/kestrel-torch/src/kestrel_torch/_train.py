@@ -48,6 +48,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "early_stop_patience": 16,
     "lr_decay_factor": 1.0,
     "lr_patience": 8,
+    "min_lr": 0.0,
     "prior_epochs": 0,
     "gamma": 0.5,
     "cache_sync_every": 1,
@@ -109,7 +110,7 @@ class StepwiseEstimator:
         max_epochs (100): epochs per :meth:`train` call. batch_size (128). lr: Adam learning
         rate. early_stop_patience (16): epochs without a better validation loss before
         stopping. lr_decay_factor (1.0 = off), lr_patience (8): ReduceLROnPlateau on the
-        validation loss. prior_epochs (0): proposals stay prior draws until this many epochs
+        validation loss, never below min_lr (0.0). prior_epochs (0): proposals stay prior draws until this many epochs
         were trained (counted over the estimator's life, ``total_epochs``). gamma (0.5):
         tempering exponent of proposals. cache_sync_every (1): sync the caches every this many
         epochs. max_cache_samples (0 = all): cache at most this many training samples.
@@ -145,6 +146,7 @@ class StepwiseEstimator:
             check_int(self, cfg, key, minimum)
         check_real(self, cfg, "lr", 0.0, math.inf, low_open=True)
         check_real(self, cfg, "lr_decay_factor", 0.0, 1.0, low_open=True)
+        check_real(self, cfg, "min_lr", 0.0, cfg["lr"])
         check_real(self, cfg, "gamma", 0.0, math.inf)
         check_real(self, cfg, "log_ratio_threshold", -math.inf, math.inf, allow_inf=True)
         if not isinstance(cfg["discard_samples"], bool):
@@ -296,7 +298,8 @@ class StepwiseEstimator:
         self._scheduler = None
         if cfg["lr_decay_factor"] < 1.0:
             self._scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-                self._optimizer, factor=cfg["lr_decay_factor"], patience=cfg["lr_patience"])
+                self._optimizer, factor=cfg["lr_decay_factor"], patience=cfg["lr_patience"],
+                min_lr=cfg["min_lr"])
 
     def _snapshot(self) -> None:
         """Make the current model the best-so-far model (deep copy: plain attributes survive)."""
