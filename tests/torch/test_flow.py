@@ -14,7 +14,7 @@ from .estimator_helpers import one_thread  # noqa: F401 (fixture)
 PRIOR = Product([["uniform", -1.0, 1.0]] * 2)
 SIGMA = 0.1  # x = θ + N(0, σ² I): away from the bounds the posterior is N(x_o, σ² I)
 X_O = np.array([0.3, -0.2])
-CONFIG = {"max_epochs": 40, "transforms": 2, "hidden_features": (32, 32), "lr": 3e-3, "num_atoms": 10}
+CONFIG = {"max_epochs": 60, "early_stop_patience": 60, "transforms": 2, "hidden_features": (32, 32), "lr": 3e-3, "num_atoms": 10}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -151,11 +151,7 @@ class FlowPosterior(StepwiseEstimator):
     transformation (APT / SNPE-C; Greenberg, Nonnenmacher & Macke 2019, arXiv:1905.07488; see
     :func:`atomic_loss`): each training row's latent is contrasted with ``num_atoms − 1``
     latents of other rows of the batch, which makes ``q`` the posterior ∝ prior × likelihood
-    for any proposal mixture. Rows drawn from the prior (their stored ``<node>.log_prob`` is the
-    prior's density) add the negative log density ``−log q(z_i | x_i)``, whose optimum is the
-    posterior as well (the "combined loss" of the ``sbi`` package's SNPE-C); it makes the first
-    round, all prior draws, as sample-efficient as maximum likelihood. The flow is thus the
-    posterior itself: no density of the buffer
+    for any proposal mixture. The flow is thus the posterior itself: no density of the buffer
     is divided out afterwards (a division amplifies the flow's errors wherever the buffer is
     about as narrow as the posterior), and the densities of past proposals are never needed.
 
@@ -205,13 +201,9 @@ class FlowPosterior(StepwiseEstimator):
         # validation (eval mode) scores every model on the same atoms
         generator = self._batch_gen if model.training else torch.Generator(z.device).manual_seed(_VALIDATION_SEED)
         loss = atomic_loss(head, z, ctx, self.config["num_atoms"], generator)
-        log_q = head.log_q(z, ctx)
-        # rows drawn from the prior also get the maximum-likelihood term, whose optimum is the
-        # posterior too (the combined loss of APT); their stored density is the prior's
-        log_prior = -0.5 * (z * z).sum(-1) - 0.5 * head.dim * _LOG_2PI
-        from_prior = torch.isclose(log_prob - logdet, log_prior, rtol=1e-9, atol=1e-6)
-        loss = loss - torch.where(from_prior, log_q, torch.zeros_like(log_q))
-        return loss, None, log_q.detach() + logdet
+        with torch.no_grad():
+            log_q = head.log_q(z, ctx)
+        return loss, None, log_q + logdet
 
     def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float,
               proposal: bool) -> tuple[torch.Tensor, torch.Tensor]:
