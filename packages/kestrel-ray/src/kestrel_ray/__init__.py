@@ -27,15 +27,43 @@ __all__ = [
     "RunDir",
 ]
 
+from importlib import import_module
+from typing import Any
+
 from .__about__ import __version__
-from ._deployed import DeployedGraph
-from ._handles import NodeHandle
-from ._init import init_ray
-from ._launch import RunError, RunResult, launch
-from ._multiplex import MultiplexNodeWrapper
-from ._refs import Column, RefTrace, chunk_grid
-from ._rundir import RunDir
-from ._sampling import SampleResult, sample_run
-from ._store import SampleStore, create_store
-from ._view import RayBufferView
-from ._wrapper import NodeWrapper
+
+#: public name → the module that defines it; imported on first use (PEP 562), so that
+#: ``import kestrel_ray`` — which every ``kestrel`` command does through the entry points —
+#: does not import ray until a command needs it
+_HOMES = {
+    "DeployedGraph": "._deployed",
+    "NodeHandle": "._handles",
+    "init_ray": "._init",
+    "RunError": "._launch",
+    "RunResult": "._launch",
+    "launch": "._launch",
+    "MultiplexNodeWrapper": "._multiplex",
+    "Column": "._refs",
+    "RefTrace": "._refs",
+    "chunk_grid": "._refs",
+    "RunDir": "._rundir",
+    "SampleResult": "._sampling",
+    "sample_run": "._sampling",
+    "SampleStore": "._store",
+    "create_store": "._store",
+    "RayBufferView": "._view",
+    "NodeWrapper": "._wrapper",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'kestrel_ray' has no attribute {name!r}")
+    value = getattr(import_module(home, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
