@@ -99,6 +99,7 @@ def test_04_posterior_widths(tmp_path, no_leaked_actors):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_01_posterior_means(tmp_path, no_leaked_actors):
     overrides, cap = BUDGET["01_minimal"]
     result = launch(example("01_minimal"), tmp_path / "run", overrides=overrides, seed=1, timeout=cap,
