@@ -41,7 +41,7 @@ from ._handles import NodeHandle, Pending
 from ._multiplex import MultiplexNodeWrapper
 from ._refs import Column, RefTrace, chunk_grid, merge_meta
 from ._resources import actor_options, check_resources, unwrap_error
-from ._store import SampleStore
+from ._store import SampleStore, appended
 from ._wrapper import NodeWrapper
 
 __all__ = ["DeployedGraph"]
@@ -379,13 +379,7 @@ class DeployedGraph:
         ref = self._store.append_blocks.remote(trace.blocks())
         if not wait:
             return ref
-        try:
-            ids, notes = ray.get(ref)
-        except ray.exceptions.RayTaskError as err:
-            cause = getattr(err, "cause", None)
-            if isinstance(cause, KestrelError):
-                raise cause from err
-            raise
+        ids, notes = appended(ref)
         for note in notes:
             warnings.warn(note, StoreWarning, stacklevel=2)
         return ids

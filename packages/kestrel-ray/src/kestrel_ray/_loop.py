@@ -35,6 +35,7 @@ from ._rundir import RunDir
 from ._sampling import draw_samples, shapes_text
 from ._session import cluster_nodes, deploy_run
 from ._stop import StopControl
+from ._store import appended
 
 __all__ = ["Launcher", "INITIAL_CHUNK"]
 
@@ -255,13 +256,7 @@ class Launcher:
         return ref
 
     def _finish_append(self, ref: Any) -> None:
-        try:
-            ids, notes = ray.get(ref)
-        except ray.exceptions.RayTaskError as err:
-            cause = getattr(err, "cause", None)
-            if isinstance(cause, KestrelError):
-                raise cause from err
-            raise
+        ids, notes = appended(ref)
         for note in notes:
             self.log.warning("buffer: %s", note)
         self.result.simulated += len(ids)

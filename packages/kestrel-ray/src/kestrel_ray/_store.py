@@ -37,7 +37,7 @@ from kestrel_core import (
 )
 
 
-__all__ = ["SampleStore", "create_store", "Schema"]
+__all__ = ["SampleStore", "create_store", "appended", "Schema"]
 
 #: flat key → (per-sample shape, dtype string)
 Schema = dict[str, tuple[tuple[int, ...], str]]
@@ -266,3 +266,26 @@ def create_store(**kwargs: Any) -> Any:
     handle = ray.remote(SampleStore).options(num_cpus=0).remote(**kwargs)
     ray.get(handle.ready.remote())
     return handle
+
+
+def appended(ref: Any) -> tuple[np.ndarray, list[str]]:
+    """Wait for a ``store.append_blocks`` call: its new sample ids and the store's notes.
+
+    Args:
+        ref: the ObjectRef ``append_blocks.remote(...)`` returned.
+
+    Returns:
+        ``(ids int64 (n,), notes)``; a note is a warning the caller should show (for example:
+        more samples at once than the buffer holds).
+
+    Raises:
+        KestrelError: the one the store raised (a :class:`StoreError` for a schema break, K06),
+            unwrapped from Ray's task error.
+    """
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, KestrelError):
+            raise cause from err
+        raise
