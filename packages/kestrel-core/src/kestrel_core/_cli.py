@@ -18,15 +18,16 @@ nothing::
 
     # pyproject.toml of kestrel-ray
     [project.entry-points."kestrel.commands"]
-    launch = "kestrel_ray._cli:register_launch"
-    sample = "kestrel_ray._cli:register_sample"
+    launch = "kestrel_ray._commands:launch_command"
+    sample = "kestrel_ray._commands:sample_command"
 
-    # kestrel_ray/_cli.py
-    from kestrel_core._cli import add_config_arguments, config_from_args
+    # kestrel_ray/_commands.py
+    from kestrel_core._cli import add_config_arguments, non_negative_int
 
-    def register_launch(subparsers):
+    def launch_command(subparsers):
         p = subparsers.add_parser("launch", help="train the estimators")
         add_config_arguments(p)             # -c/--config and key=value overrides
+        p.add_argument("--seed", type=non_negative_int)  # shared argparse types
         p.set_defaults(func=run_launch)     # func(args) -> int | None (exit status)
 
 ``register`` should import heavy dependencies (ray) inside ``func``, not at module level, so
@@ -79,23 +80,34 @@ def _override(text: str) -> str:
     return text
 
 
-def _count(text: str) -> int:
+def _integer(text: str, minimum: int, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
     return value
 
 
-def _seed(text: str) -> int:
+def positive_int(text: str) -> int:
+    """argparse ``type``: an integer ≥ 1 (sample counts)."""
+    return _integer(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse ``type``: an integer ≥ 0 (seeds)."""
+    return _integer(text, 0, "a non-negative integer")
+
+
+def positive_float(text: str) -> float:
+    """argparse ``type``: a number of seconds > 0."""
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
     return value
 
 
@@ -158,9 +170,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
                        description="Draw N joint samples in this process and write one array per "
                        "node, shape (N, ...), to an .npz file.")
     add_config_arguments(p)
-    p.add_argument("-n", type=_count, required=True, metavar="N", help="number of samples")
+    p.add_argument("-n", type=positive_int, required=True, metavar="N", help="number of samples")
     p.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="output file")
-    p.add_argument("--seed", type=_seed, default=None, help="seed (default: fresh entropy, printed)")
+    p.add_argument("--seed", type=non_negative_int, default=None, help="seed (default: fresh entropy, printed)")
     p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser("plot", help="corner plot of a run's samples (needs matplotlib)",

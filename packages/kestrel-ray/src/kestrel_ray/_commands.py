@@ -15,38 +15,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kestrel_core._cli import add_config_arguments
+from kestrel_core._cli import add_config_arguments, non_negative_int, positive_float, positive_int
 
 __all__ = ["launch_command", "sample_command"]
 
 _MODES = ("prior", "posterior", "proposal", "ppd")
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = _non_negative_int(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("expected a positive integer, got 0")
-    return value
 
 
 def launch_command(subparsers: Any) -> None:
@@ -61,8 +34,8 @@ def launch_command(subparsers: Any) -> None:
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
     p.add_argument("--address", default=None, metavar="ADDR",
                    help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
-    p.add_argument("--seed", type=_non_negative_int, default=None, help="seed (default: fresh entropy, recorded)")
-    p.add_argument("--timeout", type=_positive_float, default=None, metavar="SEC",
+    p.add_argument("--seed", type=non_negative_int, default=None, help="seed (default: fresh entropy, recorded)")
+    p.add_argument("--timeout", type=positive_float, default=None, metavar="SEC",
                    help="stop gracefully after SEC seconds, as on Ctrl-C")
     p.add_argument("--no-auto-sample", dest="auto_sample", action="store_false",
                    help="do not sample the posterior after training")
@@ -97,9 +70,9 @@ def sample_command(subparsers: Any) -> None:
         "from sample.<mode>.n in the run's config.")
     p.add_argument("mode", choices=_MODES, help="what to sample")
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
-    p.add_argument("-n", type=_positive_int, default=None, metavar="N",
+    p.add_argument("-n", type=positive_int, default=None, metavar="N",
                    help="number of samples (default: sample.<mode>.n of the run's config)")
-    p.add_argument("--seed", type=_non_negative_int, default=None, help="seed (default: fresh entropy, printed)")
+    p.add_argument("--seed", type=non_negative_int, default=None, help="seed (default: fresh entropy, printed)")
     p.add_argument("--address", default=None, metavar="ADDR",
                    help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (not saved)")
