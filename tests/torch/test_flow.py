@@ -97,16 +97,17 @@ def test_atomic_loss_contrasts_each_row_with_other_rows() -> None:
     head = FlowHead(2, 3, transforms=1, hidden_features=(8,), bins=4, momentum=0.1)
     z = torch.randn(16, 2, dtype=torch.float64)
     ctx = torch.randn(16, 3)
-    loss = atomic_loss(head, z, ctx, 5, torch.Generator().manual_seed(1))
-    again = atomic_loss(head, z, ctx, 5, torch.Generator().manual_seed(1))
+    loss, log_q = atomic_loss(head, z, ctx, 5, torch.Generator().manual_seed(1))
+    again, _ = atomic_loss(head, z, ctx, 5, torch.Generator().manual_seed(1))
+    assert torch.allclose(log_q, head.log_q(z, ctx))  # the rows' own density, from the same pass
     assert loss.shape == (16,) and loss.dtype == torch.float64 and torch.equal(loss, again)
     assert bool((loss >= 0).all())  # −log of a softmax entry
     # two atoms per row: the loss is log(1 + q(z_j|s_i)π(z_i) / (q(z_i|s_i)π(z_j))) with j another row
-    two = atomic_loss(head, z, ctx, 2, torch.Generator().manual_seed(2))
+    two, _ = atomic_loss(head, z, ctx, 2, torch.Generator().manual_seed(2))
     logits = head.log_q(z[None].expand(16, 16, 2).transpose(0, 1), ctx) + 0.5 * (z * z).sum(-1)[:, None]  # [j, i]
     own = torch.diagonal(logits)
     others = [torch.logaddexp(own, logits[j]) - own for j in range(16)]
     assert all(any(torch.isclose(two[i], o[i]) for j, o in enumerate(others) if j != i) for i in range(16))
     # a single row has no other row to contrast with: the plain negative log density
-    one = atomic_loss(head, z[:1], ctx[:1], 10)
+    one, _ = atomic_loss(head, z[:1], ctx[:1], 10)
     assert torch.allclose(one, -head.log_q(z[:1], ctx[:1]))

@@ -5,28 +5,6 @@ Boundary (refs ↔ arrays, batched): :class:`NodeWrapper`, :class:`RayBufferView
 Depends on kestrel-core and ray; never imports torch.
 """
 
-__all__ = [
-    "__version__",
-    "init_ray",
-    "DeployedGraph",
-    "RefTrace",
-    "Column",
-    "chunk_grid",
-    "SampleStore",
-    "create_store",
-    "NodeWrapper",
-    "NodeHandle",
-    "MultiplexNodeWrapper",
-    "RayBufferView",
-    # the main job: launch, sample, run directory
-    "launch",
-    "RunResult",
-    "RunError",
-    "sample_run",
-    "SampleResult",
-    "RunDir",
-]
-
 from importlib import import_module
 from typing import Any
 
@@ -36,24 +14,26 @@ from .__about__ import __version__
 #: ``import kestrel_ray`` — which every ``kestrel`` command does through the entry points —
 #: does not import ray until a command needs it
 _HOMES = {
-    "DeployedGraph": "._deployed",
-    "NodeHandle": "._handles",
     "init_ray": "._init",
-    "RunError": "._launch",
-    "RunResult": "._launch",
-    "launch": "._launch",
-    "MultiplexNodeWrapper": "._multiplex",
-    "Column": "._refs",
+    "DeployedGraph": "._deployed",
     "RefTrace": "._refs",
+    "Column": "._refs",
     "chunk_grid": "._refs",
-    "RunDir": "._rundir",
-    "SampleResult": "._sampling",
-    "sample_run": "._sampling",
     "SampleStore": "._store",
     "create_store": "._store",
-    "RayBufferView": "._view",
     "NodeWrapper": "._wrapper",
+    "NodeHandle": "._handles",
+    "MultiplexNodeWrapper": "._multiplex",
+    "RayBufferView": "._view",
+    # the main job: launch, sample, run directory
+    "launch": "._launch",
+    "RunResult": "._launch",
+    "RunError": "._launch",
+    "sample_run": "._sampling",
+    "SampleResult": "._sampling",
+    "RunDir": "._rundir",
 }
+__all__ = ["__version__", *_HOMES]
 
 
 def __getattr__(name: str) -> Any:

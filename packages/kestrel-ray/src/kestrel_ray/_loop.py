@@ -116,15 +116,24 @@ class Launcher:
         })
 
     # -- phases --------------------------------------------------------------------------------
+    def _estimator_files(self, node: str, method: str) -> str:
+        """Call the node actor's ``load`` or ``save`` on its run folder; returns the folder.
+
+        Raises:
+            KestrelError: the actor's error, naming the node (see :func:`unwrap_error`).
+        """
+        directory = self.run_dir.node_dir(node)
+        try:
+            ray.get(getattr(self.dg.handle(node).actor, method).remote(directory))
+        except ray.exceptions.RayError as err:
+            raise unwrap_error(err, node, f"{method}({directory!r})") from err
+        return directory
+
     def _resume(self) -> None:
         for node in self.cfg.graph.latents:
             if not self.run_dir.has_weights(node):
                 continue
-            directory = self.run_dir.node_dir(node)
-            try:
-                ray.get(self.dg.handle(node).actor.load.remote(directory))
-            except ray.exceptions.RayError as err:
-                raise unwrap_error(err, node, f"load({directory!r})") from err
+            self._estimator_files(node, "load")
             self.result.resumed.append(node)
         if self.result.resumed:
             self.log.info("resume: loaded saved weights of %s", self.result.resumed)
@@ -226,11 +235,7 @@ class Launcher:
             if not est.get("epoch"):
                 self.log.warning("node %s: no epoch finished; nothing to save", node)
                 continue
-            directory = self.run_dir.node_dir(node)
-            try:
-                ray.get(self.dg.handle(node).actor.save.remote(directory))
-            except ray.exceptions.RayError as err:
-                raise unwrap_error(err, node, f"save({directory!r})") from err
+            directory = self._estimator_files(node, "save")
             self.run_dir.mark_saved(node, {"epoch": self.result.epochs[node], "seed": self.seed})
             self.log.info("node %s: weights saved to %s (epoch %d)", node, directory, self.result.epochs[node])
 

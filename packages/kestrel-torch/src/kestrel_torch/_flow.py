@@ -103,7 +103,7 @@ class FlowHead(nn.Module):
 
 
 def atomic_loss(head: FlowHead, z: torch.Tensor, ctx: torch.Tensor, num_atoms: int,
-                generator: torch.Generator | None = None) -> torch.Tensor:
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row loss of automatic posterior transformation with atomic proposals.
 
     Row ``i`` is scored against ``A − 1`` other rows' latents (its atoms):
@@ -117,7 +117,8 @@ def atomic_loss(head: FlowHead, z: torch.Tensor, ctx: torch.Tensor, num_atoms: i
         generator: for the offsets.
 
     Returns:
-        float64 ``(B,)``; with ``B = 1`` the plain negative log density (no other row to contrast).
+        ``(loss, log_q)``: float64 ``(B,)`` each — the losses (with ``B = 1`` the plain negative
+        log density: no other row to contrast) and ``log q(z_i | s_i)`` of the rows themselves.
 
     References:
         D. Greenberg, M. Nonnenmacher, J. Macke (2019), "Automatic Posterior Transformation for
@@ -126,13 +127,15 @@ def atomic_loss(head: FlowHead, z: torch.Tensor, ctx: torch.Tensor, num_atoms: i
     b = z.shape[0]
     a = min(int(num_atoms), b)
     if a < 2:
-        return -head.log_q(z, ctx)
+        log_q = head.log_q(z, ctx)
+        return -log_q, log_q
     offsets = torch.randperm(b - 1, generator=generator, device=z.device)[:a - 1] + 1
     rows = torch.arange(b, device=z.device)
     index = torch.cat([rows[None], (rows[None] + offsets[:, None]) % b])  # (A, B); row 0: the row itself
     atoms = z[index]  # (A, B, D)
-    logits = head.log_q(atoms, ctx) + 0.5 * (atoms * atoms).sum(-1)  # log q − log π, up to a constant
-    return torch.logsumexp(logits, 0) - logits[0]
+    log_q = head.log_q(atoms, ctx)  # (A, B)
+    logits = log_q + 0.5 * (atoms * atoms).sum(-1)  # log q − log π, up to a constant
+    return torch.logsumexp(logits, 0) - logits[0], log_q[0]
 
 
 class FlowPosterior(StepwiseEstimator):
@@ -200,15 +203,12 @@ class FlowPosterior(StepwiseEstimator):
         ctx = head.context(s)
         # validation (eval mode) scores every model on the same atoms
         generator = self._batch_gen if model.training else torch.Generator(z.device).manual_seed(_VALIDATION_SEED)
-        loss = atomic_loss(head, z, ctx, self.config["num_atoms"], generator)
-        with torch.no_grad():
-            log_q = head.log_q(z, ctx)
-        return loss, None, log_q + logdet
+        loss, log_q = atomic_loss(head, z, ctx, self.config["num_atoms"], generator)
+        return loss, None, log_q.detach() + logdet
 
-    def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float,
-              proposal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         head: FlowHead = model.head  # type: ignore[assignment]
-        tau = 1.0 / math.sqrt(gamma) if proposal else 1.0
+        tau = 1.0 / math.sqrt(gamma)  # 1 for the posterior
         ctx = head.context(s)
         ctx = ctx.expand(n, ctx.shape[1]) if ctx.shape[0] == 1 else ctx  # a view: never copied n times
         zs, log_qs = [], []

@@ -268,8 +268,7 @@ class GaussianPosterior(StepwiseEstimator):
         finally:
             model.train(was_training)
 
-    def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float,
-              proposal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         head: GaussianHead = model.head  # type: ignore[assignment]
         factor = head.factor(head.mean(s), gamma)
         self._clipped = factor.clipped

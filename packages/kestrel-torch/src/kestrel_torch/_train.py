@@ -195,10 +195,9 @@ class StepwiseEstimator:
     def _end_epoch(self, model: nn.Module, loader: CachedDataLoader) -> None:
         """Called after the training steps of an epoch, before validation."""
 
-    def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float,
-              proposal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` draws ``z (n, D)`` and their z-space log density ``(n,)`` given ``s (M, E)``:
-        from the posterior (``proposal`` False, ``gamma`` 1) or the γ-tempered proposal."""
+        from the posterior (``gamma`` 1) or the γ-tempered proposal."""
         raise NotImplementedError
 
     def _log_density(self, model: nn.Module, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
@@ -560,7 +559,7 @@ class StepwiseEstimator:
         if self._best is None:
             raise EstimatorError(f"node {self._require_setup().node!r}: sample_posterior needs a trained model; "
                                  "train at least one epoch or load a checkpoint first")
-        return self._sample(self._best, n, conditions, 1.0, proposal=False)
+        return self._sample(self._best, n, conditions, 1.0)
 
     def sample_proposal(self, n: int, conditions: Mapping[str, Any]) -> Record:
         """``n`` draws from the γ-tempered posterior ∝ prior · likelihood^γ (prior draws early on).
@@ -571,13 +570,12 @@ class StepwiseEstimator:
         n = check_count(n)
         if self._best is None or self._total_epochs < self.config["prior_epochs"] or self.config["gamma"] == 0:
             return self.sample_prior(n)
-        return self._sample(self._best, n, conditions, self.config["gamma"], proposal=True)
+        return self._sample(self._best, n, conditions, self.config["gamma"])
 
     def log_prob(self, theta: Any, conditions: Mapping[str, Any]) -> np.ndarray:
         """Log density of the (proposal-corrected) posterior at ``theta`` given ``conditions``.
 
-        Uses the best-so-far model, like the sampling methods; deterministic (the flow's
-        normalising constant is estimated with a fixed-seed draw).
+        Uses the best-so-far model, like the sampling methods; deterministic.
 
         Args:
             theta: array ``(N, F)`` inside the prior's support.
@@ -605,15 +603,14 @@ class StepwiseEstimator:
             log_z = self._log_density(self._best, torch.as_tensor(z, device=self._device), s)
         return log_z.cpu().numpy() + logdet
 
-    def _sample(self, model: _Model, n: int, conditions: Mapping[str, Any], gamma: float, *,
-                proposal: bool) -> Record:
+    def _sample(self, model: _Model, n: int, conditions: Mapping[str, Any], gamma: float) -> Record:
         prior = self.prior
         if n == 0:
             return {"value": np.empty((0, prior.full_dim)), "log_prob": np.empty(0)}
         inputs = self._inference_inputs(n, conditions)
         with torch.no_grad():
             s = model.embed(inputs)
-            z, log_z = self._draw(model, n, s, gamma, proposal)
+            z, log_z = self._draw(model, n, s, gamma)
         theta, log_dtheta = prior.from_normal(z.cpu().numpy(), with_logdet=True)
         log_prob = log_z.cpu().numpy() - log_dtheta
         return {"value": np.asarray(theta, dtype=np.float64), "log_prob": np.asarray(log_prob, dtype=np.float64)}
