@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -61,7 +61,8 @@ def read_source(source: Any) -> tuple[Any, str]:
 def _parse_value(text: str) -> Any:
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.from_dotlist([f"v={text}"]), resolve=False)["v"]
+    parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={text}"]), resolve=False)
+    return cast(dict, parsed)["v"]
 
 
 def apply_override(cfg: Any, item: Any, nodes: list[str]) -> None:
@@ -141,12 +142,12 @@ def resolve(cfg: Any, run_dir: Any, base_dir: str) -> dict[str, Any]:
         if "imports" not in cfg.paths:
             cfg.paths["imports"] = [base_dir]
     data: dict[str, Any] = {}
-    for key in cfg:
+    for key in map(str, cfg):
         if key == "run_dir":
             data[key] = None if missing else _resolve_node(cfg, key, False)
         elif key == "paths" and isinstance(cfg.paths, DictConfig):
             paths = {}
-            for name in cfg.paths:
+            for name in map(str, cfg.paths):
                 try:
                     paths[name] = _resolve_node(cfg.paths, name, missing)
                 except ConfigError:

@@ -57,7 +57,35 @@ class Dist:
         u = rng.random(n)
         return np.where(u <= 0.5, self.ppf(u), self.isf(1.0 - u))
 
-    # to implement: log_pdf(x), cdf_sf(x) -> (cdf, sf), ppf(u), isf(s)
+    # the interface every subclass implements (float64 arrays of any shape, elementwise)
+    def log_pdf(self, x: np.ndarray) -> np.ndarray:
+        """Log density at ``x``; ``-inf`` outside the support, at ``±inf`` and at NaN."""
+        raise NotImplementedError
+
+    def cdf_sf(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(cdf, sf)`` at ``x``, each accurate on its own side."""
+        raise NotImplementedError
+
+    def ppf(self, u: np.ndarray) -> np.ndarray:
+        """Inverse of the CDF, ``u`` in ``[0, 1]``."""
+        raise NotImplementedError
+
+    def isf(self, s: np.ndarray) -> np.ndarray:
+        """Inverse of the survival function, ``s`` in ``[0, 1]``."""
+        raise NotImplementedError
+
+    # only where ``direct`` is true: the exact map to and from standard-normal space
+    def to_z(self, x: np.ndarray) -> np.ndarray:
+        """Standard-normal latent of ``x`` (``direct`` distributions only)."""
+        raise NotImplementedError
+
+    def from_z(self, z: np.ndarray) -> np.ndarray:
+        """Inverse of :meth:`to_z`."""
+        raise NotImplementedError
+
+    def log_dz_dx(self, x: np.ndarray) -> np.ndarray:
+        """``log |dz/dx|`` of :meth:`to_z` at ``x``."""
+        raise NotImplementedError
 
 
 class Uniform(Dist):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import types
 import warnings
 from typing import Any
 
@@ -32,7 +33,8 @@ def user_stacklevel() -> int:
     points at the first frame outside the package (the user's code)."""
     import sys
 
-    level, frame = 1, sys._getframe(1)
+    level = 1
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
         frame = frame.f_back
         level += 1

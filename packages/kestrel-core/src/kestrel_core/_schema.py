@@ -66,7 +66,7 @@ def split_key_path(key: str) -> list[str | int]:
 
 
 def _is_int(value: Any, minimum: int = 0) -> bool:
-    return not isinstance(value, bool) and isinstance(value, Integral) and value >= minimum
+    return not isinstance(value, bool) and isinstance(value, Integral) and int(value) >= minimum
 
 
 def name_list(value: Any) -> tuple[str, ...] | None:
@@ -105,7 +105,7 @@ def _buffer_problems(buf: Any, problems: list[str]) -> None:
         problems.append(f"buffer.min_samples: {lo} is larger than buffer.max_samples {hi}")
     checks = {
         "simulate_count": (lambda v: _is_int(v, 1), "an integer ≥ 1"),
-        "simulate_interval": (lambda v: isinstance(v, Real) and not isinstance(v, bool) and v >= 0, "seconds ≥ 0"),
+        "simulate_interval": (lambda v: isinstance(v, Real) and not isinstance(v, bool) and float(v) >= 0, "seconds ≥ 0"),
         "simulate_when_full": (lambda v: isinstance(v, bool), "true or false"),
         "snapshot_every": (lambda v: _is_int(v), "an integer ≥ 0"),
         "initial_samples_path": (lambda v: v is None or isinstance(v, str), "a path or null"),
