@@ -26,12 +26,12 @@ _HOMES = {
     "MultiplexNodeWrapper": "._multiplex",
     "RayBufferView": "._view",
     # the main job: launch, sample, run directory
-    "launch": "._launch",
-    "RunResult": "._launch",
-    "RunError": "._launch",
-    "sample_run": "._sampling",
-    "SampleResult": "._sampling",
-    "RunDir": "._rundir",
+    "launch": ".run._launch",
+    "RunResult": ".run._result",
+    "RunError": ".run._result",
+    "sample_run": ".run._sampling",
+    "SampleResult": ".run._sampling",
+    "RunDir": ".run._rundir",
 }
 __all__ = ["__version__", *_HOMES]
 

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from kestrel_core import ConfigError, EstimatorError, check_count, flat_key, load_config, seed_sequence
 
-from ._deployed import DeployedGraph
+from .._deployed import DeployedGraph
 from ._rundir import RunDir
 
 __all__ = ["MODES", "SampleResult", "draw_samples", "sample_run", "check_weights"]
@@ -188,7 +188,7 @@ def sample_run(run_dir: str | os.PathLike[str], mode: str, *, n: int | None = No
 def _load(dg: DeployedGraph, node: str, directory: str) -> None:
     import ray
 
-    from ._resources import unwrap_error
+    from .._resources import unwrap_error
 
     try:
         ray.get(dg.handle(node).actor.load.remote(directory))

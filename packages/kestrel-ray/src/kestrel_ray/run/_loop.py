@@ -26,16 +26,16 @@ from typing import Any
 import ray
 from kestrel_core import KestrelError, RunConfig
 
-from ._finite import drop_nonfinite, merge_counts
+from .._finite import drop_nonfinite, merge_counts
 from ._initial import append_initial_samples
 from ._progress import Snapshot
-from ._resources import unwrap_error
+from .._resources import unwrap_error
 from ._result import RunError, RunResult
 from ._rundir import RunDir
 from ._sampling import draw_samples, shapes_text
 from ._session import cluster_nodes, deploy_run
 from ._stop import StopControl
-from ._store import appended
+from .._store import appended
 
 __all__ = ["Launcher", "INITIAL_CHUNK"]
 

@@ -16,7 +16,7 @@ import numpy as np
 import ray
 from kestrel_core import ConfigError, flat_key
 
-from ._refs import Column, RefTrace
+from .._refs import Column, RefTrace
 
 __all__ = ["append_initial_samples", "read_initial_samples"]
 

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from ._wrapper import NodeWrapper
+from .._wrapper import NodeWrapper
 
 __all__ = ["RunNodeWrapper", "METRIC_COLUMNS"]
 

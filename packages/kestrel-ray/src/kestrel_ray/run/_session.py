@@ -19,8 +19,8 @@ from typing import Any
 
 import ray
 
-from ._deployed import DeployedGraph
-from ._init import init_ray
+from .._deployed import DeployedGraph
+from .._init import init_ray
 from ._nodelog import RunNodeWrapper
 from ._rundir import RunDir
 
