@@ -28,6 +28,7 @@ EXPECTED = [
     "Simulator",
     "Record",
     "SampleStore",
+    "BlockMeta",
     "Checkout",
     "BlockRead",
     "BufferView",

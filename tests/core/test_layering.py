@@ -1,4 +1,4 @@
-"""kestrel_core never imports ray or torch (checked in a fresh interpreter).
+"""kestrel_core never imports ray or torch, nor pytest (checked in a fresh interpreter).
 
 (The ``kestrel`` command itself loads the ``kestrel.commands`` plugins of installed layer
 packages; what those import is their business, so the parser is not built here.)
@@ -17,7 +17,7 @@ from kestrel_core import _cli, load_config, sample_forward
 cfg = load_config({str(ROOT / 'examples' / '05_linear_regression' / 'config.yml')!r})
 trace = sample_forward(cfg.graph, 4, seed=0)
 assert trace["x.value"].shape == (4, 1000)
-loaded = sorted(m for m in ("ray", "torch", "zuko", "kestrel_ray", "kestrel_torch") if m in sys.modules)
+loaded = sorted(m for m in ("ray", "torch", "zuko", "kestrel_ray", "kestrel_torch", "pytest") if m in sys.modules)
 print("loaded:", loaded)
 """
 

@@ -8,13 +8,14 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from kestrel_core import ConfigError, InMemoryStore, Status, StoreError
-from kestrel_core._store import StoreWarning
-from tests.core.store_contract import KEYS, StoreContract, rows_for
+from kestrel_core import BlockMeta, ConfigError, InMemoryStore, Status, StoreError, StoreWarning
+from kestrel_core.testing import KEYS, StoreContract, rows_for
+from tests.core.store_cases import with_case_ids
 
 T, D, V = Status.TRAINING, Status.DISFAVOURED, Status.VALIDATION
 
 
+@with_case_ids
 class TestInMemoryStore(StoreContract):
     @pytest.fixture
     def make_store(self):
@@ -178,6 +179,21 @@ def test_append_rejects_malformed_blocks():
     with pytest.raises(TypeError):
         store.append({"x.value": np.zeros((2, 1))}, 2.0)
     assert store.stats()["total"] == 0 and store.schema == {}
+
+
+def test_append_takes_n_alone_for_a_block_of_arrays():
+    store = InMemoryStore(min_samples=0, max_samples=10, validation_samples=0)
+    assert store.append(rows_for(np.arange(3)), 3).tolist() == [0, 1, 2]
+    assert store.append(rows_for(np.arange(3, 5)), BlockMeta.of(rows_for(np.arange(3, 5)))).tolist() == [3, 4]
+
+
+def test_append_rejects_arrays_that_differ_from_their_metadata():
+    store = InMemoryStore(min_samples=0, max_samples=10, validation_samples=0)
+    arrays = rows_for(np.arange(4))
+    meta = BlockMeta.of({**arrays, "x.value": arrays["x.value"].astype(np.float64)}, 4)
+    with pytest.raises(StoreError, match=r"'x\.value'.*float32.*metadata says.*float64"):
+        store.append(arrays, meta)
+    assert store.stats()["total"] == 0
 
 
 def test_checkout_subset_is_reproducible_with_a_seed():

@@ -1,6 +1,7 @@
 """Kestrel core: graph, dict trace, priors, config, in-process simulation, store contract.
 
-Depends on numpy, OmegaConf and PyYAML only; importing it never imports ray or torch.
+Depends on numpy, OmegaConf and PyYAML only; importing it never imports ray or torch (nor
+pytest: the store contract suite, :mod:`kestrel_core.testing`, is imported only on demand).
 """
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "Simulator",
     "Record",
     "SampleStore",
+    "BlockMeta",
     "Checkout",
     "BlockRead",
     "BufferView",
@@ -68,8 +70,14 @@ __all__ = [
 ]
 
 from .__about__ import __version__
-from ._blocks import BlockIndex
-from ._boundary import CountError, OutputTypeError, as_record, call_simulator, check_count, finite_rows
+from ._boundary import (
+    CountError,
+    OutputTypeError,
+    as_record,
+    call_simulator,
+    check_count,
+    finite_rows,
+)
 from ._config import BufferConfig, PathsConfig, RunConfig, SampleConfig, load_config
 from ._errors import (
     ConfigError,
@@ -79,14 +87,15 @@ from ._errors import (
     ShapeError,
     SimulatorError,
     StoreError,
+    StoreWarning,
 )
 from ._forward import sample_forward
 from ._graph import Graph, Node, Spec
 from ._instantiate import import_target, instantiate
-from ._lifecycle import LIVE, TRAINABLE, Status, rotate
 from ._observe import check_observation, load_observation
 from ._priors import OutOfSupportError, Product, prior_from_spec
 from ._protocols import (
+    BlockMeta,
     BlockRead,
     BufferView,
     Checkout,
@@ -98,6 +107,5 @@ from ._protocols import (
     Simulator,
 )
 from ._random import seed_sequence, spawn_rngs
-from ._store import InMemoryStore, StoreWarning
-from ._store_view import InMemoryBufferView
+from ._store import LIVE, TRAINABLE, BlockIndex, InMemoryBufferView, InMemoryStore, Status, rotate
 from ._trace import check_trace, flat_key, flatten, format_shapes, split_key, unflatten

@@ -15,6 +15,7 @@ __all__ = [
     "ShapeError",
     "StoreError",
     "EstimatorError",
+    "StoreWarning",
 ]
 
 
@@ -40,6 +41,10 @@ class ShapeError(SimulatorError, ValueError):
 
 class StoreError(KestrelError):
     """A sample store operation was given inconsistent data (key schema, ids, statuses)."""
+
+
+class StoreWarning(UserWarning):
+    """A store operation works but wastes data (e.g. an append larger than the buffer)."""
 
 
 class EstimatorError(KestrelError):

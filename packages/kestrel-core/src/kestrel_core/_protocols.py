@@ -3,9 +3,9 @@
 kestrel-ray and kestrel-torch never import each other; they meet through these contracts:
 
 * :class:`Simulator` — user forward models and priors (inner layer, numpy only).
-* :class:`SampleStore` — the training buffer: blocks of rows addressed by sample id.
-* :class:`BufferView` — what an estimator trains from: a thread-safe, blocking ``fetch`` that
-  checks out, reads and releases in one call and returns plain numpy arrays.
+* :class:`SampleStore`, :class:`BlockMeta`, :class:`BufferView` and their records — the
+  training buffer; defined with the store in :mod:`kestrel_core._store._protocol` and
+  re-exported here.
 * :class:`Estimator` — a trainable conditional density for one latent node.
 
 Shape symbols: N samples in a call, M sample ids in a store, D a node's per-sample shape.
@@ -13,15 +13,18 @@ Shape symbols: N samples in a call, M sample ids in a store, D a node's per-samp
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from ._store._protocol import BlockMeta, BlockRead, BufferView, Checkout, Fetch, SampleStore
+
 __all__ = [
     "Simulator",
     "Record",
+    "BlockMeta",
     "BlockRead",
     "Checkout",
     "Fetch",
@@ -50,126 +53,6 @@ class Simulator(Protocol):
     keyword argument ``rng``, Kestrel passes a ``numpy.random.Generator`` spawned from the run's
     ``SeedSequence`` for that chunk, which makes runs reproducible bit for bit.
     """
-
-
-@dataclass(frozen=True)
-class BlockRead:
-    """Rows to read from one stored block.
-
-    Attributes:
-        block: store-specific handle of the block: ``{flat_key: ndarray (n_block, *D)}`` in the
-            in-memory store, ``{flat_key: ObjectRef}`` in the Ray store.
-        rows: int64 array, shape ``(k,)``: rows of the block, aligned with ``ids``.
-        ids: int64 array, shape ``(k,)``: the sample ids those rows hold.
-    """
-
-    block: Any
-    rows: np.ndarray
-    ids: np.ndarray
-
-
-@dataclass(frozen=True)
-class Checkout:
-    """Result of :meth:`SampleStore.checkout`; hold it until :meth:`SampleStore.release`.
-
-    Attributes:
-        token: identifies this checkout; pass it to ``release``.
-        active_ids: int64 ``(A,)``: every id currently in the requested statuses (or a random
-            subset of ``max_samples`` of them), ascending.
-        new_ids: int64 ``(K,)``: the active ids not in ``held_ids``, in the order the ``reads``
-            produce them (concatenating ``reads[i].ids`` gives ``new_ids``).
-        reads: the blocks and rows holding ``new_ids``; each block is pinned (not released by
-            the store) until this checkout is released.
-    """
-
-    token: int
-    active_ids: np.ndarray
-    new_ids: np.ndarray
-    reads: list[BlockRead] = field(default_factory=list)
-
-
-class SampleStore(Protocol):
-    """The training buffer contract (in-memory store and Ray store actor).
-
-    Blocks are appended whole; each row becomes one sample with a new, never reused id. The
-    statuses follow :func:`kestrel_core.rotate` after every append. One key schema per store:
-    the first append fixes the set of flat keys and each key's per-sample shape; later appends
-    that differ raise :class:`~kestrel_core.StoreError` and store nothing.
-    """
-
-    def append(self, block: Mapping[str, Any], n: int) -> np.ndarray:
-        """Append a block of ``n`` rows; return the new ids (int64 ``(n,)``)."""
-        ...
-
-    def checkout(
-        self,
-        statuses: Sequence[int],
-        keys: Sequence[str],
-        *,
-        max_samples: int = 0,
-        held_ids: np.ndarray | None = None,
-    ) -> Checkout:
-        """Pin and return the blocks needed to read the active ids the caller does not hold.
-
-        Raises:
-            StoreError: a key is not in the store's schema (message lists the known keys).
-        """
-        ...
-
-    def release(self, token: int) -> None:
-        """End a checkout; blocks whose rows are all dead and unpinned are dropped."""
-        ...
-
-    def discard(self, ids: Sequence[int] | np.ndarray) -> int:
-        """Mark TRAINING ids DISFAVOURED; other statuses are left unchanged. Returns how many moved."""
-        ...
-
-    def status(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        """Statuses (int8) of ``ids``."""
-        ...
-
-    def stats(self) -> dict[str, int]:
-        """Counts: ``validation training disfavoured tombstone deleted total blocks``."""
-        ...
-
-
-@dataclass(frozen=True)
-class Fetch:
-    """What :meth:`BufferView.fetch` returns.
-
-    Attributes:
-        active_ids: int64 ``(A,)``: ids currently in the requested statuses.
-        new_ids: int64 ``(K,)``: active ids not in ``held_ids``, aligned with ``arrays`` rows.
-        arrays: flat key → ndarray ``(K, *D)``; may be read-only, never aliases data a caller
-            could corrupt in the store.
-    """
-
-    active_ids: np.ndarray
-    new_ids: np.ndarray
-    arrays: dict[str, np.ndarray]
-
-
-class BufferView(Protocol):
-    """What an estimator's loader reads from; every method is safe to call from any thread."""
-
-    def fetch(
-        self,
-        statuses: Sequence[int],
-        keys: Sequence[str],
-        *,
-        max_samples: int = 0,
-        held_ids: np.ndarray | None = None,
-    ) -> Fetch:
-        """Checkout, read the new rows with batched reads, release. Blocking."""
-        ...
-
-    def discard(self, ids: Sequence[int] | np.ndarray) -> None:
-        """Mark TRAINING ids DISFAVOURED (may return before the store applied it)."""
-        ...
-
-    def stats(self) -> dict[str, int]:
-        """The store's counts (see :meth:`SampleStore.stats`)."""
-        ...
 
 
 @dataclass(frozen=True)

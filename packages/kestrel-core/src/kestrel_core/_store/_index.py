@@ -1,13 +1,13 @@
 """Pure bookkeeping of a block store: ids, statuses, (block, row) addresses, pins.
 
-:class:`BlockIndex` knows nothing about Ray. A *block* is an opaque handle (the Ray store
-passes ``{flat_key: ObjectRef}``) holding ``n`` rows; appending it assigns the contiguous ids
-``start … start+n-1``, so sample ``i`` lives in row ``i - start`` of its block. Both stores
-build on it: :class:`~kestrel_core.InMemoryStore` (handle = ``{flat_key: ndarray}``) and the
-Ray store actor of kestrel-ray (handle = ``{flat_key: ObjectRef}``), so their lifecycles and
-release rules are one implementation. Every append is
-followed by :func:`kestrel_core.rotate`. A block is *released* — its handle dropped, its rows
-marked DELETED — once every row is dead (TOMBSTONE) and no checkout pins it.
+:class:`BlockIndex` never looks at data. A *block* is an opaque handle holding ``n`` rows;
+appending it assigns the contiguous ids ``start … start+n-1``, so sample ``i`` lives in row
+``i - start`` of its block. Every store built on :class:`~kestrel_core._store._base.BlockStore`
+keeps its blocks here (``{flat_key: ndarray}`` in memory, ``{flat_key: ObjectRef}`` in Ray), so
+lifecycles and release rules are one implementation. Rows appended as invalid are dead
+(TOMBSTONE) from the start. Every append is followed by :func:`kestrel_core.rotate`. A block is
+*released* — its handle dropped, its rows marked DELETED — once every row is dead and no
+checkout pins it.
 
 Shape symbols: M sample ids ever assigned, K ids returned by a checkout.
 """
@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from ._boundary import check_count
-from ._errors import StoreError
+
+from .._boundary import check_count
+from .._errors import StoreError
 from ._lifecycle import LIVE, Status, rotate
-from ._store_schema import buffer_int
+from ._rules import buffer_rules
 
 __all__ = ["BlockIndex"]
 
@@ -52,9 +53,8 @@ class BlockIndex:
 
     def __init__(self, *, min_samples: int = 0, max_samples: int = 2**62, validation_samples: int = 0,
                  seed: int | None = None):
-        self._rules = {name: buffer_int(value, name, minimum) for name, value, minimum in (
-            ("min_samples", min_samples, 0), ("max_samples", max_samples, 1),
-            ("validation_samples", validation_samples, 0))}
+        self._rules = buffer_rules(min_samples=min_samples, max_samples=max_samples,
+                                   validation_samples=validation_samples)
         self._status = np.zeros(0, np.int8)  # (capacity,), valid up to self._size
         self._block_of = np.zeros(0, np.int64)
         self._size = 0
@@ -66,11 +66,17 @@ class BlockIndex:
         self._rng = np.random.default_rng(seed)
 
     # -- appending -------------------------------------------------------------------------
-    def append(self, handle: Any, n: int) -> np.ndarray:
+    def append(self, handle: Any, n: int, valid: np.ndarray | None = None) -> np.ndarray:
         """Add a block of ``n`` rows, apply the buffer rules, release dead blocks.
 
+        Args:
+            handle: the block (opaque).
+            n: number of rows.
+            valid: bool ``(n,)``; rows marked ``False`` are TOMBSTONE from the start (never
+                readable). ``None``: every row is valid.
+
         Returns:
-            int64 array ``(n,)``: the new sample ids (consecutive).
+            int64 array ``(n,)``: the new sample ids (consecutive, invalid rows included).
         """
         n = int(n)
         start = self._size
@@ -85,6 +91,9 @@ class BlockIndex:
         self._block_of[start:start + n] = b
         self._size = start + n
         window = self._status[self._live_start:self._size]
+        if valid is not None and not np.all(valid):
+            window = window.copy()  # the invalid rows die with the rotation's other deaths
+            window[start - self._live_start:][~np.asarray(valid, dtype=bool)] = Status.TOMBSTONE
         self._apply(self._live_start, rotate(window, **self._rules))
         alive = np.flatnonzero(np.isin(self._status[self._live_start:self._size], _LIVE))
         self._live_start += int(alive[0]) if alive.size else self._size - self._live_start

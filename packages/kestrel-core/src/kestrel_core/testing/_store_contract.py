@@ -1,22 +1,23 @@
-"""The sample-store contract: one abstract test class every store implementation runs.
+"""The sample-store contract: one abstract pytest class every store implementation runs.
 
-Subclass :class:`StoreContract` in a test module (its name must start with ``Test``) and
-provide two fixtures:
+Subclass :class:`StoreContract` once in a test module (the subclass's name must start with
+``Test``) and provide two fixtures:
 
 * ``make_store`` — a factory ``make_store(min_samples, max_samples, validation_samples, **kw)``
   returning an object whose methods are the :class:`kestrel_core.SampleStore` protocol, called
-  **synchronously** (for an actor, wrap the handle in a proxy whose methods do
-  ``ray.get(handle.method.remote(...))`` and re-raise the cause of a task error). ``kw`` may
-  hold ``snapshot_every``, ``snapshot_dir`` and ``seed``. The fixture owns cleanup.
+  synchronously. ``kw`` may hold ``snapshot_every``, ``snapshot_dir`` and ``seed``. The
+  fixture owns cleanup.
 * ``make_block`` — ``make_block(arrays: dict[str, ndarray]) -> block`` turns arrays of shape
-  ``(n, *D)`` into the store's block handle (the dict itself in memory, refs for Ray).
+  ``(n, *D)`` into what the store's ``append`` takes (the dict itself in memory, ObjectRefs in
+  Ray); the contract passes ``BlockMeta.of(arrays, n)`` beside it.
 
 Override :meth:`StoreContract.read_rows` when ``BlockRead.block[key]`` is not array-like, and
 :meth:`StoreContract.warns` when the store's warnings are not raised in the calling process.
 
 The contract: ids are assigned consecutively from 0 and never reused; statuses follow
-``kestrel_core.rotate`` after every append; one key schema per store; a block's data stays
-readable until every checkout holding it is released, and only then are dead rows DELETED.
+``kestrel_core.rotate`` after every append; rows the metadata marks invalid get ids but are
+never readable; one key schema per store; a block's data stays readable until every checkout
+holding it is released, and only then are dead rows DELETED; every k-th sample is snapshot.
 """
 
 from __future__ import annotations
@@ -27,16 +28,24 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from kestrel_core import Status, StoreError
-from kestrel_core._protocols import BlockRead, Checkout
+from .._errors import StoreError
+from .._store import BlockMeta, BlockRead, Checkout, Status
+
+__all__ = ["StoreContract", "KEYS", "rows_for"]
 
 V, T, D, X, DEL = (Status.VALIDATION, Status.TRAINING, Status.DISFAVOURED, Status.TOMBSTONE,
                    Status.DELETED)
+#: the flat keys of the blocks the contract appends
 KEYS = ("theta.value", "theta.log_prob", "x.value")
 
 
 def rows_for(ids: np.ndarray) -> dict[str, np.ndarray]:
-    """Arrays whose values encode the sample id, so any read can be checked."""
+    """Arrays whose values encode the sample id, so any read can be checked.
+
+    Returns:
+        ``{"theta.value": float64 (n, 2), "theta.log_prob": float64 (n,), "x.value":
+        float32 (n, 3)}`` for ``ids`` of shape ``(n,)``.
+    """
     ids = np.asarray(ids, dtype=np.int64)
     return {
         "theta.value": np.stack([ids, -ids], axis=1).astype(np.float64),
@@ -74,10 +83,15 @@ class StoreContract:
 
     # helpers ---------------------------------------------------------------------------------
 
-    def append(self, store, make_block, n: int, keys=KEYS) -> np.ndarray:
+    def put(self, store, make_block, arrays, n: int | None = None, valid=None) -> np.ndarray:
+        """Append ``arrays`` as one block with the metadata read from them."""
+        meta = BlockMeta.of(arrays, n, valid=valid)
+        return np.asarray(store.append(make_block(arrays), meta))
+
+    def append(self, store, make_block, n: int, keys=KEYS, valid=None) -> np.ndarray:
         start = store.stats()["total"]
         arrays = {k: v for k, v in rows_for(np.arange(start, start + n)).items() if k in keys}
-        return np.asarray(store.append(make_block(arrays), n))
+        return self.put(store, make_block, arrays, n, valid)
 
     def read_all(self, checkout: Checkout, key: str) -> np.ndarray:
         parts = [self.read_rows(r, key) for r in checkout.reads]
@@ -101,13 +115,13 @@ class StoreContract:
         assert counts(store) == (2, 6, 0, 6)
         assert store.stats()["total"] == 14
 
-    def test_k22_validation_zero_promotes(self, make_store, make_block):
+    def test_validation_zero_promotes(self, make_store, make_block):
         store = make_store(min_samples=4, max_samples=8, validation_samples=0)
         self.append(store, make_block, 8)
         assert counts(store) == (0, 8, 0, 0)
         assert (store.status(np.arange(8)) == T).all()
 
-    def test_k22_discard_leaves_validation_and_deleted_unchanged(self, make_store, make_block):
+    def test_discard_leaves_validation_and_deleted_unchanged(self, make_store, make_block):
         store = make_store(min_samples=2, max_samples=2, validation_samples=2)
         self.append(store, make_block, 4)  # ids 0-3: 2 T, 2 V
         self.append(store, make_block, 4)  # ids 0-3 die, block 0 is dropped: DELETED
@@ -118,7 +132,7 @@ class StoreContract:
         assert store.discard([4, 4, 6]) == 1  # duplicates count once; only TRAINING moves
         assert store.status([4, 6]).tolist() == [D, V]
 
-    def test_k22_oversized_append_warns(self, make_store, make_block):
+    def test_oversized_append_warns(self, make_store, make_block):
         store = make_store(min_samples=4, max_samples=8, validation_samples=0)
         with self.warns(r"20 samples appended but max_samples is 8"):
             self.append(store, make_block, 20)
@@ -137,7 +151,7 @@ class StoreContract:
             seen.extend(self.append(store, make_block, n).tolist())
         assert seen == list(range(10))
         assert store.stats()["deleted"] > 0  # blocks were dropped and ids still not reused
-        assert store.append(make_block(rows_for(np.arange(0))), 0).tolist() == []
+        assert self.put(store, make_block, rows_for(np.arange(0)), 0).tolist() == []
         assert self.append(store, make_block, 1).tolist() == [10]
 
     def test_block_dropped_only_when_all_rows_dead(self, make_store, make_block):
@@ -149,6 +163,37 @@ class StoreContract:
         self.append(store, make_block, 2)  # ids 1, 2 die: block 0 dropped, block 1 keeps id 3
         assert store.status(np.arange(6)).tolist() == [DEL, DEL, X, T, T, T]
         assert store.stats()["blocks"] == 2
+
+    def test_invalid_rows_get_ids_but_are_never_read(self, make_store, make_block):
+        store = make_store(min_samples=0, max_samples=10, validation_samples=2)
+        valid = np.array([True, False, True, True, False, True])
+        assert self.append(store, make_block, 6, valid=valid).tolist() == list(range(6))
+        assert store.status(np.arange(6)).tolist() == [T, X, T, V, X, V]  # the newest valid validate
+        assert counts(store) == (2, 2, 0, 2)
+        co = store.checkout([T, V], list(KEYS))
+        try:
+            assert co.new_ids.tolist() == [0, 2, 3, 5]
+            np.testing.assert_array_equal(self.read_all(co, "x.value"), rows_for([0, 2, 3, 5])["x.value"])
+        finally:
+            store.release(co.token)
+        assert self.append(store, make_block, 1).tolist() == [6]  # ids stay consecutive
+
+    def test_a_block_of_invalid_rows_is_dropped_at_once(self, make_store, make_block):
+        store = make_store(min_samples=0, max_samples=10, validation_samples=0)
+        self.append(store, make_block, 2)
+        self.append(store, make_block, 3, valid=np.zeros(3, bool))
+        assert store.status(np.arange(5)).tolist() == [T, T, DEL, DEL, DEL]
+        assert store.stats()["blocks"] == 1 and store.stats()["total"] == 5
+
+    def test_metadata_must_describe_the_block(self, make_store, make_block):
+        store = make_store(min_samples=0, max_samples=10, validation_samples=0)
+        arrays = rows_for(np.arange(4))
+        meta = BlockMeta.of({k: v for k, v in arrays.items() if k != "x.value"}, 4)
+        with pytest.raises(StoreError, match="metadata"):
+            store.append(make_block(arrays), meta)
+        with pytest.raises(StoreError, match="valid-row mask"):
+            store.append(make_block(arrays), BlockMeta.of(arrays, 4, valid=np.ones(3, bool)))
+        assert store.stats()["total"] == 0
 
     # checkout / release ----------------------------------------------------------------------
 
@@ -220,7 +265,7 @@ class StoreContract:
         with pytest.raises(StoreError, match="TOMBSTONE"):
             store.checkout([X], ["x.value"])
 
-    def test_k18_block_released_only_after_every_checkout_ends(self, make_store, make_block):
+    def test_block_released_only_after_every_checkout_ends(self, make_store, make_block):
         store = make_store(min_samples=4, max_samples=8, validation_samples=0)
         self.append(store, make_block, 8)
         first = store.checkout([T], ["x.value"])
@@ -274,7 +319,7 @@ class StoreContract:
 
     # key schema -------------------------------------------------------------------------------
 
-    def test_k06_missing_or_extra_key_rejected_and_nothing_stored(self, make_store, make_block):
+    def test_missing_or_extra_key_rejected_and_nothing_stored(self, make_store, make_block):
         store = make_store(min_samples=2, max_samples=10, validation_samples=0)
         self.append(store, make_block, 4)
         before = store.stats()
@@ -283,16 +328,16 @@ class StoreContract:
         extra = rows_for(np.arange(4, 8))
         extra["mu.value"] = np.zeros((4, 2))
         with pytest.raises(StoreError, match=r"extra \['mu\.value'\]"):
-            store.append(make_block(extra), 4)
+            self.put(store, make_block, extra, 4)
         assert store.stats() == before
 
-    def test_k01_per_sample_shape_mismatch_rejected(self, make_store, make_block):
+    def test_per_sample_shape_mismatch_rejected(self, make_store, make_block):
         store = make_store(min_samples=2, max_samples=10, validation_samples=0)
         self.append(store, make_block, 4)  # theta.log_prob per-sample shape ()
         bad = rows_for(np.arange(4, 8))
         bad["theta.log_prob"] = bad["theta.log_prob"][:, None]  # per-sample (1,)
         with pytest.raises(StoreError, match=r"'theta\.log_prob'.*\(1,\).*\(\)"):
-            store.append(make_block(bad), 4)
+            self.put(store, make_block, bad, 4)
         assert store.stats()["total"] == 4
 
     def test_dtype_kind_change_rejected(self, make_store, make_block):
@@ -301,17 +346,17 @@ class StoreContract:
         bad = rows_for(np.arange(2, 4))
         bad["theta.value"] = bad["theta.value"].astype(np.int64)
         with pytest.raises(StoreError, match=r"'theta\.value'.*int64"):
-            store.append(make_block(bad), 2)
+            self.put(store, make_block, bad, 2)
         ok = rows_for(np.arange(2, 4))
         ok["x.value"] = ok["x.value"].astype(np.float64)  # same kind, other width: allowed
-        assert np.asarray(store.append(make_block(ok), 2)).tolist() == [2, 3]
+        assert self.put(store, make_block, ok, 2).tolist() == [2, 3]
 
     def test_leading_dimension_must_equal_n(self, make_store, make_block):
         store = make_store(min_samples=2, max_samples=10, validation_samples=0)
         arrays = rows_for(np.arange(4))
         arrays["x.value"] = arrays["x.value"][:3]
         with pytest.raises(StoreError, match=r"'x\.value'.*\(3, 3\).*4"):
-            store.append(make_block(arrays), 4)
+            self.put(store, make_block, arrays, 4)
         assert store.stats()["total"] == 0
 
     # snapshots --------------------------------------------------------------------------------
@@ -327,6 +372,12 @@ class StoreContract:
             assert sorted(snap.files) == sorted(KEYS)
             for key, arr in rows_for([5]).items():
                 np.testing.assert_array_equal(snap[key], arr[0])  # no batch axis
+
+    def test_snapshots_leave_invalid_rows_out(self, make_store, make_block, tmp_path):
+        store = make_store(min_samples=2, max_samples=10, validation_samples=0,
+                           snapshot_every=2, snapshot_dir=tmp_path)
+        self.append(store, make_block, 6, valid=np.array([1, 0, 1, 1, 1, 0], bool))
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["000003.npz"]  # ids 1 and 5 invalid
 
     def test_snapshot_every_zero_saves_nothing(self, make_store, make_block, tmp_path):
         store = make_store(min_samples=2, max_samples=10, validation_samples=0,

@@ -1,0 +1,55 @@
+"""The sample store, written once on metadata; one small module per concept.
+
+=================  ===========================================================================
+``_protocol``      the contract: :class:`BlockMeta`, ``SampleStore``, ``Checkout``, ``BufferView`` …
+``_lifecycle``     sample statuses and the buffer rules as one pure function (:func:`rotate`)
+``_rules``         the buffer values, checked; the note for an oversized append
+``_meta``          the key schema and the check of a block's metadata against it
+``_index``         ids, statuses, block addresses and pins (:class:`BlockIndex`), no data
+``_snapshot``      which appended samples are saved, and how
+``_base``          :class:`BlockStore`: all of the above behind the ``SampleStore`` methods
+``_memory``        :class:`InMemoryStore`: a ``BlockStore`` whose blocks hold numpy arrays
+``_gather``        rows of a checkout into fresh arrays (every view reads through it)
+``_view``          :class:`InMemoryBufferView`
+=================  ===========================================================================
+
+kestrel-ray's store actor is a ``BlockStore`` whose blocks hold ObjectRefs.
+"""
+
+from ._base import BlockStore
+from ._gather import empty_spec, gather_rows, read_checkout
+from ._index import BlockIndex
+from ._lifecycle import LIVE, TRAINABLE, Status, rotate
+from ._memory import InMemoryStore
+from ._meta import Schema, check_block
+from ._protocol import BlockMeta, BlockRead, BufferView, Checkout, Fetch, SampleStore
+from ._rules import buffer_int, buffer_rules, oversized_note
+from ._snapshot import snapshot_rows, write_snapshots
+from ._view import InMemoryBufferView
+
+__all__ = [
+    "BlockMeta",
+    "BlockRead",
+    "Checkout",
+    "SampleStore",
+    "Fetch",
+    "BufferView",
+    "Status",
+    "rotate",
+    "LIVE",
+    "TRAINABLE",
+    "Schema",
+    "check_block",
+    "buffer_int",
+    "buffer_rules",
+    "oversized_note",
+    "BlockIndex",
+    "snapshot_rows",
+    "write_snapshots",
+    "BlockStore",
+    "InMemoryStore",
+    "read_checkout",
+    "gather_rows",
+    "empty_spec",
+    "InMemoryBufferView",
+]

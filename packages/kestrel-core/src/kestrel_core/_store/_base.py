@@ -1,0 +1,210 @@
+"""``BlockStore``: the sample store's rules, written once, on metadata.
+
+Key schema (:func:`~._meta.check_block`), ids, statuses and pins (:class:`~._index.BlockIndex`
+with :func:`~kestrel_core.rotate`), invalid rows, the oversized-append note and snapshots all
+live here. A concrete store says only what a block holds, through two hooks:
+
+* ``_accept(block, meta, spec)`` — check the block's values against what ``meta`` says and
+  return the handle to keep (copied arrays in memory; the ``{key: ObjectRef}`` dict in Ray);
+* ``_read(handle)`` — the block's arrays, needed only when one of its rows is due for a snapshot.
+
+:class:`~kestrel_core.InMemoryStore` and kestrel-ray's ``SampleStore`` actor are the two
+subclasses. Shape symbols: n rows of a block, M sample ids so far.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._errors import ConfigError, StoreError, StoreWarning
+from ._index import BlockIndex
+from ._meta import Schema, check_block
+from ._protocol import BlockMeta, BlockRead, Checkout
+from ._rules import buffer_int, oversized_note
+from ._snapshot import snapshot_rows, write_snapshots
+
+__all__ = ["BlockStore"]
+
+
+class BlockStore:
+    """The :class:`~kestrel_core.SampleStore` contract on opaque blocks; thread-safe (one lock).
+
+    Each appended block becomes ``n`` samples with new ids (never reused) and status VALIDATION
+    (TOMBSTONE for rows ``meta.valid`` marks invalid); :func:`~kestrel_core.rotate` runs after
+    every append. A block is dropped — its handle released, its rows marked DELETED — once all
+    its rows are dead and no checkout pins it. The first non-empty append fixes the key schema.
+
+    Args:
+        min_samples, max_samples, validation_samples: the ``buffer`` rules (see
+            :func:`kestrel_core.rotate`).
+        snapshot_every: save every k-th appended sample (see :mod:`._snapshot`); 0 disables.
+        snapshot_dir: directory of the snapshots (created on first use); required when
+            ``snapshot_every > 0``.
+        seed: seed of the generator that draws ``checkout(max_samples=…)`` subsets.
+
+    Raises:
+        ConfigError: a count is not a non-negative integer, ``max_samples < 1``, or snapshots
+            are asked for without a directory.
+    """
+
+    def __init__(self, *, min_samples: int = 0, max_samples: int = 2**62, validation_samples: int = 0,
+                 snapshot_every: int = 0, snapshot_dir: str | Path | None = None,
+                 seed: int | None = None) -> None:
+        self._index = BlockIndex(min_samples=min_samples, max_samples=max_samples,
+                                 validation_samples=validation_samples, seed=seed)
+        self._snapshot_every = buffer_int(snapshot_every or 0, "snapshot_every", 0)
+        if self._snapshot_every and snapshot_dir is None:
+            raise ConfigError(f"buffer.snapshot_every={self._snapshot_every} needs a snapshot directory")
+        self._snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
+        self._schema: Schema | None = None
+        self._lock = threading.RLock()
+
+    # -- what a block holds (subclasses) ----------------------------------------------------------
+    def _accept(self, block: Mapping[str, Any], meta: BlockMeta, spec: Schema) -> Any:
+        """Check the values of ``block`` against ``meta``; return the handle to keep.
+
+        Raises:
+            StoreError: a value is not what this store holds or not what ``meta`` says.
+        """
+        raise NotImplementedError
+
+    def _read(self, handle: Any) -> Mapping[str, np.ndarray]:
+        """The arrays ``(n, *D)`` of a kept block, by flat key."""
+        raise NotImplementedError
+
+    # -- append -----------------------------------------------------------------------------------
+    def append(self, block: Mapping[str, Any], meta: BlockMeta) -> np.ndarray:
+        """Append one block (the :class:`~kestrel_core.SampleStore` method).
+
+        Args:
+            block: flat key → the block's value for that key (what this store holds).
+            meta: the block's :class:`~kestrel_core.BlockMeta`.
+
+        Returns:
+            int64 ``(n,)``: the new sample ids (invalid rows included).
+
+        Raises:
+            StoreError: as :meth:`append_blocks`; nothing is stored.
+
+        Warns:
+            StoreWarning: more rows than ``max_samples + validation_samples`` at once: the
+                oldest rows of this very block become TOMBSTONE.
+        """
+        ids, notes = self.append_blocks([(block, meta)])
+        for note in notes:
+            warnings.warn(note, StoreWarning, stacklevel=2)
+        return ids
+
+    def append_blocks(self, blocks: Sequence[tuple[Mapping[str, Any], BlockMeta]]
+                      ) -> tuple[np.ndarray, list[str]]:
+        """Append several ``(block, meta)`` in order, all or nothing; the rules run after each.
+
+        Returns:
+            ``(ids, notes)``: int64 ids of every block in order, and the warning texts (one when
+            the call brings more rows than the buffer keeps) for the caller to show.
+
+        Raises:
+            StoreError: a block or its metadata is malformed, or differs from the key schema
+                (fixed by the first non-empty append); nothing of the call is stored then.
+            CountError: a block's ``n`` is not a non-negative integer.
+        """
+        with self._lock:
+            schema = self._schema
+            checked = []
+            for block, meta in blocks:
+                spec = check_block(block, meta, schema)
+                handle = self._accept(block, meta, spec)
+                if schema is None and meta.n:
+                    schema = spec
+                valid = None if meta.valid is None else np.asarray(meta.valid, dtype=bool)
+                checked.append((handle, int(meta.n), valid))
+            note = oversized_note(sum(n for _, n, _ in checked), self._index.rules)
+            self._schema = schema
+            out = [np.zeros(0, np.int64)]
+            for handle, n, valid in checked:
+                ids = self._index.append(handle, n, valid)
+                out.append(ids)
+                rows = snapshot_rows(ids, valid, self._snapshot_every)
+                if rows.size and self._snapshot_dir is not None:
+                    write_snapshots(self._snapshot_dir, ids, rows, self._read(handle))
+            return np.concatenate(out), [note] if note else []
+
+    # -- checkout / release -----------------------------------------------------------------------
+    def checkout(self, statuses: Sequence[int], keys: Sequence[str], *, max_samples: int = 0,
+                 held_ids: np.ndarray | None = None) -> Checkout:
+        """Pin and return the blocks holding the active ids the caller does not hold yet.
+
+        Args:
+            statuses: readable statuses to select (VALIDATION, TRAINING, DISFAVOURED).
+            keys: flat keys to read; each ``BlockRead.block`` maps them to the block's values.
+            max_samples: if > 0, at most this many active ids: the held ones first, the rest
+                drawn at random.
+            held_ids: ids the caller already holds (left out of ``new_ids``).
+
+        Returns:
+            A :class:`~kestrel_core.Checkout`; call :meth:`release` with its token.
+
+        Raises:
+            StoreError: a status is not readable, or a key is not in the schema (the message
+                lists the schema).
+        """
+        keys = [str(k) for k in keys]
+        with self._lock:
+            if self._schema is not None:
+                unknown = [k for k in keys if k not in self._schema]
+                if unknown:
+                    raise StoreError(f"checkout: unknown key(s) {unknown}; the store holds "
+                                     f"{sorted(self._schema)}")
+            token, active, new, reads = self._index.checkout(statuses, max_samples=max_samples,
+                                                             held_ids=held_ids)
+        return Checkout(token=token, active_ids=active, new_ids=new,
+                        reads=[BlockRead(block={k: handle[k] for k in keys}, rows=rows, ids=ids)
+                               for handle, rows, ids in reads])
+
+    def release(self, token: int) -> None:
+        """End a checkout; dead blocks it pinned are dropped.
+
+        Raises:
+            StoreError: unknown token (never issued, or already released).
+        """
+        with self._lock:
+            self._index.release(token)
+
+    # -- statuses ---------------------------------------------------------------------------------
+    def discard(self, ids: Sequence[int] | np.ndarray) -> int:
+        """Mark TRAINING ids DISFAVOURED (others unchanged); return how many moved.
+
+        Raises:
+            StoreError: an id was never assigned.
+        """
+        with self._lock:
+            return self._index.discard(ids)
+
+    def status(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Statuses (int8, shape of ``ids`` flattened) of ``ids``.
+
+        Raises:
+            StoreError: an id was never assigned.
+        """
+        with self._lock:
+            return self._index.status(ids)
+
+    def stats(self) -> dict[str, int]:
+        """Counts ``validation training disfavoured tombstone deleted total blocks``."""
+        with self._lock:
+            return self._index.stats()
+
+    # -- for the subclasses' accessors ------------------------------------------------------------
+    def _schema_copy(self) -> Schema | None:
+        with self._lock:
+            return None if self._schema is None else dict(self._schema)
+
+    def _handles(self) -> list[Any]:
+        with self._lock:
+            return self._index.handles()
