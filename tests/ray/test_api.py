@@ -20,6 +20,7 @@ def test_public_api_is_pinned():
         "chunk_grid",
         "SampleStore",
         "create_store",
+        "StoreHandle",
         "NodeWrapper",
         "NodeHandle",
         "MultiplexNodeWrapper",

@@ -2,68 +2,44 @@
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import ray
 
-from kestrel_core import TRAINABLE, ConfigError, Status, StoreError, StoreWarning
+from kestrel_core import TRAINABLE, BlockMeta, ConfigError, Status, StoreError
+from kestrel_core.testing import KEYS, StoreContract, rows_for
 from kestrel_ray import RayBufferView, SampleStore
-from tests.core.store_contract import KEYS, StoreContract, rows_for
+from kestrel_ray._store_handle import StoreHandle
+from tests.core.store_cases import with_case_ids
 
 T, X, DEL = Status.TRAINING, Status.TOMBSTONE, Status.DELETED
 
 
-class RefBlock(dict):
-    """``{flat_key: ObjectRef}`` plus the ``(shape, dtype)`` the store needs with it."""
-
-    def __init__(self, arrays):
-        arrays = {k: np.asarray(v) for k, v in arrays.items()}
-        super().__init__({k: ray.put(a) for k, a in arrays.items()})
-        self.shapes = {k: (a.shape, a.dtype.name) for k, a in arrays.items()}
+def ref_block(arrays):
+    """``{flat_key: ObjectRef}`` of the arrays, put by the driver (which owns them)."""
+    return {k: ray.put(np.asarray(v)) for k, v in arrays.items()}
 
 
-def call(method, *args, **kwargs):
-    """``ray.get(method.remote(...))``, re-raising the actor's own exception."""
-    try:
-        return ray.get(method.remote(*args, **kwargs))
-    except ray.exceptions.RayTaskError as err:
-        raise err.cause from None
+def start_store(track, **kw) -> StoreHandle:
+    store = StoreHandle.start(**kw)
+    track(store.actor)
+    return store
 
 
-class StoreProxy:
-    """The store actor behind the synchronous SampleStore protocol."""
-
-    def __init__(self, handle):
-        self.handle = handle
-
-    def append(self, block, n):
-        ids, notes = call(self.handle.append_blocks, [(dict(block), n, block.shapes)])
-        for note in notes:
-            warnings.warn(note, StoreWarning, stacklevel=2)
-        return ids
-
-    def __getattr__(self, name):
-        return lambda *a, **kw: call(getattr(self.handle, name), *a, **kw)
-
-
-def start_store(track, **kw):
-    SampleStore(**kw)  # argument errors here, as create_store does
-    return track(ray.remote(SampleStore).options(num_cpus=0).remote(**kw))
-
-
+@with_case_ids
 class TestRayStore(StoreContract):
+    """The contract on the actor, through the StoreHandle every caller uses."""
+
     @pytest.fixture
     def make_store(self, track):
         def make(min_samples, max_samples, validation_samples, **kw):
-            return StoreProxy(start_store(track, min_samples=min_samples, max_samples=max_samples,
-                                          validation_samples=validation_samples, **kw))
+            return start_store(track, min_samples=min_samples, max_samples=max_samples,
+                               validation_samples=validation_samples, **kw)
         return make
 
     @pytest.fixture
     def make_block(self):
-        return RefBlock
+        return ref_block
 
     def read_rows(self, read, key):
         return ray.get(read.block[key])[read.rows]
@@ -71,11 +47,12 @@ class TestRayStore(StoreContract):
 
 @pytest.fixture
 def store(track):
-    return StoreProxy(start_store(track, min_samples=4, max_samples=8, validation_samples=0))
+    return start_store(track, min_samples=4, max_samples=8, validation_samples=0)
 
 
 def append(store, start, n):
-    return store.append(RefBlock(rows_for(np.arange(start, start + n))), n)
+    arrays = rows_for(np.arange(start, start + n))
+    return store.append(ref_block(arrays), BlockMeta.of(arrays, n))
 
 
 def test_blocks_hold_refs_not_copies(store):
@@ -90,8 +67,26 @@ def test_blocks_hold_refs_not_copies(store):
 def test_append_rejects_arrays_in_place_of_refs(store):
     arrays = rows_for(np.arange(4))
     with pytest.raises(StoreError, match="ObjectRef"):
-        call(store.handle.append, arrays, 4, {k: (a.shape, a.dtype.name) for k, a in arrays.items()})
+        store.append(arrays, BlockMeta.of(arrays, 4))
     assert store.stats()["total"] == 0
+
+
+def test_appends_in_flight_and_batched_are_all_or_nothing(store):
+    good = rows_for(np.arange(4))
+    bad = {k: v for k, v in rows_for(np.arange(4, 8)).items() if k != "x.value"}
+    ref = store.submit_append([(ref_block(good), BlockMeta.of(good, 4)), (ref_block(bad), BlockMeta.of(bad, 4))])
+    with pytest.raises(StoreError, match="x.value"):
+        store.appended(ref)
+    assert store.stats()["total"] == 0
+    ids, notes = store.appended(store.submit_append([(ref_block(good), BlockMeta.of(good, 4))] * 3))
+    assert ids.tolist() == list(range(12)) and "12 samples appended" in notes[0]
+
+
+def test_the_actor_class_is_the_core_store_with_refs():
+    from kestrel_core._store import BlockStore
+
+    assert issubclass(SampleStore, BlockStore)
+    assert "append" not in SampleStore.__dict__  # one append, kestrel-core's
 
 
 def test_bad_buffer_values_are_config_errors():
@@ -114,7 +109,7 @@ def test_block_release_drops_every_ref_after_eviction_and_release(store):
 
 
 def test_k18_view_fetch_after_eviction_never_hangs_nor_reads_dead_rows(store):
-    view = RayBufferView(store.handle, timeout=30)
+    view = RayBufferView(store, timeout=30)
     append(store, 0, 8)
     pinned = store.checkout([T], ["x.value"])  # ids 0-7 checked out …
     append(store, 8, 8)  # … then evicted by 8 new appends before the read
@@ -130,7 +125,7 @@ def test_k18_view_fetch_after_eviction_never_hangs_nor_reads_dead_rows(store):
 def test_view_fetch_gathers_rows_in_new_ids_order_as_fresh_arrays(store):
     for start, n in ((0, 3), (3, 2), (5, 3)):
         append(store, start, n)
-    view = RayBufferView(store.handle)
+    view = RayBufferView(store)
     fetch = view.fetch(TRAINABLE, list(KEYS), held_ids=np.array([1, 5]))
     assert fetch.new_ids.tolist() == [0, 2, 3, 4, 6, 7]
     for key in KEYS:
@@ -144,7 +139,7 @@ def test_view_fetch_gathers_rows_in_new_ids_order_as_fresh_arrays(store):
 
 def test_view_empty_fetch_has_the_schema_shape(store):
     append(store, 0, 4)
-    fetch = RayBufferView(store.handle).fetch(TRAINABLE, ["theta.value"], held_ids=np.arange(4))
+    fetch = RayBufferView(store).fetch(TRAINABLE, ["theta.value"], held_ids=np.arange(4))
     assert fetch.new_ids.size == 0
     assert fetch.arrays["theta.value"].shape == (0, 2)
     assert fetch.arrays["theta.value"].dtype == np.float64
@@ -153,13 +148,13 @@ def test_view_empty_fetch_has_the_schema_shape(store):
 def test_view_unknown_key_is_a_store_error_and_releases(store):
     append(store, 0, 4)
     with pytest.raises(StoreError, match="unknown key"):
-        RayBufferView(store.handle).fetch(TRAINABLE, ["x.vlaue"])
+        RayBufferView(store).fetch(TRAINABLE, ["x.vlaue"])
     assert store.open_checkouts() == 0
 
 
 def test_view_discard_and_stats(store):
     append(store, 0, 8)
-    view = RayBufferView(store.handle)
+    view = RayBufferView(store)
     view.discard([0, 1])
     stats = view.stats()  # ordered after the discard by Ray
     assert stats["disfavoured"] == 2 and stats["training"] == 6
@@ -169,7 +164,7 @@ def test_view_is_usable_from_threads(store):
     from concurrent.futures import ThreadPoolExecutor
 
     append(store, 0, 8)
-    view = RayBufferView(store.handle)
+    view = RayBufferView(store)
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: view.fetch(TRAINABLE, ["theta.value"]), range(8)))
     for fetch in results:

@@ -56,12 +56,13 @@ class StoreRig:
         self._per_set = len(blocks) // sets
         if backend == "ray":
             import ray
+
+            from kestrel_core import BlockMeta
             from kestrel_ray import RayBufferView, create_store
 
             self.store = create_store(**buffer)
-            self._blocks: list[Any] = [
-                ({k: ray.put(v) for k, v in b.items()}, len(b[self.keys[0]]),
-                 {k: (v.shape, v.dtype.name) for k, v in b.items()}) for b in blocks]
+            self._blocks: list[Any] = [({k: ray.put(v) for k, v in b.items()}, BlockMeta.of(b))
+                                       for b in blocks]
             self.view = RayBufferView(self.store)
         else:
             from kestrel_core import InMemoryStore
@@ -85,9 +86,7 @@ class StoreRig:
 
     def _append(self, blocks: list[Any]) -> None:
         if self.backend == "ray":
-            import ray
-
-            ray.get(self.store.append_blocks.remote(blocks))
+            self.store.appended(self.store.submit_append(blocks))
         else:
             for block in blocks:
                 self.store.append(block, len(block[self.keys[0]]))
@@ -97,7 +96,7 @@ class StoreRig:
         if self.backend == "ray":
             import ray
 
-            ray.kill(self.store)
+            ray.kill(self.store.actor)
         self._blocks = []
 
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from kestrel_core import StoreError, split_key
+
+from kestrel_core import BlockMeta, SimulatorError, StoreError, split_key
 
 __all__ = ["Column", "RefTrace", "chunk_grid", "split_chunks"]
 
@@ -82,12 +83,15 @@ class RefTrace:
         columns: flat key → :class:`Column` of N rows.
         meta: flat key → ``(D_key, dtype)``: per-sample shape and dtype string.
         nonfinite: node → number of its samples holding a NaN or ±inf.
+        finite: node → bool ``(N,)``: which of its samples are finite in every key (from the
+            NodeWrapper's per-chunk masks); a node without an entry is finite throughout.
     """
 
     n: int
     columns: dict[str, Column] = field(default_factory=dict)
     meta: dict[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)
     nonfinite: dict[str, int] = field(default_factory=dict)
+    finite: dict[str, np.ndarray] = field(default_factory=dict)
 
     def keys(self) -> list[str]:
         """Flat keys, in insertion order."""
@@ -115,10 +119,49 @@ class RefTrace:
             raise KeyError(f"key {missing[0]!r} is not in the trace; it has {self.keys()}")
         nodes = {split_key(k)[0] for k in keys}
         return RefTrace(self.n, {k: self.columns[k] for k in keys}, {k: self.meta[k] for k in keys},
-                        {m: c for m, c in self.nonfinite.items() if m in nodes})
+                        {m: c for m, c in self.nonfinite.items() if m in nodes},
+                        {m: v for m, v in self.finite.items() if m in nodes})
 
-    def blocks(self) -> list[tuple[dict[str, Any], int, dict[str, tuple[tuple[int, ...], str]]]]:
-        """Split into store blocks ``[({flat_key: ObjectRef}, n_rows, {flat_key: (shape, dtype)}), …]``.
+    def valid_rows(self) -> np.ndarray | None:
+        """bool ``(N,)``: the samples finite in every node; ``None`` when no node reported one."""
+        masks = [np.asarray(v, dtype=bool) for v in self.finite.values()]
+        if not masks:
+            return None
+        return np.logical_and.reduce(masks) if len(masks) > 1 else masks[0]
+
+    def check_finite(self, what: str = "simulation") -> dict[str, int]:
+        """The non-finite samples per node, after checking that some sample is usable.
+
+        Args:
+            what: names the round in the message (``"initial simulation"``, …).
+
+        Returns:
+            ``{node: number of its samples with a NaN or ±inf}``.
+
+        Raises:
+            SimulatorError: a node returned a non-finite value in every sample ("node 'x'
+                returned a non-finite value (NaN or ±inf) in all 64 samples of the initial
+                simulation"), or no sample is finite in every node (names the worst node).
+        """
+        counts = {node: int(count) for node, count in self.nonfinite.items()}
+        if self.n == 0 or not any(counts.values()):
+            return counts
+        for node, count in counts.items():
+            if count >= self.n:
+                raise SimulatorError(f"node {node!r} returned a non-finite value (NaN or ±inf) in all "
+                                     f"{self.n} samples of the {what}; check its simulator")
+        valid = self.valid_rows()
+        if valid is not None and not valid.any():
+            worst = max(counts, key=lambda m: counts[m])
+            raise SimulatorError(f"no sample of the {what} is finite in every node ({self.n} samples; "
+                                 f"non-finite rows per node: {counts}); check node {worst!r}")
+        return counts
+
+    def blocks(self) -> list[tuple[dict[str, Any], BlockMeta]]:
+        """Split into store blocks ``[({flat_key: ObjectRef}, BlockMeta), …]``.
+
+        Each block's metadata carries its rows' per-key shapes and dtypes and, when a node
+        reported non-finite samples, which rows are valid (the store keeps the others dead).
 
         Raises:
             StoreError: the keys do not share block boundaries, or a segment is part of a block
@@ -136,9 +179,17 @@ class RefTrace:
                     f"key {key!r} is not stored in the same whole blocks as key {keys[0]!r} "
                     f"(rows {[(s, e) for _, s, e in segs]} vs {bounds}); only traces made by one "
                     "DeployedGraph call can be appended")
-        return [({k: self.columns[k].segments[i][0] for k in keys}, stop - start,
-                 {k: ((stop - start, *self.meta[k][0]), self.meta[k][1]) for k in keys})
-                for i, (start, stop) in enumerate(bounds)]
+        valid = self.valid_rows()
+        if valid is not None and valid.all():
+            valid = None
+        out, pos = [], 0
+        for i, (start, stop) in enumerate(bounds):
+            n = stop - start
+            shapes = {k: ((n, *self.meta[k][0]), self.meta[k][1]) for k in keys}
+            out.append(({k: self.columns[k].segments[i][0] for k in keys},
+                        BlockMeta(n, shapes, None if valid is None else valid[pos:pos + n])))
+            pos += n
+        return out
 
 
 def chunk_grid(n: int, plans: Iterable[tuple[int, int]]) -> list[int]:

@@ -1,14 +1,15 @@
 """``RayBufferView``: the loader's window on the Ray store (refs → arrays, batched).
 
 The one place the training side turns block refs into arrays: ``fetch`` checks out the ids the
-caller lacks, resolves every block it needs with one batched get, gathers the rows per key in
-``new_ids`` order into fresh arrays, and always releases the checkout. It is safe to call from
-any thread (the torch loader calls it from its background thread).
+caller lacks, resolves every block it needs with one batched wait, gathers the rows per key in
+``new_ids`` order into fresh arrays (kestrel-core's :func:`~kestrel_core._store.read_checkout`,
+as the in-memory view does), and always releases the checkout. It is safe to call from any
+thread (the torch loader calls it from its background thread).
 
 Inside an async actor (the NodeWrapper that trains an estimator) a blocking ``ray.get`` is what
-Ray warns about even off the event loop, so there the view waits on
-``ObjectRef.future()`` instead (``use_futures=True``): the values are resolved by Ray's own
-threads and the actor's event loop is never asked to do it.
+Ray warns about even off the event loop, so there the view waits on ``ObjectRef.future()``
+instead (``use_futures=True``): the values are resolved by Ray's own threads and the actor's
+event loop is never asked to do it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import ray
-from kestrel_core import Fetch, StoreError
+
+from kestrel_core import Fetch
+from kestrel_core._store import Schema, empty_spec, read_checkout
+
+from ._store_handle import StoreHandle
 
 __all__ = ["RayBufferView"]
 
@@ -30,7 +34,7 @@ class RayBufferView:
     Shape symbols: K new ids of a fetch, D_key a key's per-sample shape.
 
     Args:
-        store: the store's actor handle.
+        store: the store's :class:`~kestrel_ray.StoreHandle` (or its actor handle).
         use_futures: wait through ``ObjectRef.future()`` rather than ``ray.get`` (set inside
             async actors).
         timeout: seconds to wait for the store or a block before :class:`StoreError`
@@ -38,34 +42,13 @@ class RayBufferView:
     """
 
     def __init__(self, store: Any, *, use_futures: bool = False, timeout: float | None = None):
-        self._store = store
-        self._use_futures = use_futures
-        self._timeout = timeout
-        self._schema: dict | None = None
+        actor = store.actor if isinstance(store, StoreHandle) else store
+        self._store = StoreHandle(actor, timeout=timeout, use_futures=use_futures)
+        self._schema: Schema | None = None
         self._lock = threading.Lock()
 
-    def __reduce__(self):
-        return (_rebuild, (self._store, self._use_futures, self._timeout))
-
-    def _get(self, refs: Any) -> Any:
-        single = not isinstance(refs, list)
-        refs = [refs] if single else refs
-        try:
-            if self._use_futures:
-                futures = [r.future() for r in refs]
-                values = [f.result(timeout=self._timeout) for f in futures]
-            else:
-                values = ray.get(refs, timeout=self._timeout)
-        except ray.exceptions.RayTaskError as err:
-            cause = getattr(err, "cause", None)
-            if isinstance(cause, StoreError):
-                raise StoreError(str(cause)) from err
-            raise
-        except (ray.exceptions.GetTimeoutError, TimeoutError) as err:
-            raise StoreError(f"the sample store did not answer within {self._timeout} s") from err
-        except ray.exceptions.ObjectLostError as err:
-            raise StoreError(f"a stored block is lost: {err}") from err
-        return values[0] if single else values
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (self._store,))
 
     def fetch(self, statuses: Sequence[int], keys: Sequence[str], *, max_samples: int = 0,
               held_ids: np.ndarray | None = None) -> Fetch:
@@ -85,55 +68,30 @@ class RayBufferView:
             StoreError: an unknown key or status, a lost block, or a timeout.
         """
         keys = [str(k) for k in keys]
-        held = None if held_ids is None else np.asarray(held_ids, dtype=np.int64)
-        co = self._get(self._store.checkout.remote(
-            [int(s) for s in statuses], keys, int(max_samples), held))
+        co = self._store.checkout(statuses, keys, max_samples=max_samples, held_ids=held_ids)
         try:
-            unique_refs: dict[Any, int] = {}
-            for read in co.reads:
-                for key in keys:
-                    unique_refs.setdefault(read.block[key], len(unique_refs))
-            values = self._get(list(unique_refs)) if unique_refs else []
-            arrays = {}
-            for key in keys:
-                parts = [(np.asarray(values[unique_refs[read.block[key]]]), read.rows)
-                         for read in co.reads]
-                arrays[key] = self._gather(key, parts, len(co.new_ids))
+            arrays = read_checkout(co, keys, self._resolve, self._empty_spec)
         finally:
-            self._store.release.remote(co.token)  # ordered after the checkout by Ray
+            self._store.release_nowait(co.token)  # ordered after the checkout by Ray
         return Fetch(active_ids=co.active_ids, new_ids=co.new_ids, arrays=arrays)
 
-    def _gather(self, key: str, parts: list[tuple[np.ndarray, np.ndarray]], k: int) -> np.ndarray:
-        if not parts:
-            shape, dtype = self._empty_meta(key)
-            return np.empty((0, *shape), dtype)
-        shapes = {a.shape[1:] for a, _ in parts}
-        if len(shapes) != 1:
-            raise StoreError(f"key {key!r}: stored blocks have per-sample shapes {sorted(shapes)}")
-        out = np.empty((k, *parts[0][0].shape[1:]), np.result_type(*(a.dtype for a, _ in parts)))
-        pos = 0
-        for arr, rows in parts:
-            if arr.dtype == out.dtype:
-                if len(rows) and (rows.min() < 0 or rows.max() >= arr.shape[0]):
-                    raise StoreError(f"key {key!r}: rows {rows.min()}..{rows.max()} outside a stored block "
-                                     f"of {arr.shape[0]} rows")
-                # mode="clip" (bounds checked above): with the default "raise" numpy buffers `out`
-                # and copies every row twice, four times slower for a block of 128 × 1000 float64
-                np.take(arr, rows, axis=0, out=out[pos:pos + len(rows)], mode="clip")
-            else:
-                out[pos:pos + len(rows)] = arr[rows]
-            pos += len(rows)
-        return out
+    def _resolve(self, refs: list[Any]) -> list[Any]:
+        """The arrays of block refs, each distinct ref waited for once (one batched wait)."""
+        unique: dict[Any, int] = {}
+        for ref in refs:
+            unique.setdefault(ref, len(unique))
+        values = self._store.wait(list(unique))
+        return [values[unique[ref]] for ref in refs]
 
-    def _empty_meta(self, key: str) -> tuple[tuple[int, ...], str]:
+    def _empty_spec(self, key: str) -> tuple[tuple[int, ...], Any]:
         with self._lock:
             if self._schema is None or key not in self._schema:
-                self._schema = self._get(self._store.schema.remote()) or {}
-        return self._schema.get(key, ((), "float64"))
+                self._schema = self._store.schema() or {}
+            return empty_spec(self._schema, key)
 
     def discard(self, ids: Sequence[int] | np.ndarray) -> None:
         """Mark TRAINING ids DISFAVOURED; returns before the store applied it."""
-        self._store.discard.remote(np.asarray(ids, dtype=np.int64))
+        self._store.discard_nowait(np.asarray(ids, dtype=np.int64))
 
     def stats(self) -> dict[str, int]:
         """The store's counts (blocking; never call it on an event loop).
@@ -141,8 +99,8 @@ class RayBufferView:
         Raises:
             StoreError: the store did not answer within the timeout.
         """
-        return self._get(self._store.stats.remote())
+        return self._store.stats()
 
 
-def _rebuild(store: Any, use_futures: bool, timeout: float | None) -> RayBufferView:
-    return RayBufferView(store, use_futures=use_futures, timeout=timeout)
+def _rebuild(store: StoreHandle) -> RayBufferView:
+    return RayBufferView(store, use_futures=store.use_futures, timeout=store.timeout)
