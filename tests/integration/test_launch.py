@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from kestrel_core import ConfigError, GraphError, KestrelError, SimulatorError
 
-import kestrel_ray.run._launch
-import kestrel_ray.run._sampling
+import kestrel_ray.run._session
 from kestrel_ray import RunError, launch, sample_run
 
 from .helpers import example, tiny
@@ -174,7 +173,7 @@ def test_sample_run_writes_every_mode(tmp_path, no_leaked_actors):
 def test_sample_n_missing_from_flag_and_config_is_an_error(tmp_path, no_leaked_actors, monkeypatch):
     run = tmp_path / "run"
     launch(toy(tmp_path), run, seed=12, progress=False, auto_sample=False)
-    monkeypatch.setattr(kestrel_ray.run._sampling, "DeployedGraph", None)  # must fail before deploying
+    monkeypatch.setattr(kestrel_ray.run._session, "DeployedGraph", None)  # must fail before deploying
     with pytest.raises(ConfigError, match=r"sample\.proposal\.n"):
         sample_run(run, "proposal")
 
@@ -227,7 +226,7 @@ def test_k17_bad_config_is_caught_before_ray_starts(case, tmp_path, monkeypatch)
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray was about to start")
 
-    monkeypatch.setattr(kestrel_ray.run._launch, "ray_for_run", no_ray)
+    monkeypatch.setattr(kestrel_ray.run._session, "ray_for_run", no_ray)
     with pytest.raises(error, match=pattern):
         launch(example("01_minimal"), tmp_path / "run", overrides=overrides, progress=False)
     assert not (tmp_path / "run" / "config.yml").exists()

@@ -8,7 +8,7 @@ from ray import cloudpickle
 
 from kestrel_core import Graph, Spec
 from kestrel_ray import Column, NodeHandle, NodeWrapper
-from kestrel_ray._deployed import _import_paths
+from kestrel_ray._actors import import_paths
 
 from .fakes import Gauss, Noise, SlowEstimator
 
@@ -16,7 +16,7 @@ from .fakes import Gauss, Noise, SlowEstimator
 def start_node(track, graph: Graph, name: str, seed: int = 0) -> NodeHandle:
     """One NodeWrapper actor for ``graph[name]`` (killed after the test), ready."""
     actor = track(ray.remote(NodeWrapper).options(num_cpus=0).remote(
-        cloudpickle.dumps(graph[name]), seed=seed, import_paths=_import_paths()))
+        cloudpickle.dumps(graph[name]), seed=seed, import_paths=import_paths()))
     info = ray.get(actor.ready.remote())
     return NodeHandle(name, actor, info["fields"])
 

@@ -29,7 +29,7 @@ _HOMES = {
     # the main job: launch, sample, run directory
     "launch": ".run._launch",
     "RunResult": ".run._result",
-    "RunError": ".run._result",
+    "RunError": "._errors",
     "sample_run": ".run._sampling",
     "SampleResult": ".run._sampling",
     "RunDir": ".run._rundir",

@@ -1,22 +1,27 @@
-"""Driver-side handles of node actors: submit a sampling call, get block refs back at once.
+"""Driver-side handles of node actors: the only callers of a node actor's methods.
 
 :class:`NodeHandle` wraps one :class:`~kestrel_ray.NodeWrapper` actor. ``submit`` computes how
 many objects the call returns (chunks × fields + one meta dict) and calls the actor with
 ``.options(num_returns=k)``, so the refs exist immediately, the driver owns every block, and a
-downstream node can be called with refs whose values are still being computed.
+downstream node can be called with refs whose values are still being computed. The other
+methods (status, training, estimator files, logs) return ObjectRefs the caller waits on;
+:class:`~kestrel_ray.DeployedGraph` is their only caller.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from kestrel_core import check_count
+import ray
 
-from ._refs import Column
+from kestrel_core import check_count, flat_key
 
-__all__ = ["NodeHandle", "Pending"]
+from ._errors import unwrap_error
+from ._refs import Column, RefTrace, merge_meta
+
+__all__ = ["NodeHandle", "Pending", "ActorGroup", "collect_trace"]
 
 
 @dataclass
@@ -36,7 +41,54 @@ class Pending:
     meta_refs: list[Any] = field(default_factory=list)
 
 
-class NodeHandle:
+def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
+    """Wait for the meta dicts of submitted calls and assemble their trace.
+
+    Args:
+        n: number of samples of every call.
+        calls: node → ``(method, Pending)``, in submission order.
+
+    Returns:
+        :class:`RefTrace` with every field of every call (shape and dtype from the meta dicts,
+        non-finite counts per node).
+
+    Raises:
+        KestrelError: a node's call failed (its error, naming the node and the call).
+    """
+    trace = RefTrace(n)
+    for name, (method, pending) in calls.items():
+        try:
+            metas = ray.get(pending.meta_refs)
+        except ray.exceptions.RayError as err:
+            raise unwrap_error(err, name, f"{method}({n})") from err
+        fields = merge_meta([m["fields"] for m in metas], name)
+        for fld, col in pending.columns.items():
+            key = flat_key(name, fld)
+            trace.columns[key] = col
+            if fld in fields:
+                trace.meta[key] = fields[fld]
+        trace.nonfinite[name] = sum(int(m["nonfinite"]) for m in metas)
+    return trace
+
+
+class ActorGroup:
+    """The calls every actor of a node answers (one actor, or each replica of a multiplexed node)."""
+
+    @property
+    def actors(self) -> list[Any]:
+        """Every actor behind this handle."""
+        raise NotImplementedError
+
+    def status_refs(self) -> list[Any]:
+        """One ref per actor to its ``status()`` dict."""
+        return [actor.status.remote() for actor in self.actors]
+
+    def open_log_refs(self, directory: str) -> list[Any]:
+        """One ref per actor to ``open_log(directory)`` (run actors only, see ``RunNodeWrapper``)."""
+        return [actor.open_log.remote(directory) for actor in self.actors]
+
+
+class NodeHandle(ActorGroup):
     """One node actor as the driver sees it.
 
     Args:
@@ -54,6 +106,21 @@ class NodeHandle:
     def actors(self) -> list[Any]:
         """Every actor behind this handle."""
         return [self.actor]
+
+    def train_ref(self, store: Any) -> Any:
+        """Start ``train(store)`` on the actor; the ref resolves to its final status when
+        training ends (or raises the estimator's error)."""
+        return self.actor.train.remote(store)
+
+    def request_stop(self) -> None:
+        """Ask the estimator to stop after its current step (fire and forget)."""
+        self.actor.request_stop.remote()
+
+    def files_ref(self, method: Literal["save", "load"], directory: str) -> Any:
+        """Save the estimator to, or load it from, ``directory``; a ref to ``None``."""
+        if method not in ("save", "load"):
+            raise ValueError(f"method must be 'save' or 'load', got {method!r}")
+        return getattr(self.actor, method).remote(directory)
 
     def submit(self, method: str, n: int, conditions: Mapping[str, Column], chunks: Sequence[int],
                seeds: Sequence[Any] | None = None) -> Pending:

@@ -12,17 +12,17 @@ from typing import Any
 
 from kestrel_core import check_count
 
-from ._handles import NodeHandle, Pending
+from ._handles import ActorGroup, NodeHandle, Pending
 from ._refs import Column, split_chunks
 
 __all__ = ["MultiplexNodeWrapper"]
 
 
-class MultiplexNodeWrapper:
+class MultiplexNodeWrapper(ActorGroup):
     """Split each call of one node over ``k`` replicas.
 
-    ``[0, n)`` is cut at ``int(i·n/k)``; replicas whose slice is empty are not called (K02:
-    ``sample(3)`` over 4 replicas makes 3 calls, ``sample(0)`` none). Per-sample condition
+    ``[0, n)`` is cut at ``int(i·n/k)``; replicas whose slice is empty are not called
+    (``sample(3)`` over 4 replicas makes 3 calls, ``sample(0)`` none). Per-sample condition
     columns are sliced to each replica's rows; broadcast columns go whole. Each chunk carries its
     own seed, so replicas draw from distinct streams.
 

@@ -1,4 +1,4 @@
-"""Actor options, resource checks before any actor starts, and readable start-up failures.
+"""Actor options, and resource checks before any actor starts.
 
 Default CPU request: node actors ask for ``num_cpus=0`` unless the node's ``ray`` options say
 otherwise. A simulator actor spends most of its life idle or waiting on its parents, and the
@@ -14,14 +14,13 @@ instead of an actor that stays pending. Autoscaling clusters are checked as they
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import ray
-from kestrel_core import ConfigError, KestrelError, SimulatorError
+from kestrel_core import ConfigError
 
-__all__ = ["actor_options", "check_resources", "unwrap_error"]
+__all__ = ["actor_options", "check_resources", "SIMULATOR_RESTARTS"]
 
 _NAMES = {"CPU": "CPUs", "GPU": "GPUs", "memory": "bytes of memory"}
 
@@ -90,40 +89,3 @@ def check_resources(requests: Iterable[tuple[str, int, Mapping[str, Any]]]) -> N
             detail = ", ".join(f"{name}: {count} × {amount:g}" for name, count, amount in parts)
             raise ConfigError(f"the graph's actors request {_fmt(need, resource)} in total "
                               f"({detail}); the cluster has {have:g}")
-
-
-_EXC_LINE = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit|Interrupt)): (.*)$")
-
-
-def unwrap_error(err: BaseException, node: str, what: str) -> BaseException:
-    """Turn a Ray error from a node's actor into the error to raise on the driver.
-
-    A Kestrel error raised in the actor (it names the node) comes back as it is; a user
-    exception is returned unchanged with a note naming the node; an actor that died is
-    described with the last exception line Ray reported (e.g. the ``TypeError`` of a
-    simulator constructor).
-
-    Args:
-        err: the exception ``ray.get`` raised.
-        node: node name, for the message.
-        what: the call that failed, e.g. ``"start"`` or ``"sample_proposal(64)"``.
-
-    Returns:
-        The exception to raise (``raise unwrap_error(...) from err``).
-    """
-    if isinstance(err, ray.exceptions.RayTaskError):
-        cause = getattr(err, "cause", None)
-        while isinstance(cause, ray.exceptions.RayTaskError) and getattr(cause, "cause", None) is not None:
-            cause = cause.cause
-        if isinstance(cause, KestrelError):
-            return cause
-        if isinstance(cause, BaseException):
-            if hasattr(cause, "add_note"):
-                cause.add_note(f"(node {node!r}, {what})")
-            return cause
-    if isinstance(err, ray.exceptions.RayActorError):
-        text = str(err)
-        lines = [m for m in (_EXC_LINE.match(ln.strip()) for ln in text.splitlines()) if m]
-        reason = f"{lines[-1].group(1)}: {lines[-1].group(2)}" if lines else text.splitlines()[0]
-        return SimulatorError(f"node {node!r}: actor died during {what}: {reason}")
-    return SimulatorError(f"node {node!r}: {what} failed: {type(err).__name__}: {err}")

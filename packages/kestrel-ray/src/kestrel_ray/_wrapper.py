@@ -11,13 +11,14 @@ estimator. A sampling call receives ``n``, condition *descriptors* and the chunk
   read-only; estimators ``.expand()`` it);
 * each chunk draws from its own ``numpy.random.Generator`` (seeded by the ``SeedSequence``
   children the driver passes, else spawned from the node's own sequence);
-* every output passes the boundary checks of kestrel-core (K05, K11, K12) and leaves as one
-  array per field per chunk — as *return values* of the call, so the caller owns the objects
-  and killing this actor loses none of them. The last return value is a small meta dict.
+* every output passes the boundary checks of kestrel-core (leading dimension, one per-sample
+  shape, numeric arrays converted once) and leaves as one array per field per chunk — as
+  *return values* of the call, so the caller owns the objects and killing this actor loses
+  none of them. The last return value is a small meta dict.
 
 Simulators run in a worker thread (one call at a time), so the event loop stays free for
 ``status``; estimator sampling runs on the event loop between training steps, which is how
-training and proposal sampling interleave without pausing training (K19).
+training and proposal sampling interleave without pausing training.
 """
 
 from __future__ import annotations
@@ -155,7 +156,9 @@ class NodeWrapper:
         Args:
             n: number of samples (int ≥ 1).
             conditions: parent name → segment list ``[(block_ref, start, stop), …]`` of 1
-                (broadcast) or ``n`` rows.
+                (broadcast) or ``n`` rows. Under the node's own name: its values, given (samples
+                from disk) — checked like a simulator's output and scored by the simulator's
+                ``log_prob`` (a prior's), nothing simulated.
             chunks: chunk sizes summing to ``n`` (default: ``sample_chunk_size`` of the node).
             seeds: one ``SeedSequence`` per chunk (default: spawned from the node's sequence).
 
@@ -165,7 +168,8 @@ class NodeWrapper:
 
         Raises:
             ShapeError: a condition's row count is neither 1 nor ``n``, or chunks disagree on D.
-            SimulatorError: the simulator's output is unusable (K05, K11, K12).
+            SimulatorError: the simulator's output is unusable (wrong leading dimension, ragged
+                per-sample shapes, not numeric).
         """
         return await self._call("sample", n, conditions, chunks, seeds)
 
@@ -265,7 +269,8 @@ class NodeWrapper:
 
     def _simulate(self, method: str, arrays: Mapping[str, np.ndarray], n: int,
                   chunks: Sequence[int], seeds: Sequence[Any]) -> list[dict[str, np.ndarray]]:
-        missing = [p for p in self.node.parents if p not in arrays]
+        given = arrays.get(self._name)  # the node's own values: checked and scored, not simulated
+        missing = [p for p in self.node.parents if p not in arrays and given is None]
         if missing:
             raise SimulatorError(f"node {self._name!r}: {method} needs parent {missing[0]!r}, which "
                                  f"was not passed (got {sorted(arrays)})")
@@ -273,8 +278,11 @@ class NodeWrapper:
         rngs = [np.random.Generator(np.random.PCG64(seed_sequence(s))) for s in seeds]
         records = []
         for (a, c), rng in zip(_spans(chunks), rngs):
-            parents = {p: _rows(arrays[p], a, c, n) for p in self.node.parents}
-            value = call_simulator(self._name, self._simulator, c, parents, rng=rng)
+            if given is not None:
+                value = as_record(self._name, "given values", {"value": given[a:a + c]}, c, fields=("value",))["value"]
+            else:
+                parents = {p: _rows(arrays[p], a, c, n) for p in self.node.parents}
+                value = call_simulator(self._name, self._simulator, c, parents, rng=rng)
             rec = {"value": value}
             if "log_prob" in fields:
                 view = value.view()

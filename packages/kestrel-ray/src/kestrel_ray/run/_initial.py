@@ -1,22 +1,24 @@
 """Starting a buffer from samples on disk (``buffer.initial_samples_path``).
 
 The path is a ``.npz`` file or a folder of them, in the layout ``kestrel sample prior`` and
-``kestrel simulate`` write: one array per node, shape ``(n, *D)``, under the node's name. The
-arrays become one block per file (``ray.put`` on the driver, which owns them), with the same
-keys a prior simulation appends: every node's ``value``, plus ``log_prob`` where the node's
-simulator has one (priors), computed here — so the store keeps one key schema (K06).
+``kestrel simulate`` write: one array per node, shape ``(n, *D)``, under the node's name. Each
+file enters through :meth:`~kestrel_ray.DeployedGraph.ingest`: every node's actor checks its
+values as it checks a simulator's output and adds ``log_prob`` where its simulator has one
+(priors), so the appended trace has the keys a prior simulation has and the store keeps one key
+schema.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import ray
-from kestrel_core import ConfigError, flat_key
 
-from .._refs import Column, RefTrace
+from kestrel_core import ConfigError
+
+from .._refs import RefTrace
 
 __all__ = ["append_initial_samples", "read_initial_samples"]
 
@@ -42,16 +44,21 @@ def read_initial_samples(path: str) -> list[tuple[str, dict[str, np.ndarray]]]:
     return out
 
 
-def append_initial_samples(dg: Any, path: str) -> int:
-    """Append the samples under ``path`` to the store of ``dg``; returns how many.
+def append_initial_samples(dg: Any, path: str, append: Callable[[RefTrace], Any]) -> int:
+    """Hand the samples under ``path`` to ``append``, one trace per file; returns how many.
+
+    Args:
+        dg: the deployed graph (:class:`~kestrel_ray.DeployedGraph`).
+        path: a ``.npz`` file or a folder of them.
+        append: called with each file's trace (the launch appends it to the store).
 
     Raises:
         ConfigError: a file lacks a node of the graph, or its arrays disagree on the number of
             samples (the message names the file, the node and the shapes).
-        StoreError: the samples do not fit the store's key schema.
+        SimulatorError, ShapeError: a node's values are unusable (as a simulator's output
+            would be; the message names the node).
     """
     graph = dg.graph
-    priors = {}
     total = 0
     for file, arrays in read_initial_samples(path):
         missing = [m for m in graph.forward_order if m not in arrays]
@@ -65,19 +72,6 @@ def append_initial_samples(dg: Any, path: str) -> int:
                               f"samples: {counts}")
         if n == 0:
             continue
-        columns: dict[str, Column] = {}
-        meta: dict[str, tuple[tuple[int, ...], str]] = {}
-        for m in graph.forward_order:
-            value = np.ascontiguousarray(arrays[m])
-            fields = {"value": value}
-            if "log_prob" in dg.handle(m).fields["sample"]:
-                if m not in priors:
-                    priors[m] = graph[m].simulator.build()
-                fields["log_prob"] = np.asarray(priors[m].log_prob(value), dtype=np.float64)
-            for fld, arr in fields.items():
-                key = flat_key(m, fld)
-                columns[key] = Column.whole([(ray.put(arr), n)])
-                meta[key] = (tuple(arr.shape[1:]), arr.dtype.name)
-        dg.append(RefTrace(n, columns, meta, {m: 0 for m in graph.forward_order}))
+        append(dg.ingest({m: arrays[m] for m in graph.forward_order}))
         total += n
     return total

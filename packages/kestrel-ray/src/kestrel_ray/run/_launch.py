@@ -1,9 +1,8 @@
 """``launch``: train every estimator of a graph while simulations keep arriving.
 
-This module checks the config and sets the run up (run directory, driver log, Ctrl-C and
-timeout, Ray); :mod:`kestrel_ray._loop` runs it. Everything about the config is checked before
-Ray starts (K17): ``load_config(..., check_targets=("simulator", "estimator"))`` and
-:func:`~kestrel_ray._preflight.preflight`.
+This module opens the run (:class:`~kestrel_ray.run._session.RunSession`: everything about the
+config is checked before Ray starts), then the driver log, Ctrl-C and timeout, the progress
+reporter and Ray; :class:`~kestrel_ray.run._launcher.Launcher` runs it.
 """
 
 from __future__ import annotations
@@ -12,34 +11,14 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from kestrel_core import ConfigError, RunConfig, load_config, seed_sequence
-
-from ._loop import Launcher
-from ._preflight import preflight
+from ._launcher import Launcher
+from ._logging import driver_logger
 from ._progress import make_progress
-from ._result import RunError, RunResult
-from ._rundir import RunDir
-from ._session import driver_logger, ray_for_run
+from ._result import RunResult
+from ._session import RunSession
 from ._stop import StopControl
 
-__all__ = ["launch", "RunResult", "RunError"]
-
-
-def _resolve_config(config: Any, run: RunDir, overrides: Iterable[str]) -> tuple[RunConfig, bool]:
-    """The run's config (``RUN/config.yml`` when it exists) and whether it came from there."""
-    resumed_config = run.has_config()
-    source = run.config_file if resumed_config else config
-    if source is None:
-        raise ConfigError("launch: give a config (path, mapping or RunConfig) or an existing run directory")
-    cfg = load_config(source, overrides, run_dir=run.root, check_targets=("simulator", "estimator"))
-    if cfg.buffer is None:
-        raise ConfigError("buffer: kestrel launch needs a buffer section (min_samples, max_samples, "
-                          "validation_samples)")
-    if not cfg.graph.latents:
-        raise ConfigError("graph: no node has an estimator; kestrel launch trains estimators (use "
-                          "`kestrel simulate` for forward simulation only)")
-    preflight(cfg)
-    return cfg, resumed_config
+__all__ = ["launch"]
 
 
 def launch(config: Any, run_dir: str | os.PathLike[str], *, overrides: Iterable[str] = (),
@@ -71,17 +50,16 @@ def launch(config: Any, run_dir: str | os.PathLike[str], *, overrides: Iterable[
             actor of the run was killed).
         KeyboardInterrupt: a second Ctrl-C (status ``"aborted"``).
     """
-    run = RunDir(run_dir)
-    cfg, resumed_config = _resolve_config(config, run, overrides)
-    run = RunDir(run.root, cfg)
-    run.makedirs()
-    if not resumed_config:
-        run.write_config(cfg)
-    root = seed_sequence(seed)
-    launcher = Launcher(cfg, run, int(root.entropy), auto_sample=auto_sample)
-    with driver_logger(run, console=progress is not False) as log:
-        launcher.log = log
-        if resumed_config:
-            log.info("run %s: continuing with its config.yml", run.root)
-        with StopControl(timeout) as stop, ray_for_run(address, cfg.ray, log):
-            return launcher.run(stop, make_progress(progress, log))
+    session = RunSession.for_launch(config, run_dir, overrides=overrides, seed=seed)
+    session.create()
+    with driver_logger(session.run, console=progress is not False) as log:
+        if session.config_from_run:
+            log.info("run %s: continuing with its config.yml", session.run.root)
+        reporter = make_progress(progress, log)
+        with StopControl(timeout) as stop, session.ray(address, log):
+            launcher = Launcher(session, stop=stop, log=log, on_progress=reporter.update, auto_sample=auto_sample)
+            reporter.start()
+            try:
+                return launcher.run()
+            finally:
+                reporter.stop()

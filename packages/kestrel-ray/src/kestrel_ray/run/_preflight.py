@@ -1,4 +1,4 @@
-"""Checks of a run config that ``load_config`` cannot make, done before Ray starts (K17).
+"""Checks of a run config that ``load_config`` cannot make, done before Ray starts.
 
 * ``ray:`` — its keys are ``ray.init`` keyword arguments: an unknown one (``num_gpu``) is an
   error with a suggestion, instead of a ``TypeError`` from inside ``ray.init``.

@@ -1,6 +1,7 @@
 """Progress of a launch: a live table on a terminal, plain log lines elsewhere.
 
-A progress reporter receives a :class:`Snapshot` every poll of the launch loop:
+A progress reporter receives a :class:`ProgressState` (what the launch knows at one poll) from
+the launch loop's ``on_progress`` callback:
 
 * :class:`LiveProgress` (stdout is a terminal): a ``rich`` live table with one row per
   estimator node (state, epoch / max, train and validation loss, samples seen) and a footer
@@ -14,20 +15,23 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["Snapshot", "Progress", "LiveProgress", "LogProgress", "NullProgress", "make_progress"]
+from ._states import Phase
+
+__all__ = ["ProgressState", "Progress", "LiveProgress", "LogProgress", "NullProgress", "make_progress", "recent_rate"]
 
 
 @dataclass
-class Snapshot:
+class ProgressState:
     """What the launch loop knows at one poll.
 
     Attributes:
         elapsed: seconds since the launch started.
-        phase: ``"initial simulation"``, ``"training"``, ``"stopping"``, ``"sampling"``, …
+        phase: the launch's :class:`Phase` (a string: ``"initial simulation"``, ``"training"``,
+            ``"stopping"``, ``"sampling"``, …).
         nodes: estimator node → its estimator's status dict (``epoch``, ``max_epochs``,
             ``train_loss``, ``val_loss``, ``samples_seen``, ``state``).
         buffer: the store's counts (``training``, ``validation``, …).
@@ -36,7 +40,7 @@ class Snapshot:
     """
 
     elapsed: float
-    phase: str
+    phase: Phase
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     buffer: dict[str, int] = field(default_factory=dict)
     simulated: int = 0
@@ -45,13 +49,20 @@ class Snapshot:
 
 
 class Progress(Protocol):
-    """What the launch loop calls."""
+    """A progress reporter: ``launch`` calls ``start``, then ``update`` at every poll, then ``stop``."""
 
     def start(self) -> None: ...
 
-    def update(self, snap: Snapshot) -> None: ...
+    def update(self, state: ProgressState) -> None: ...
 
     def stop(self) -> None: ...
+
+
+def recent_rate(points: Sequence[tuple[float, int]]) -> float:
+    """Samples per second over ``[(time, samples so far), …]`` (0 with fewer than two points)."""
+    if len(points) < 2 or points[-1][0] <= points[0][0]:
+        return 0.0
+    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
 
 
 def _loss(value: Any) -> str:
@@ -75,7 +86,7 @@ class NullProgress:
     def start(self) -> None:
         pass
 
-    def update(self, snap: Snapshot) -> None:
+    def update(self, state: ProgressState) -> None:
         pass
 
     def stop(self) -> None:
@@ -94,19 +105,19 @@ class LogProgress:
         self._log = logger
         self._every = float(every)
         self._last = -float("inf")
-        self._phase: str | None = None
+        self._phase: Phase | None = None
 
     def start(self) -> None:
         pass
 
-    def update(self, snap: Snapshot) -> None:
+    def update(self, state: ProgressState) -> None:
         now = time.monotonic()
-        if snap.phase == self._phase and now - self._last < self._every:
+        if state.phase == self._phase and now - self._last < self._every:
             return
-        self._last, self._phase = now, snap.phase
-        self._log.info("[%6.1f s] %s; %s; %d simulated (%.0f/s)", snap.elapsed, snap.phase,
-                       _buffer(snap.buffer), snap.simulated, snap.rate)
-        for node, st in snap.nodes.items():
+        self._last, self._phase = now, state.phase
+        self._log.info("[%6.1f s] %s; %s; %d simulated (%.0f/s)", state.elapsed, state.phase,
+                       _buffer(state.buffer), state.simulated, state.rate)
+        for node, st in state.nodes.items():
             self._log.info("  node %s: %s epoch %s, train loss %s, val loss %s, %s samples seen",
                            node, st.get("state", "?"), _epochs(st), _loss(st.get("train_loss")),
                            _loss(st.get("val_loss")), st.get("samples_seen", 0))
@@ -130,17 +141,17 @@ class LiveProgress:
     def start(self) -> None:
         self._live.start()
 
-    def update(self, snap: Snapshot) -> None:
+    def update(self, state: ProgressState) -> None:
         from rich.table import Table
 
-        table = Table(title=f"{self._title} — {snap.phase} — {snap.elapsed:.0f} s", title_justify="left")
+        table = Table(title=f"{self._title} — {state.phase} — {state.elapsed:.0f} s", title_justify="left")
         for col in ("node", "state", "epoch", "train loss", "val loss", "samples seen"):
             table.add_column(col, justify="left" if col in ("node", "state") else "right")
-        for node, st in snap.nodes.items():
+        for node, st in state.nodes.items():
             table.add_row(node, str(st.get("state", "?")), _epochs(st), _loss(st.get("train_loss")),
                           _loss(st.get("val_loss")), str(st.get("samples_seen", 0)))
-        bad = {k: v for k, v in snap.nonfinite.items() if v}
-        caption = f"{_buffer(snap.buffer)} · {snap.simulated} simulated · {snap.rate:.0f} sim/s"
+        bad = {k: v for k, v in state.nonfinite.items() if v}
+        caption = f"{_buffer(state.buffer)} · {state.simulated} simulated · {state.rate:.0f} sim/s"
         if bad:
             caption += f" · non-finite dropped: {bad}"
         table.caption = caption

@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from kestrel_core import ConfigError, EstimatorError, check_count, flat_key, load_config, seed_sequence
+
+from kestrel_core import ConfigError, check_count, flat_key
 
 from .._deployed import DeployedGraph
-from ._rundir import RunDir
+from ._session import RunSession
 
-__all__ = ["MODES", "SampleResult", "draw_samples", "sample_run", "check_weights"]
+__all__ = ["MODES", "SampleResult", "draw_samples", "sample_run", "select_nodes", "shapes_text"]
 
 MODES = ("prior", "posterior", "proposal", "ppd")
 #: rows per DeployedGraph call when drawing many samples
@@ -116,20 +117,6 @@ def draw_samples(dg: DeployedGraph, mode: str, n: int, entry: Any = None) -> dic
     return {m: (v[0] if len(v) == 1 else np.concatenate(v)) for m, v in parts.items()}
 
 
-def check_weights(config: Any, run: RunDir, mode: str) -> None:
-    """Raise unless every estimator of the run has saved weights (not needed for ``prior``).
-
-    Raises:
-        EstimatorError: names the node and the folder without weights.
-    """
-    if mode == "prior":
-        return
-    missing = [m for m in config.graph.latents if not run.has_weights(m)]
-    if missing:
-        raise EstimatorError(f"node {missing[0]!r}: no saved weights in {run.node_dir(missing[0])}; "
-                             f"{mode} sampling needs a trained estimator (run `kestrel launch -o {run.root}`)")
-
-
 def sample_run(run_dir: str | os.PathLike[str], mode: str, *, n: int | None = None, seed: int | None = None,
                overrides: Iterable[str] = (), address: str | None = None) -> SampleResult:
     """Load a run, draw samples of ``mode`` and write ``RUN/samples/<mode>/NNNNNN.npz``.
@@ -152,48 +139,23 @@ def sample_run(run_dir: str | os.PathLike[str], mode: str, *, n: int | None = No
         ConfigError: not a run directory; unknown mode; ``n`` given neither here nor in the
             config. EstimatorError: no saved weights (modes other than ``prior``).
     """
-    from ._preflight import preflight
-    from ._session import ray_for_run
-
     _check_mode(mode)
-    run = RunDir(run_dir)
-    if not run.has_config():
-        raise ConfigError(f"{run.root}: not a run directory (no {os.path.basename(run.config_file)}); "
-                          f"start a run with `kestrel launch -c CONFIG -o {run.root}`")
-    config = load_config(run.config_file, overrides, run_dir=run.root, check_targets=("simulator", "estimator"))
-    preflight(config)
-    run = RunDir(run.root, config)
+    session = RunSession.for_sample(run_dir, overrides=overrides, seed=seed)
+    config = session.config
     entry = config.sample[mode]
     if n is None:
         n = config.require_sample(mode).n
     n = check_count(n, f"sample.{mode}.n")
     if n == 0:
         raise ConfigError(f"sample.{mode}.n: expected a positive number of samples, got 0")
-    check_weights(config, run, mode)
-    root = seed_sequence(seed)
-    with ray_for_run(address, config.ray):
-        dg = DeployedGraph(config.graph, seed=root.entropy, run_dir=run.root)
-        dg.deploy()
-        try:
-            if mode != "prior":
-                for node in config.graph.latents:
-                    _load(dg, node, run.node_dir(node))
-            arrays = draw_samples(dg, mode, n, entry)
-        finally:
-            dg.shutdown()
-    path = run.write_samples(mode, arrays)
-    return SampleResult(path, mode, n, int(root.entropy), {m: tuple(a.shape[1:]) for m, a in arrays.items()})
-
-
-def _load(dg: DeployedGraph, node: str, directory: str) -> None:
-    import ray
-
-    from .._resources import unwrap_error
-
-    try:
-        ray.get(dg.handle(node).actor.load.remote(directory))
-    except ray.exceptions.RayError as err:
-        raise unwrap_error(err, node, f"load({directory!r})") from err
+    if mode != "prior":
+        session.require_weights(f"{mode} sampling")
+    with session.ray(address), session.deployed() as dg:
+        if mode != "prior":
+            session.load_weights(dg, config.graph.latents)
+        arrays = draw_samples(dg, mode, n, entry)
+    path = session.run.write_samples(mode, arrays)
+    return SampleResult(path, mode, n, session.seed, {m: tuple(a.shape[1:]) for m, a in arrays.items()})
 
 
 def shapes_text(arrays: Mapping[str, np.ndarray]) -> str:

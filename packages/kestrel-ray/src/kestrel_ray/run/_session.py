@@ -1,12 +1,17 @@
-"""What ``launch`` and ``sample`` share: the driver log, Ray for one run, the deployed graph.
+"""``RunSession``: one run directory opened by a command, and the Ray and actors it runs on.
 
-* :func:`driver_logger` — the ``kestrel.run`` logger writing to ``graph/driver/output.log``
-  (one file handler per run; removed when the run ends, so two runs in one process never
-  write into each other's directories).
-* :func:`ray_for_run` — start (or join) Ray unless it is running; shut it down afterwards only
-  if this run started it.
-* :func:`deploy_run` — a :class:`DeployedGraph` of the config with :class:`RunNodeWrapper`
-  actors whose logs go to ``graph/<node>/output.log``.
+``kestrel launch`` and ``kestrel sample`` set a run up the same way:
+
+1. :meth:`RunSession.for_launch` / :meth:`RunSession.for_sample` load the config and check
+   everything that can be checked before Ray starts (``load_config(...,
+   check_targets=("simulator", "estimator"))`` and :func:`~kestrel_ray.run._preflight.preflight`);
+   a launch on a directory that holds ``config.yml`` continues with that file;
+2. :meth:`RunSession.ray` starts (or joins) Ray for the command, and shuts it down afterwards
+   only if it started it;
+3. :meth:`RunSession.deployed` deploys the run's graph (a launch's actors also log into the run
+   directory) and kills every actor when the command ends;
+4. :meth:`RunSession.load_weights` / :meth:`RunSession.save_weights` move the estimators' files
+   between the actors and ``<graph>/<node>/``.
 """
 
 from __future__ import annotations
@@ -14,62 +19,183 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import ray
 
+from kestrel_core import ConfigError, EstimatorError, RunConfig, load_config, seed_sequence
+
 from .._deployed import DeployedGraph
 from .._init import init_ray
+from .._wrapper import NodeWrapper
 from ._nodelog import RunNodeWrapper
+from ._preflight import preflight
 from ._rundir import RunDir
 
-__all__ = ["driver_logger", "ray_for_run", "deploy_run", "cluster_nodes", "LOGGER_NAME"]
+__all__ = ["RunSession", "ray_for_run", "cluster_nodes"]
 
-LOGGER_NAME = "kestrel.run"
-_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+_TARGETS = ("simulator", "estimator")
 
 
-@contextlib.contextmanager
-def driver_logger(run: RunDir, *, console: bool = True) -> Iterator[logging.Logger]:
-    """The driver logger of one run, writing to ``graph/driver/output.log`` (appending).
+class RunSession:
+    """A run directory, its checked config and seed, and the graph deployed for one command.
 
     Args:
         run: the run directory.
-        console: also print ``INFO`` lines to stdout (plain messages).
+        config: the run's config (already checked; see :meth:`for_launch`, :meth:`for_sample`).
+        seed: the run's seed; ``None`` draws fresh entropy.
+        config_from_run: whether ``config`` was read from ``RUN/config.yml``.
+
+    Attributes:
+        run: the :class:`RunDir`, following the config's ``paths``.
+        config: the :class:`kestrel_core.RunConfig`.
+        seed: the seed (the entropy drawn when none was given).
+        config_from_run: see above (a launch then continues the run instead of writing it).
+        placement: node → the Ray node id of each of its actors (after :meth:`deployed` with
+            ``node_logs=True``).
     """
-    log = logging.getLogger(LOGGER_NAME)
-    log.setLevel(logging.INFO)
-    log.propagate = False
-    path = os.path.join(run.node_dir("driver"), "output.log")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8")]
-    handlers[0].setFormatter(logging.Formatter(_FORMAT))
-    if console:
-        stream = _StdoutHandler()
-        stream.setFormatter(logging.Formatter("%(message)s"))
-        handlers.append(stream)
-    for handler in handlers:
-        log.addHandler(handler)
-    try:
-        yield log
-    finally:
-        for handler in handlers:
-            log.removeHandler(handler)
-            handler.close()
 
+    def __init__(self, run: RunDir, config: RunConfig, *, seed: int | None = None, config_from_run: bool = False):
+        self.run = RunDir(run.root, config)
+        self.config = config
+        self.seed = int(seed_sequence(seed).entropy)
+        self.config_from_run = config_from_run
+        self.placement: dict[str, list[str]] = {}
 
-class _StdoutHandler(logging.StreamHandler):
-    """Writes to the *current* ``sys.stdout`` (which a live display may have redirected)."""
+    @classmethod
+    def for_launch(cls, config: Any, run_dir: str | os.PathLike[str], *, overrides: Iterable[str] = (),
+                   seed: int | None = None) -> RunSession:
+        """The session of ``launch``: ``RUN/config.yml`` when it exists, else ``config``.
 
-    def __init__(self) -> None:
-        super().__init__()
+        Args:
+            config: a YAML path, a mapping, an OmegaConf config or a RunConfig (never modified);
+                ignored when the run directory holds a ``config.yml``.
+            run_dir: the run directory (not created here: see :meth:`create`).
+            overrides: dotlist overrides. seed: the run's seed.
 
-    def emit(self, record: logging.LogRecord) -> None:
-        import sys
+        Raises:
+            ConfigError, GraphError: no config; an invalid one; no ``buffer`` section; no
+                estimator in the graph; an estimator or ``ray.init`` argument that cannot work.
+        """
+        run = RunDir(run_dir)
+        from_run = run.has_config()
+        source = run.config_file if from_run else config
+        if source is None:
+            raise ConfigError("launch: give a config (path, mapping or RunConfig) or an existing run directory")
+        cfg = load_config(source, overrides, run_dir=run.root, check_targets=_TARGETS)
+        if cfg.buffer is None:
+            raise ConfigError("buffer: kestrel launch needs a buffer section (min_samples, max_samples, "
+                              "validation_samples)")
+        if not cfg.graph.latents:
+            raise ConfigError("graph: no node has an estimator; kestrel launch trains estimators (use "
+                              "`kestrel simulate` for forward simulation only)")
+        preflight(cfg)
+        return cls(run, cfg, seed=seed, config_from_run=from_run)
 
-        self.stream = sys.stdout
-        super().emit(record)
+    @classmethod
+    def for_sample(cls, run_dir: str | os.PathLike[str], *, overrides: Iterable[str] = (),
+                   seed: int | None = None) -> RunSession:
+        """The session of ``sample``: a run directory written by a launch, with its config.
+
+        Args:
+            run_dir: the run directory. overrides: dotlist overrides (not saved). seed: the
+                draws' seed.
+
+        Raises:
+            ConfigError: not a run directory (no ``config.yml``), or its config is invalid.
+        """
+        run = RunDir(run_dir)
+        if not run.has_config():
+            raise ConfigError(f"{run.root}: not a run directory (no {os.path.basename(run.config_file)}); "
+                              f"start a run with `kestrel launch -c CONFIG -o {run.root}`")
+        cfg = load_config(run.config_file, overrides, run_dir=run.root, check_targets=_TARGETS)
+        preflight(cfg)
+        return cls(run, cfg, seed=seed, config_from_run=True)
+
+    # -- the run directory ---------------------------------------------------------------------
+    def create(self) -> None:
+        """Create the run's folders and write ``RUN/config.yml`` (unless it was read from there)."""
+        self.run.makedirs()
+        if not self.config_from_run:
+            self.run.write_config(self.config)
+
+    def saved_nodes(self) -> list[str]:
+        """The estimator nodes whose weights a launch saved in this run."""
+        return [m for m in self.config.graph.latents if self.run.has_weights(m)]
+
+    def require_weights(self, purpose: str) -> None:
+        """Raise unless every estimator of the run has saved weights.
+
+        Raises:
+            EstimatorError: names the node and the folder without weights.
+        """
+        missing = [m for m in self.config.graph.latents if not self.run.has_weights(m)]
+        if missing:
+            raise EstimatorError(f"node {missing[0]!r}: no saved weights in {self.run.node_dir(missing[0])}; "
+                                 f"{purpose} needs a trained estimator (run `kestrel launch -o {self.run.root}`)")
+
+    # -- Ray and the actors --------------------------------------------------------------------
+    def ray(self, address: str | None = None, log: logging.Logger | None = None
+            ) -> contextlib.AbstractContextManager[bool]:
+        """Ray for the command (see :func:`ray_for_run`, with the config's ``ray`` section)."""
+        return ray_for_run(address, self.config.ray, log)
+
+    @contextlib.contextmanager
+    def deployed(self, *, buffer: bool = False, node_logs: bool = False) -> Iterator[DeployedGraph]:
+        """The run's graph deployed on the running Ray; every actor is killed on exit.
+
+        Args:
+            buffer: give the store the config's buffer rules (a launch); ``False`` keeps every
+                sample.
+            node_logs: deploy :class:`RunNodeWrapper` actors writing ``<graph>/<node>/output.log``
+                and ``metrics.csv``, and record :attr:`placement`.
+
+        Raises:
+            As :meth:`DeployedGraph.deploy`.
+        """
+        dg = DeployedGraph(self.config.graph, seed=self.seed, run_dir=self.run.root,
+                           buffer=self.config.buffer if buffer else None,
+                           wrapper_cls=RunNodeWrapper if node_logs else NodeWrapper)
+        try:
+            dg.deploy()
+            if node_logs:
+                infos = dg.open_logs(self.run.node_dir)
+                self.placement = {name: [info["node_id"] for info in node] for name, node in infos.items()}
+            yield dg
+        finally:
+            dg.shutdown()
+
+    def load_weights(self, dg: DeployedGraph, nodes: Iterable[str]) -> list[str]:
+        """Load the estimators of ``nodes`` from ``<graph>/<node>/``; returns the nodes.
+
+        Raises:
+            KestrelError: an estimator failed to load (naming the node and the folder).
+        """
+        nodes = list(nodes)
+        if nodes:
+            dg.load(self.run.graph, nodes)
+        return nodes
+
+    def save_weights(self, dg: DeployedGraph, epochs: Mapping[str, int]) -> dict[str, str]:
+        """Save the estimators of ``epochs``' nodes to ``<graph>/<node>/`` and mark them saved.
+
+        Args:
+            dg: the deployed graph.
+            epochs: node → the epoch its estimator reached (written to ``saved.json``).
+
+        Returns:
+            node → its folder.
+
+        Raises:
+            KestrelError: an estimator failed to save (naming the node and the folder).
+        """
+        if not epochs:
+            return {}
+        folders = dg.estimator_files("save", self.run.graph, list(epochs))
+        for node, epoch in epochs.items():
+            self.run.mark_saved(node, {"epoch": int(epoch), "seed": self.seed})
+        return folders
 
 
 @contextlib.contextmanager
@@ -106,37 +232,6 @@ def _resources() -> str:
     keys = ["CPU", "GPU"] + sorted(k for k in res if k not in ("CPU", "GPU", "memory", "object_store_memory")
                                    and not k.startswith("node:"))
     return ", ".join(f"{k} {res[k]:g}" for k in keys if k in res)
-
-
-def deploy_run(config: Any, run: RunDir, *, seed: int | None, buffer: Any = None
-               ) -> tuple[DeployedGraph, dict[str, list[str]]]:
-    """Deploy the config's graph with :class:`RunNodeWrapper` actors logging into ``run``.
-
-    Args:
-        config: a :class:`kestrel_core.RunConfig`.
-        run: its run directory.
-        seed: the run's seed.
-        buffer: the buffer rules for the store (``config.buffer`` for a launch, ``None`` to
-            keep every sample).
-
-    Returns:
-        ``(deployed graph, {node: [Ray node id of each of its actors]})``; the caller shuts
-        the graph down.
-
-    Raises:
-        As :meth:`DeployedGraph.deploy`.
-    """
-    dg = DeployedGraph(config.graph, seed=seed, run_dir=run.root, buffer=buffer)
-    dg.wrapper_cls = RunNodeWrapper
-    dg.deploy()
-    try:
-        refs = {name: [actor.open_log.remote(run.node_dir(name)) for actor in dg.handle(name).actors]
-                for name in config.graph.nodes}
-        placement = {name: [info["node_id"] for info in ray.get(r)] for name, r in refs.items()}
-    except BaseException:
-        dg.shutdown()
-        raise
-    return dg, placement
 
 
 def cluster_nodes() -> dict[str, dict[str, float]]:

@@ -1,0 +1,319 @@
+"""The launch loop: train every estimator while simulations keep arriving.
+
+A :class:`Launcher` runs one launch on a :class:`~kestrel_ray.run._session.RunSession` through
+its :class:`~kestrel_ray.run._states.Phase` s (the driver handles ObjectRefs only; data moves
+between actors and the store):
+
+1. ``STARTING``: deploy one actor per node (logging into the run directory) and load saved
+   weights (a resume);
+2. ``INITIAL_SIMULATION``: append ``buffer.initial_samples_path`` if set, then simulate the rest
+   of ``min_samples + validation_samples`` from the prior, in chunks;
+3. ``TRAINING``: start training on every estimator node, then one :meth:`Launcher._step` at a
+   time: every ``simulate_interval`` seconds draw ``simulate_count`` latents from the proposals
+   (fewer, down to none, when ``simulate_when_full`` is false and the buffer is full), simulate
+   the rest of the graph from them and append — at most one append in flight; poll the
+   training calls every ~50 ms, so an actor's error surfaces at once;
+4. ``STOPPING`` (Ctrl-C or timeout): the estimators are asked to stop after their current step;
+5. ``SAVING`` and ``SAMPLING``: save the weights, draw ``sample.posterior.n`` posterior samples
+   (and ``sample.ppd.n``).
+
+Rows with a NaN or ±inf in any key are dropped before an append and counted per node.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from kestrel_core import KestrelError
+
+from .._errors import RunError, describe_failure, unwrap_error
+from .._finite import drop_nonfinite, merge_counts
+from .._store import appended
+from ._initial import append_initial_samples
+from ._progress import ProgressState, recent_rate
+from ._result import RunResult
+from ._sampling import draw_samples, shapes_text
+from ._session import RunSession, cluster_nodes
+from ._states import Phase, RunStatus
+from ._stop import StopControl
+
+__all__ = ["Launcher", "INITIAL_CHUNK"]
+
+#: rows per call of the initial prior simulation
+INITIAL_CHUNK = 4096
+_POLL = 0.05  # seconds: how long one ray.wait on the training calls may block
+_STATUS_EVERY = 0.5  # seconds between progress polls
+
+
+class Launcher:
+    """One launch: its phases in order, the training loop one :meth:`_step` at a time.
+
+    Args:
+        session: the run (config checked, directory created, Ray running).
+        stop: the graceful-stop control (Ctrl-C, timeout).
+        log: the driver's logger.
+        on_progress: called with a :class:`ProgressState` at every poll (at most every 0.5 s,
+            and at each phase change); ``None``: nobody listens (the polls still update the
+            result and ``status.json``).
+        auto_sample: draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples at the end.
+    """
+
+    def __init__(self, session: RunSession, *, stop: StopControl, log: logging.Logger,
+                 on_progress: Callable[[ProgressState], None] | None = None, auto_sample: bool = True):
+        self.session = session
+        self.cfg = session.config
+        self.buffer = session.config.buffer
+        self.stop = stop
+        self.log = log
+        self.on_progress = on_progress
+        self.auto_sample = auto_sample
+        self.result = RunResult(session.run.root, RunStatus.RUNNING, session.seed, config=session.config)
+        self.phase = Phase.STARTING
+        self.dg: Any = None
+        self.t0 = time.monotonic()
+        self.stats: dict[str, int] = {}
+        self.cluster: dict[str, dict[str, float]] = {}
+        self._appended: list[tuple[float, int]] = []  # (time, samples appended so far)
+        self._last_report = 0.0
+        self._node_status: dict[str, dict[str, Any]] = {}
+        self._training: dict[Any, str] = {}  # training call ref → node
+        self._append_ref: Any = None
+        self._next_round = 0.0
+
+    # -- the run -------------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """Run every phase; returns the result (status ``completed`` or ``interrupted``).
+
+        Raises:
+            RunError: a node failed (``result`` attached; status ``failed`` in ``status.json``).
+            KestrelError: a check failed during the run (status ``failed``).
+            KeyboardInterrupt: a second Ctrl-C (status ``aborted``).
+        """
+        self._write_status()
+        self.log.info("launch: run %s, seed %d, nodes %s, estimators %s", self.session.run.root, self.session.seed,
+                      list(self.cfg.graph.nodes), self.cfg.graph.latents)
+        try:
+            with self.session.deployed(buffer=True, node_logs=True) as dg:
+                self.dg = dg
+                self.result.placement = self.session.placement
+                self.cluster = cluster_nodes()
+                self._write_status()
+                self._resume()
+                self._initial_simulation()
+                if not self.stop.requested:
+                    self._train()
+                self._finish()
+        except KeyboardInterrupt:
+            self._end(RunStatus.ABORTED, "second Ctrl-C")
+            raise
+        except KestrelError as err:
+            self._end(RunStatus.FAILED, f"{type(err).__name__}: {err}")
+            if isinstance(err, RunError):
+                err.result = self.result
+            raise
+        except Exception as err:  # a user exception from a node: add what the driver knows
+            self._end(RunStatus.FAILED, f"{type(err).__name__}: {err}")
+            raise RunError(describe_failure(err), result=self.result) from err
+        return self.result
+
+    def _enter(self, phase: Phase) -> None:
+        self.phase = phase
+        self._report(force=True)
+
+    def _end(self, status: RunStatus, reason: str) -> None:
+        self.result.status, self.result.reason = status, reason
+        self.result.wall_time = time.monotonic() - self.t0
+        self._write_status()
+        self.log.error("launch %s: %s", status, reason.splitlines()[0] if reason else "")
+
+    def _write_status(self) -> None:
+        r = self.result
+        self.session.run.write_status({
+            "status": r.status, "reason": r.reason, "seed": r.seed, "resumed": r.resumed,
+            "epochs": r.epochs, "samples": r.samples, "simulated": r.simulated, "nonfinite": r.nonfinite,
+            "buffer": self.stats, "wall_time": round(time.monotonic() - self.t0, 3),
+            "placement": r.placement, "cluster": self.cluster,
+            "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        })
+
+    # -- phases --------------------------------------------------------------------------------
+    def _resume(self) -> None:
+        self.result.resumed = self.session.load_weights(self.dg, self.session.saved_nodes())
+        if self.result.resumed:
+            self.log.info("resume: loaded saved weights of %s", self.result.resumed)
+        else:
+            self.log.info("starting fresh (no saved weights in %s)", self.session.run.graph)
+
+    def _initial_simulation(self) -> None:
+        self._enter(Phase.INITIAL_SIMULATION)
+        total = self.buffer.min_samples + self.buffer.validation_samples
+        loaded = 0
+        path = self.buffer.initial_samples_path
+        if path:
+            loaded = append_initial_samples(self.dg, path, lambda trace: self._append(trace, "initial samples"))
+            self.log.info("initial samples: %d loaded from %s", loaded, path)
+        left = max(0, total - loaded)
+        self.log.info("initial simulation: %d samples from the prior", left)
+        while left > 0 and not self.stop.requested:
+            n = min(INITIAL_CHUNK, left)
+            self._append(self.dg.sample(n), "initial simulation")
+            left -= n
+            self._report(force=True)
+
+    def _train(self) -> None:
+        futures = self.dg.start_training()
+        self._training = {ref: node for node, ref in futures.items()}
+        self.log.info("training: started on %s", list(futures))
+        self._next_round = time.monotonic() + float(self.buffer.simulate_interval)
+        self._enter(Phase.TRAINING)
+        while self._training:
+            self._step()
+        if self._append_ref is not None:
+            self._finish_append(self._append_ref)
+            self._append_ref = None
+
+    def _step(self) -> None:
+        """One turn of the training loop: collect ended training calls, react to a stop
+        request, finish or start a resimulation round, report."""
+        done, _ = ray.wait(list(self._training), num_returns=len(self._training), timeout=_POLL)
+        for ref in done:
+            self._training_ended(self._training.pop(ref), ref)
+        if self.stop.requested and self.phase is Phase.TRAINING:
+            self.log.info("stop: %s; asking the estimators to stop after their current step", self.stop.reason)
+            self.dg.request_stop()
+            self._enter(Phase.STOPPING)
+        if self._append_ref is not None and _ready(self._append_ref):
+            self._finish_append(self._append_ref)
+            self._append_ref = None
+        if (self._training and self.phase is Phase.TRAINING and self._append_ref is None
+                and time.monotonic() >= self._next_round):
+            self._next_round = time.monotonic() + float(self.buffer.simulate_interval)
+            n = self._round_size()
+            if n > 0:
+                self._append_ref = self._append(self.dg.simulate_from_proposal(n), "resimulation", wait=False)
+        self._report()
+
+    def _training_ended(self, node: str, ref: Any) -> None:
+        try:
+            status = ray.get(ref)
+        except ray.exceptions.RayError as err:
+            self.dg.request_stop()
+            cause = unwrap_error(err, node, "train")
+            self.result.status = RunStatus.FAILED
+            raise RunError(f"node {node!r} failed while training: " + describe_failure(cause, remote=err, node=node),
+                           node=node, result=self.result) from err
+        estimator = status.get("estimator") or {}
+        self.result.epochs[node] = int(estimator.get("epoch", 0))
+        self.log.info("node %s: training ended (%s, epoch %s)", node, estimator.get("state"),
+                      self.result.epochs[node])
+
+    def _finish(self) -> None:
+        status = RunStatus.INTERRUPTED if self.stop.requested else RunStatus.COMPLETED
+        self._enter(Phase.SAVING)
+        self._save()
+        self._report(force=True)
+        if self.auto_sample:
+            self._enter(Phase.SAMPLING)
+            self._sample(status)
+        self.result.status = status
+        self.result.reason = self.stop.reason
+        self.result.wall_time = time.monotonic() - self.t0
+        self._write_status()
+        r = self.result
+        self.log.info("launch %s in %.1f s: epochs %s, %d samples simulated%s", status, r.wall_time, r.epochs,
+                      r.simulated, f", non-finite dropped {r.nonfinite}" if any(r.nonfinite.values()) else "")
+
+    def _save(self) -> None:
+        status = self._poll_status(timeout=10.0)
+        epochs = {}
+        for node in self.cfg.graph.latents:
+            est = (status.get(node) or {}).get("estimator") or {}
+            self.result.epochs[node] = int(est.get("epoch", self.result.epochs.get(node, 0)))
+            if est.get("epoch"):
+                epochs[node] = self.result.epochs[node]
+            else:
+                self.log.warning("node %s: no epoch finished; nothing to save", node)
+        for node, folder in self.session.save_weights(self.dg, epochs).items():
+            self.log.info("node %s: weights saved to %s (epoch %d)", node, folder, epochs[node])
+
+    def _sample(self, status: RunStatus) -> None:
+        for mode in ("posterior", "ppd"):
+            entry = self.cfg.sample[mode]
+            if not entry.n:
+                if mode == "posterior":
+                    self.log.info("sampling: sample.posterior.n is not set; no posterior samples drawn")
+                continue
+            try:
+                arrays = draw_samples(self.dg, mode, entry.n, entry)
+            except KestrelError as err:
+                if status is RunStatus.COMPLETED:
+                    raise
+                self.log.warning("sampling %s skipped: %s", mode, err)
+                continue
+            path = self.session.run.write_samples(mode, arrays)
+            self.result.samples[mode] = path
+            self.log.info("sampling: %d %s samples → %s (%s)", entry.n, mode, path, shapes_text(arrays))
+
+    # -- appends and reports -------------------------------------------------------------------
+    def _round_size(self) -> int:
+        count = int(self.buffer.simulate_count)
+        if self.buffer.simulate_when_full:
+            return count
+        self.stats = self.dg.buffer_stats()
+        return max(0, min(count, int(self.buffer.max_samples) - int(self.stats.get("training", 0))))
+
+    def _append(self, trace: Any, what: str, *, wait: bool = True) -> Any:
+        """Append a trace (its non-finite rows dropped and counted); ``wait=False`` returns the
+        append's ref (finish it with :meth:`_finish_append`)."""
+        clean, counts = drop_nonfinite(trace, what)
+        if any(counts.values()):
+            self.result.nonfinite = merge_counts(self.result.nonfinite, counts)
+            self.log.warning("%s: dropped %d of %d samples with non-finite values (per node: %s)", what,
+                             trace.n - clean.n, trace.n, {k: v for k, v in counts.items() if v})
+        ref = self.dg.append(clean, wait=False)
+        if not wait:
+            return ref
+        return self._finish_append(ref)
+
+    def _finish_append(self, ref: Any) -> int:
+        ids, notes = appended(ref)
+        for note in notes:
+            self.log.warning("buffer: %s", note)
+        self.result.simulated += len(ids)
+        self._appended.append((time.monotonic(), self.result.simulated))
+        return len(ids)
+
+    def _poll_status(self, timeout: float = 2.0) -> dict[str, Any]:
+        try:
+            status = self.dg.status(timeout=timeout)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
+            return {}
+        self.stats = dict(status.get("_store") or {})
+        return status
+
+    def _report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report < _STATUS_EVERY:
+            return
+        self._last_report = now
+        status = self._poll_status() if self.dg is not None else {}
+        nodes = {m: dict((status.get(m) or {}).get("estimator") or self._node_status.get(m) or {})
+                 for m in self.cfg.graph.latents}
+        self._node_status.update({m: v for m, v in nodes.items() if v})
+        for m, st in nodes.items():
+            if st.get("epoch") is not None:
+                self.result.epochs[m] = int(st["epoch"])
+        self._appended = [(t, c) for t, c in self._appended if now - t <= 10.0]
+        if self.on_progress is not None:
+            self.on_progress(ProgressState(now - self.t0, self.phase, nodes, dict(self.stats), self.result.simulated,
+                                           recent_rate(self._appended), dict(self.result.nonfinite)))
+
+
+def _ready(ref: Any) -> bool:
+    done, _ = ray.wait([ref], timeout=0)
+    return bool(done)
