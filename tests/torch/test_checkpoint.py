@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import subprocess
 import sys
@@ -14,7 +15,8 @@ import pytest
 import torch
 from kestrel_core import EstimatorError
 from kestrel_torch import FlowPosterior, GaussianPosterior
-from kestrel_torch._train import CHECKPOINT_FILE
+from kestrel_torch import _fit
+from kestrel_torch._checkpoint import CHECKPOINT_FILE
 
 from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
 
@@ -59,13 +61,33 @@ def test_round_trip(tmp_path: Path, cls, kwargs) -> None:
     loaded.setup(LG.context())
     loaded.load(str(tmp_path))
     assert loaded.total_epochs == est.total_epochs
-    assert same_state(loaded._model, est._model) and same_state(loaded._best, est._best)
-    assert not loaded._best.training and loaded._model.training
-    saved, restored = est._optimizer.state_dict(), loaded._optimizer.state_dict()
+    assert same_state(loaded._fit.model, est._fit.model) and same_state(loaded._fit.best, est._fit.best)
+    assert not loaded._fit.best.training and loaded._fit.model.training
+    saved, restored = est._fit.optimizer.state_dict(), loaded._fit.optimizer.state_dict()
     for key, state in saved["state"].items():
         assert all(torch.equal(value, restored["state"][key][name]) for name, value in state.items())
     theta, x = pairs()
     np.testing.assert_allclose(loaded.log_prob(theta, {"x": x}), est.log_prob(theta, {"x": x}), rtol=0, atol=1e-10)
+
+
+def test_bytes_round_trip_like_the_file(tmp_path: Path) -> None:
+    est = trained(GaussianPosterior, store_of(), max_epochs=2)
+    data = est.save_bytes()
+    torch.load(io.BytesIO(data), weights_only=True)  # tensors and plain containers only
+    est.save(str(tmp_path))
+    theta, x = pairs()
+    for load in (lambda e: e.load_bytes(data), lambda e: e.load(str(tmp_path))):
+        loaded = GaussianPosterior(seed=0, max_epochs=2)
+        loaded.setup(LG.context())
+        load(loaded)
+        assert loaded.total_epochs == 2 and same_state(loaded._fit.best, est._fit.best)
+        np.testing.assert_array_equal(loaded.log_prob(theta, {"x": x}), est.log_prob(theta, {"x": x}))
+    with pytest.raises(EstimatorError, match="cannot read checkpoint bytes"):
+        loaded.load_bytes(b"not a checkpoint")
+    flow = FlowPosterior()
+    flow.setup(LG.context())
+    with pytest.raises(EstimatorError, match="checkpoint bytes holds a GaussianPosterior over 3 parameters"):
+        flow.load_bytes(data)
 
 
 def test_load_errors_name_the_problem(tmp_path: Path) -> None:
@@ -83,31 +105,31 @@ def test_load_errors_name_the_problem(tmp_path: Path) -> None:
         est.load(str(tmp_path))
 
 
-def test_k14_resume_continues_epochs_weights_and_optimizer(tmp_path: Path) -> None:
+def test_k14_resume_continues_epochs_weights_and_optimizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = store_of()
     trained(GaussianPosterior, store, max_epochs=3).save(str(tmp_path))
     resumed = GaussianPosterior(seed=0, max_epochs=2)
     resumed.setup(LG.context())
     resumed.load(str(tmp_path))
-    loaded = {k: v.clone() for k, v in resumed._model.named_parameters()}
-    first = next(iter(resumed._model.parameters()))
-    step_before = float(resumed._optimizer.state[first]["step"])
+    loaded = {k: v.clone() for k, v in resumed._fit.model.named_parameters()}
+    first = next(iter(resumed._fit.model.parameters()))
+    step_before = float(resumed._fit.optimizer.state[first]["step"])
     at_first_step: list[dict[str, torch.Tensor]] = []
     steps = []
-    train_step = resumed._train_step
+    train_step = _fit.train_step
 
-    def recording(batch):
+    def recording(state, loss, batch):
         if not at_first_step:
-            at_first_step.append({k: v.clone() for k, v in resumed._model.named_parameters()})
+            at_first_step.append({k: v.clone() for k, v in resumed._fit.model.named_parameters()})
         steps.append(1)
-        return train_step(batch)
+        return train_step(state, loss, batch)
 
-    resumed._train_step = recording  # type: ignore[method-assign]
+    monkeypatch.setattr(_fit, "train_step", recording)
     store.append(LG.prior_block(64, np.random.default_rng(9)), 64)  # 64 new samples arrive
     asyncio.run(resumed.train(store.view()))
     assert resumed.total_epochs == 5  # the epoch counter continues
     assert all(torch.equal(at_first_step[0][k], loaded[k]) for k in loaded)  # training starts from the loaded weights
-    assert float(resumed._optimizer.state[first]["step"]) == step_before + len(steps)  # and the loaded optimiser
+    assert float(resumed._fit.optimizer.state[first]["step"]) == step_before + len(steps)  # and the loaded optimiser
     # the new samples took validation places, moving 64 older ones into training: all were used
     assert resumed.status()["samples_seen"] == 896 + 64
 
@@ -115,8 +137,8 @@ def test_k14_resume_continues_epochs_weights_and_optimizer(tmp_path: Path) -> No
 def test_k13_plain_attribute_state_survives_copy_save_and_a_new_process(tmp_path: Path) -> None:
     spec = {"_target_": "tests.torch.estimator_helpers.BasisEmbedding", "components": 3}
     est = trained(GaussianPosterior, store_of(2048), max_epochs=1, embedding=spec)
-    basis = est._best.embedding.net.basis  # a plain attribute, set during the first training forward
-    assert isinstance(basis, torch.Tensor) and basis is not est._model.embedding.net.basis
+    basis = est._fit.best.embedding.net.basis  # a plain attribute, set during the first training forward
+    assert isinstance(basis, torch.Tensor) and basis is not est._fit.model.embedding.net.basis
     proposals = est.sample_proposal(256, {"x": X_O[None]})["value"]
     assert np.all(proposals.std(0) < 0.8)  # the learned basis is used: far narrower than the prior (σ = 1)
     est.save(str(tmp_path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import math
 
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 import torch
 from kestrel_core import ConfigError, EstimatorContext, EstimatorError, InMemoryStore, Product, Status
 from kestrel_torch import FlowPosterior, GaussianPosterior, RunningNorm
+from kestrel_torch import _fit
+from kestrel_torch._loss import NPELoss
 
 from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
 
@@ -64,6 +67,16 @@ def test_defaults() -> None:
     assert gauss.config["max_epochs"] == 100 and gauss.config["lr_decay_factor"] == 1.0 and gauss.config["gamma"] == 0.5
 
 
+def test_options_are_normalised_once_and_frozen() -> None:
+    est = FlowPosterior(hidden_features=[32, 32], max_epochs=np.int64(5), lr=1)
+    assert est.options.hidden_features == (32, 32) and type(est.options.max_epochs) is int
+    assert type(est.options.lr) is float and est.config["lr"] == 1.0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        est.options.lr = 2.0  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        est.config["lr"] = 2.0  # type: ignore[index]
+
+
 def test_status_through_a_run() -> None:
     est = GaussianPosterior(max_epochs=3)
     assert est.status()["state"] == "idle" and est.status()["epoch"] == 0
@@ -78,38 +91,38 @@ def test_status_through_a_run() -> None:
     assert status["lr"] == 1e-2 and status["nonfinite_rows"] == 0 and status["error"] is None
 
 
-def test_request_stop_ends_training_after_the_current_step() -> None:
+def test_request_stop_ends_training_after_the_current_step(monkeypatch: pytest.MonkeyPatch) -> None:
     est = make(max_epochs=100)
     steps: list[int] = []
-    step = est._train_step
+    step = _fit.train_step
 
-    def counting(batch):
+    def counting(state, loss, batch):
         steps.append(1)
-        out = step(batch)
+        out = step(state, loss, batch)
         if len(steps) == 5:
             est.request_stop()
         return out
 
-    est._train_step = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(_fit, "train_step", counting)
     asyncio.run(est.train(small_store().view()))
     assert len(steps) == 5
     assert est.status()["state"] == "stopped" and est.total_epochs == 1
-    est.config["max_epochs"] = 2
+    est.options = dataclasses.replace(est.options, max_epochs=2)
     asyncio.run(est.train(small_store().view()))  # the stop request does not outlive the run it ended
     assert est.status()["state"] == "done" and est.total_epochs == 3
 
 
-def test_k19_sampling_calls_interleave_with_training_steps() -> None:
+def test_k19_sampling_calls_interleave_with_training_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     est = make(max_epochs=3)
     steps: list[int] = []
     served: list[int] = []
-    step = est._train_step
+    step = _fit.train_step
 
-    def counting(batch):
+    def counting(state, loss, batch):
         steps.append(len(served))
-        return step(batch)
+        return step(state, loss, batch)
 
-    est._train_step = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(_fit, "train_step", counting)
 
     async def main() -> None:
         training = asyncio.create_task(est.train(small_store().view()))
@@ -136,9 +149,9 @@ def test_k21_validation_changes_no_state() -> None:
     try:
         val.sync()
         train.sync()
-        model = est._model
+        model = est._fit.model
         before = copy.deepcopy(model.state_dict())
-        first, second = est._validation_loss(val), est._validation_loss(val)
+        first, second = est._loss.evaluate(model, val), est._loss.evaluate(model, val)
         assert first == second and math.isfinite(first)
         after = model.state_dict()
         assert all(torch.equal(before[k], after[k]) for k in before)
@@ -169,8 +182,8 @@ def test_k09_non_finite_rows_are_left_out() -> None:
     status = est.status()
     assert status["nonfinite_rows"] > 0
     assert math.isfinite(status["train_loss"]) and math.isfinite(status["val_loss"])
-    assert all(torch.isfinite(b).all() for b in est._model.buffers() if b.is_floating_point())
-    assert all(torch.isfinite(p).all() for p in est._model.parameters())
+    assert all(torch.isfinite(b).all() for b in est._fit.model.buffers() if b.is_floating_point())
+    assert all(torch.isfinite(p).all() for p in est._fit.model.parameters())
     assert np.isfinite(est.sample_posterior(16, {"x": np.array([[0.5, 0.5]])})["value"]).all()
 
     x[:] = np.nan
@@ -195,7 +208,7 @@ def test_discard_marks_samples_below_the_log_ratio_threshold() -> None:
 
 
 def test_early_stopping_and_lr_decay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(GaussianPosterior, "_validation_loss", lambda self, loader, model=None: 1.0)  # never improves
+    monkeypatch.setattr(NPELoss, "evaluate", lambda self, model, loader: 1.0)  # never improves
     est = make(max_epochs=50, early_stop_patience=3, lr_decay_factor=0.5, lr_patience=0)
     asyncio.run(est.train(small_store().view()))
     assert est.total_epochs == 4  # one improvement, then three epochs without
@@ -215,34 +228,34 @@ def test_the_best_model_is_kept_while_training_continues(monkeypatch: pytest.Mon
     current: list[float] = []
     best_loss: list[float] = []
 
-    def validation_loss(self, loader, model=None):
-        if model is None:
+    def validation_loss(self, model, loader):
+        if model is est._fit.model:
             current.append(next(losses))
             return current[-1]
         return best_loss[-1]  # the best model's loss does not change in this scenario
 
-    monkeypatch.setattr(GaussianPosterior, "_validation_loss", validation_loss)
+    monkeypatch.setattr(NPELoss, "evaluate", validation_loss)
     est = make(max_epochs=4)
-    snapshot = est._snapshot
+    keep_best = est._fit.keep_best
 
-    def recording_snapshot():
+    def recording_keep_best():
         best_loss.append(current[-1])
-        snapshot()
+        keep_best()
 
-    est._snapshot = recording_snapshot  # type: ignore[method-assign]
+    est._fit.keep_best = recording_keep_best  # type: ignore[method-assign]
     states = []
-    end_epoch = est._end_epoch
+    refit = est._loss.refit
 
     def recording(model, loader):
-        end_epoch(model, loader)
+        refit(model, loader)
         states.append(copy.deepcopy(model.state_dict()))
 
-    est._end_epoch = recording  # type: ignore[method-assign]
+    est._loss.refit = recording  # type: ignore[method-assign]
     asyncio.run(est.train(small_store().view()))
-    best = est._best.state_dict()
+    best = est._fit.best.state_dict()
     assert all(torch.equal(best[k], states[1][k]) for k in best)  # epoch 2 had the lowest loss
     assert not all(torch.equal(best[k], states[3][k]) for k in best)
-    assert est.status()["best_val_loss"] == 1.0 and not est._best.training
+    assert est.status()["best_val_loss"] == 1.0 and not est._fit.best.training
 
 
 @pytest.mark.parametrize("every, seen", [(2, 896 + 64), (100, 896)])

@@ -26,4 +26,4 @@ from ._loader import CachedDataLoader
 from ._norm import RunningNorm
 from ._flow import FlowPosterior
 from ._gaussian import GaussianPosterior
-from ._train import StepwiseEstimator
+from ._estimator import StepwiseEstimator

@@ -7,17 +7,16 @@ D free parameters.
 from __future__ import annotations
 
 import math
-import numbers
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 import zuko
-from kestrel_core import ConfigError
-from torch import nn
 
+from ._estimator import StepwiseEstimator
+from ._head import PosteriorHead, RowLoss
 from ._moments import RunningMoments
-from ._train import COMMON_DEFAULTS, StepwiseEstimator, check_int, check_real
+from ._options import FlowOptions
 
 __all__ = ["FlowPosterior", "FlowHead", "atomic_loss"]
 
@@ -41,20 +40,27 @@ def _affine_nsf(features: int, context: int, *, transforms: int, hidden_features
     return zuko.flows.Flow(transform=[affine, *nsf.transform.transforms], base=nsf.base)
 
 
-class FlowHead(nn.Module):
-    """A conditional flow ``q(z | s)`` over the prior's standard-normal space.
+class FlowHead(PosteriorHead):
+    """A conditional flow ``q(z | s)`` over the prior's standard-normal space, trained with the
+    APT atomic loss (:func:`atomic_loss`).
 
     The flow models ``w = (z − m) / σ`` in float32, where ``m`` and ``σ`` are the running float64
     mean and standard deviations of the buffer's z (updated by training steps only), so it sees
     O(1) values however far the proposals zoom in; densities are returned in z-space
     (``log q(z) = log q(w) − Σ log σ``) in float64. The flow's context is the embedding
     whitened by running float64 statistics.
+
+    Args:
+        dim: D; context_dim: E; transforms, hidden_features, bins: the spline flow;
+        momentum: EMA weight of a training batch in the running statistics; num_atoms: atoms
+        per row of the training loss (≥ 2).
     """
 
     def __init__(self, dim: int, context_dim: int, *, transforms: int, hidden_features: Sequence[int],
-                 bins: int, momentum: float) -> None:
+                 bins: int, momentum: float, num_atoms: int = 10) -> None:
         super().__init__()
         self.dim = int(dim)
+        self.num_atoms = int(num_atoms)
         self.context_stats = RunningMoments(context_dim, momentum)
         self.latent_stats = RunningMoments(dim, momentum, full=True, min_var=1e-30)
         self.conditional = _affine_nsf(dim, context_dim, transforms=transforms,
@@ -100,6 +106,41 @@ class FlowHead(nn.Module):
         log_q = -0.5 * sq - 0.5 * self.dim * _LOG_2PI - ladj.to(torch.float64) - self._log_scale()
         z = self.latent_stats.mean + self.latent_stats.std * w.to(torch.float64)
         return z, log_q + 0.5 * sq * (1.0 - 1.0 / tau**2) - self.dim * math.log(tau)
+
+    # -- the head interface ------------------------------------------------------------------
+    def loss(self, z: torch.Tensor, s: torch.Tensor, log_prob: torch.Tensor,
+             generator: torch.Generator | None = None) -> RowLoss:
+        """The APT atomic loss of each row (``log_prob`` is not needed: see :func:`atomic_loss`).
+
+        In eval mode the atoms are drawn from a fixed seed, so every model compared on a
+        validation set is scored on the same atoms.
+        """
+        self.observe(z, s)
+        if not self.training:
+            generator = torch.Generator(z.device).manual_seed(_VALIDATION_SEED)
+        loss, log_q = atomic_loss(self, z, self.context(s), self.num_atoms, generator)
+        return RowLoss(loss, None, log_q)
+
+    def sample(self, s: torch.Tensor, n: int, gamma: float,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` draws from ``q`` with its base scaled by ``τ = 1/√γ`` (γ = 1: ``q`` itself) and
+        their exact z-space density, :data:`_ROWS_PER_PASS` rows per flow evaluation."""
+        tau = 1.0 / math.sqrt(gamma)
+        ctx = self.context(s)
+        ctx = ctx.expand(n, ctx.shape[1]) if ctx.shape[0] == 1 else ctx  # a view: never copied n times
+        zs, log_qs = [], []
+        for start in range(0, n, _ROWS_PER_PASS):
+            z, log_q = self.draw(ctx[start:start + _ROWS_PER_PASS], min(_ROWS_PER_PASS, n - start), tau,
+                                 generator)
+            zs.append(z)
+            log_qs.append(log_q)
+        return torch.cat(zs), torch.cat(log_qs)
+
+    def log_prob(self, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """``log q(z | s)`` in z-space."""
+        ctx = self.context(s)
+        ctx = ctx.expand(z.shape[0], ctx.shape[1]) if ctx.shape[0] == 1 else ctx
+        return self.log_q(z, ctx)
 
 
 def atomic_loss(head: FlowHead, z: torch.Tensor, ctx: torch.Tensor, num_atoms: int,
@@ -167,7 +208,8 @@ class FlowPosterior(StepwiseEstimator):
     the flow's density itself to a power would flatten its tails, which are never learned
     exactly, and widen proposals far beyond the intended width.
 
-    Keyword args (besides those of :class:`StepwiseEstimator`): ``transforms=3``,
+    Keyword args (besides those of :class:`StepwiseEstimator`; see
+    :class:`~kestrel_torch._options.FlowOptions`): ``transforms=3``,
     ``hidden_features=(64, 64)``, ``bins=8``, ``num_atoms=10`` (≥ 2), ``momentum=0.01``
     (running statistics); ``lr`` defaults to 1e-3.
 
@@ -176,51 +218,11 @@ class FlowPosterior(StepwiseEstimator):
         ConfigError: a keyword argument out of range.
     """
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {**COMMON_DEFAULTS, "lr": 1e-3, "transforms": 3,
-                                          "hidden_features": (64, 64), "bins": 8, "num_atoms": 10,
-                                          "momentum": 0.01}
+    options_class: ClassVar[type[FlowOptions]] = FlowOptions
+    options: FlowOptions
 
-    def _check_extra(self, cfg: dict[str, Any]) -> None:
-        check_int(self, cfg, "transforms", 1)
-        check_int(self, cfg, "bins", 1)
-        check_int(self, cfg, "num_atoms", 2)
-        check_real(self, cfg, "momentum", 0.0, 1.0, low_open=True)
-        hidden = cfg["hidden_features"]
-        if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Sequence) or not hidden or not all(
-                isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1 for h in hidden):
-            raise ConfigError(f"FlowPosterior(hidden_features={hidden!r}): expected a non-empty list of positive integers")
-        cfg["hidden_features"] = tuple(int(h) for h in hidden)
-
-    def _make_head(self, dim: int, context_dim: int) -> nn.Module:
-        cfg = self.config
-        return FlowHead(dim, context_dim, transforms=cfg["transforms"], hidden_features=cfg["hidden_features"],
-                        bins=cfg["bins"], momentum=cfg["momentum"])
-
-    def _row_terms(self, model: nn.Module, z: torch.Tensor, logdet: torch.Tensor, log_prob: torch.Tensor,
-                   s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        head: FlowHead = model.head  # type: ignore[assignment]
-        head.observe(z, s)
-        ctx = head.context(s)
-        # validation (eval mode) scores every model on the same atoms
-        generator = self._batch_gen if model.training else torch.Generator(z.device).manual_seed(_VALIDATION_SEED)
-        loss, log_q = atomic_loss(head, z, ctx, self.config["num_atoms"], generator)
-        return loss, None, log_q.detach() + logdet
-
-    def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
-        head: FlowHead = model.head  # type: ignore[assignment]
-        tau = 1.0 / math.sqrt(gamma)  # 1 for the posterior
-        ctx = head.context(s)
-        ctx = ctx.expand(n, ctx.shape[1]) if ctx.shape[0] == 1 else ctx  # a view: never copied n times
-        zs, log_qs = [], []
-        for start in range(0, n, _ROWS_PER_PASS):
-            z, log_q = head.draw(ctx[start:start + _ROWS_PER_PASS], min(_ROWS_PER_PASS, n - start), tau,
-                                 self._sample_gen)
-            zs.append(z)
-            log_qs.append(log_q)
-        return torch.cat(zs), torch.cat(log_qs)
-
-    def _log_density(self, model: nn.Module, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        head: FlowHead = model.head  # type: ignore[assignment]
-        ctx = head.context(s)
-        ctx = ctx.expand(z.shape[0], ctx.shape[1]) if ctx.shape[0] == 1 else ctx
-        return head.log_q(z, ctx)
+    def make_head(self, dim: int, context_dim: int) -> FlowHead:
+        """The :class:`FlowHead` for D = ``dim``, E = ``context_dim``."""
+        o = self.options
+        return FlowHead(dim, context_dim, transforms=o.transforms, hidden_features=o.hidden_features,
+                        bins=o.bins, momentum=o.momentum, num_atoms=o.num_atoms)

@@ -6,23 +6,25 @@ Shape symbols: N samples, M rows of conditions, E embedding width, D free parame
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from ._correction import GaussianFactor, gaussian_posterior, truncated_weights
+from ._estimator import StepwiseEstimator
+from ._head import PosteriorHead, RefitRows, RowLoss
 from ._moments import RunningMoments
-from ._train import COMMON_DEFAULTS, StepwiseEstimator, check_int, check_real
+from ._options import GaussianOptions
 
 __all__ = ["GaussianPosterior", "GaussianHead"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-_REFIT_ROWS = 16384  # rows used for the closed-form refits at the end of an epoch
 _REFIT_MAX_FEATURES = 256  # widest embedding whose linear path is refitted in closed form
 
 
-class GaussianHead(nn.Module):
+class GaussianHead(PosteriorHead):
     """``q(z | s) = N(μ(s), Σ)`` and the reference Gaussian ``r(z)`` of the buffer.
 
     * ``μ(s) = m_r + σ_r ⊙ (MLP(ŝ) + W ŝ)`` where ``ŝ`` is the embedding ``s`` whitened by
@@ -35,18 +37,22 @@ class GaussianHead(nn.Module):
     * ``Σ``: the importance-weighted covariance of the residuals ``z − μ(s)``, refitted in
       float64 over the training set at the end of every epoch (:meth:`refit`), floored at
       ``min_var``. It is a buffer, never a gradient target. ``W`` is refitted in closed form
-      just before (:meth:`refit_linear`).
+      just before (:meth:`refit_linear`, when E ≤ 256).
 
     Args:
         dim: D; context_dim: E; hidden_dim, num_layers: MLP size; momentum: EMA weight of a
-        training batch in the running statistics; min_var: variance floor.
+        training batch in the running statistics; min_var: variance floor; weight_decay: of the
+        MLP's weight matrices (:meth:`decay_group`).
     """
 
+    refit_rows = 16384  # rows used for the closed-form refits at the end of an epoch
+
     def __init__(self, dim: int, context_dim: int, *, hidden_dim: int, num_layers: int,
-                 momentum: float, min_var: float) -> None:
+                 momentum: float, min_var: float, weight_decay: float = 0.0) -> None:
         super().__init__()
         self.dim = int(dim)
         self.min_var = float(min_var)
+        self.weight_decay = float(weight_decay)
         self.context_stats = RunningMoments(context_dim, momentum, min_var=1e-20)
         self.latent_stats = RunningMoments(dim, momentum, full=True, min_var=min_var)
         layers: list[nn.Module] = []
@@ -149,11 +155,58 @@ class GaussianHead(nn.Module):
         return gaussian_posterior(mean, self.residual_cov, self.latent_stats.mean, self.latent_stats.covariance, gamma)
 
     @torch.no_grad()
-    def refit(self, residuals: torch.Tensor, weights: torch.Tensor) -> None:
+    def refit_covariance(self, residuals: torch.Tensor, weights: torch.Tensor) -> None:
         """Set Σ to ``Σ_i w_i r_i r_iᵀ + min_var·I`` (``weights`` sum to 1)."""
         cov = (residuals * weights[:, None]).T @ residuals
         eye = torch.eye(self.dim, dtype=torch.float64, device=cov.device)
         self.residual_cov.copy_(0.5 * (cov + cov.T) + self.min_var * eye)
+
+    # -- the head interface ------------------------------------------------------------------
+    def loss(self, z: torch.Tensor, s: torch.Tensor, log_prob: torch.Tensor,
+             generator: torch.Generator | None = None) -> RowLoss:
+        """Per-row ``−log q(z | s)``, weighted to the reference: ``log w = log r(z) − log_prob``."""
+        self.observe(z, s)
+        log_q = self.log_q(z, self.mean(s))
+        return RowLoss(-log_q, self.log_ref(z).detach() - log_prob, log_q)
+
+    def sample(self, s: torch.Tensor, n: int, gamma: float,
+               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` draws from the corrected, γ-tempered posterior and their exact z-space density;
+        sets :attr:`clipped`."""
+        factor = self.factor(self.mean(s), gamma)
+        self.clipped = factor.clipped
+        z = factor.sample(n, generator)
+        return z, factor.log_prob(z)
+
+    def log_prob(self, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """The corrected posterior's z-space log density."""
+        return self.factor(self.mean(s), 1.0).log_prob(z)
+
+    @torch.no_grad()
+    def refit(self, rows: Iterable[RefitRows]) -> None:
+        """Refit the linear path (when E ≤ 256) and then Σ in closed form over the rows."""
+        zs, hs, log_w = [], [], []
+        for chunk in rows:
+            zs.append(chunk.z)
+            hs.append(self.features(chunk.s))
+            log_w.append(self.log_ref(chunk.z) - chunk.log_prob)
+        if not zs:
+            return
+        z, h = torch.cat(zs), torch.cat(hs)
+        weights = truncated_weights(torch.cat(log_w))
+        if float(weights.sum()) <= 0:
+            return
+        stats = self.latent_stats
+        if h.shape[1] <= _REFIT_MAX_FEATURES:
+            target = (z - stats.mean) / stats.std - self.net(h).to(torch.float64)
+            self.refit_linear(h, target, weights)
+        mean = stats.mean + stats.std * self.whitened_mean(h)
+        self.refit_covariance(z - mean, weights)
+
+    def decay_group(self) -> dict[str, Any]:
+        """The MLP's weight matrices, with ``weight_decay``."""
+        return {"params": [m.weight for m in self.net if isinstance(m, nn.Linear)],
+                "weight_decay": self.weight_decay}
 
 
 def _log_normal(z: torch.Tensor, mean: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
@@ -199,82 +252,21 @@ class GaussianPosterior(StepwiseEstimator):
     weight matrices (AdamW) keeps the MLP at zero where the linear path suffices, so its
     noise does not leak into the mean.
 
-    Keyword args (besides those of :class:`StepwiseEstimator`): ``hidden_dim=128``,
-    ``num_layers=3``, ``momentum=0.01`` (running statistics), ``min_var=1e-20`` (variance floor
-    in z-space), ``weight_decay=1.0`` (of the MLP's weights; 0 turns it off); ``lr`` defaults
-    to 1e-2.
+    Keyword args (besides those of :class:`StepwiseEstimator`; see
+    :class:`~kestrel_torch._options.GaussianOptions`): ``hidden_dim=128``, ``num_layers=3``,
+    ``momentum=0.01`` (running statistics), ``min_var=1e-20`` (variance floor in z-space),
+    ``weight_decay=1.0`` (of the MLP's weights; 0 turns it off); ``lr`` defaults to 1e-2.
 
     Raises:
         TypeError: an unknown keyword argument (with a suggestion).
         ConfigError: a keyword argument out of range.
     """
 
-    DEFAULTS: ClassVar[dict[str, Any]] = {**COMMON_DEFAULTS, "lr": 1e-2, "hidden_dim": 128, "num_layers": 3,
-                                          "momentum": 0.01, "min_var": 1e-20, "weight_decay": 1.0}
+    options_class: ClassVar[type[GaussianOptions]] = GaussianOptions
+    options: GaussianOptions
 
-    def _check_extra(self, cfg: dict[str, Any]) -> None:
-        check_int(self, cfg, "hidden_dim", 1)
-        check_int(self, cfg, "num_layers", 1)
-        check_real(self, cfg, "momentum", 0.0, 1.0, low_open=True)
-        check_real(self, cfg, "min_var", 0.0, math.inf)
-        check_real(self, cfg, "weight_decay", 0.0, math.inf)
-
-    def _param_groups(self, model: nn.Module) -> list[dict[str, Any]]:
-        head: GaussianHead = model.head  # type: ignore[assignment]
-        decayed = [m.weight for m in head.net if isinstance(m, nn.Linear)]
-        ids = {id(p) for p in decayed}
-        rest = [p for p in model.parameters() if id(p) not in ids]
-        return [{"params": rest}, {"params": decayed, "weight_decay": self.config["weight_decay"]}]
-
-    def _make_head(self, dim: int, context_dim: int) -> nn.Module:
-        cfg = self.config
-        return GaussianHead(dim, context_dim, hidden_dim=cfg["hidden_dim"], num_layers=cfg["num_layers"],
-                            momentum=cfg["momentum"], min_var=cfg["min_var"])
-
-    def _row_terms(self, model: nn.Module, z: torch.Tensor, logdet: torch.Tensor, log_prob: torch.Tensor,
-                   s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-        head: GaussianHead = model.head  # type: ignore[assignment]
-        head.observe(z, s)
-        mean = head.mean(s)
-        log_q = head.log_q(z, mean)
-        log_w = head.log_ref(z).detach() - (log_prob - logdet)
-        return -log_q, log_w, log_q + logdet
-
-    @torch.no_grad()
-    def _end_epoch(self, model: nn.Module, loader: Any) -> None:
-        """Refit the linear path (when E ≤ 256) and then Σ in closed form over the training set."""
-        head: GaussianHead = model.head  # type: ignore[assignment]
-        batch = loader.all() if loader.count <= _REFIT_ROWS else loader.sample_batch(_REFIT_ROWS, self._batch_gen)
-        was_training = model.training
-        model.eval()
-        try:
-            zs, hs, log_w = [], [], []
-            for z, logdet, log_prob, inputs in self._chunks(batch):
-                zs.append(z)
-                hs.append(head.features(model.embed(inputs)))
-                log_w.append(head.log_ref(z) - (log_prob - logdet))
-            if not zs:
-                return
-            z, h = torch.cat(zs), torch.cat(hs)
-            weights = truncated_weights(torch.cat(log_w))
-            if float(weights.sum()) <= 0:
-                return
-            stats = head.latent_stats
-            if h.shape[1] <= _REFIT_MAX_FEATURES:
-                target = (z - stats.mean) / stats.std - head.net(h).to(torch.float64)
-                head.refit_linear(h, target, weights)
-            mean = stats.mean + stats.std * head.whitened_mean(h)
-            head.refit(z - mean, weights)
-        finally:
-            model.train(was_training)
-
-    def _draw(self, model: nn.Module, n: int, s: torch.Tensor, gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
-        head: GaussianHead = model.head  # type: ignore[assignment]
-        factor = head.factor(head.mean(s), gamma)
-        self._clipped = factor.clipped
-        z = factor.sample(n, self._sample_gen)
-        return z, factor.log_prob(z)
-
-    def _log_density(self, model: nn.Module, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        head: GaussianHead = model.head  # type: ignore[assignment]
-        return head.factor(head.mean(s), 1.0).log_prob(z)
+    def make_head(self, dim: int, context_dim: int) -> GaussianHead:
+        """The :class:`GaussianHead` for D = ``dim``, E = ``context_dim``."""
+        o = self.options
+        return GaussianHead(dim, context_dim, hidden_dim=o.hidden_dim, num_layers=o.num_layers,
+                            momentum=o.momentum, min_var=o.min_var, weight_decay=o.weight_decay)

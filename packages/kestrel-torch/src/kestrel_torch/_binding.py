@@ -1,0 +1,86 @@
+"""An estimator bound to its node: the context checked, the device resolved, randomness seeded.
+
+One seed gives every random stream of an estimator: the model's initial weights, the training
+batches (and the head's training randomness), the posterior and proposal draws, and the prior
+draws — each its own stream, so sampling calls between training steps do not change which
+batches training sees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from kestrel_core import EstimatorContext
+
+from ._errors import ConfigError, EstimatorError
+from ._options import EstimatorOptions
+from ._rows import Columns
+
+__all__ = ["Binding", "resolve_device"]
+
+_PRIOR_METHODS = ("dim", "full_dim", "sample", "log_prob", "to_normal", "from_normal")
+
+
+def resolve_device(device: Any, owner: str) -> torch.device:
+    """The torch device of the ``device`` option ("auto": CUDA when available).
+
+    Raises:
+        ConfigError: an unknown device, or CUDA asked for where there is none.
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise ConfigError(f"{owner}(device={device!r}): {err}") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"{owner}(device={device!r}): CUDA is not available on this machine")
+    return dev
+
+
+@dataclass(frozen=True)
+class Binding:
+    """What :meth:`~kestrel_torch.StepwiseEstimator.setup` fixes for the estimator's life.
+
+    Attributes:
+        context: the node. columns: its buffer columns. device: the training device.
+        model_seed: seed of the model's initial weights.
+        rng: numpy generator of prior draws.
+        batch_generator: torch generator (on the device) of training batches and refit rows.
+        sample_generator: torch generator (on the device) of posterior and proposal draws.
+    """
+
+    context: EstimatorContext
+    columns: Columns
+    device: torch.device
+    model_seed: int
+    rng: np.random.Generator
+    batch_generator: torch.Generator
+    sample_generator: torch.Generator
+
+    @classmethod
+    def create(cls, context: EstimatorContext, options: EstimatorOptions, owner: str) -> Binding:
+        """Check the context, resolve the device and seed every stream (``options.seed``, else
+        the context's seed).
+
+        Raises:
+            EstimatorError: the prior lacks the standard-normal bijection, or the node has no
+                evidence to condition on.
+            ConfigError: an unknown device.
+        """
+        prior = context.prior
+        for attr in _PRIOR_METHODS:
+            if not hasattr(prior, attr):
+                raise EstimatorError(f"node {context.node!r}: {owner} needs a prior with {attr!r} "
+                                     f"(a kestrel_core.Product); got {type(prior).__name__}")
+        if not context.evidence:
+            raise EstimatorError(f"node {context.node!r}: {owner} needs at least one evidence node")
+        device = resolve_device(options.device, owner)
+        seq = np.random.SeedSequence(options.seed if options.seed is not None else context.seed)
+        model_seed, batch_seed, sample_seed = (int(s) for s in seq.generate_state(3, dtype=np.uint32))
+        return cls(context, Columns.of(context), device, model_seed, np.random.default_rng(seq.spawn(1)[0]),
+                   torch.Generator(device).manual_seed(batch_seed),
+                   torch.Generator(device).manual_seed(sample_seed))

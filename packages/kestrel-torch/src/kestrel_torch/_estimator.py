@@ -1,0 +1,370 @@
+"""The estimator Kestrel's graph trains: options, a head, the training loop, sampling, checkpoints.
+
+Shape symbols: n draws, N values, F all parameters of the latent node, D its free parameters.
+
+:class:`StepwiseEstimator` implements kestrel-core's ``Estimator`` protocol by composing the
+parts of this package, each in its own module:
+
+============================  ==============================================================
+``_options``                  the frozen, validated options (:attr:`~StepwiseEstimator.options`)
+``_binding``                  node checks, device, seeds (at :meth:`~StepwiseEstimator.setup`)
+``_model`` / ``_head``        embedding + head; the head interface (``loss``, ``sample``,
+                              ``log_prob``) that :class:`GaussianPosterior` and
+                              :class:`FlowPosterior` implement
+``_rows`` / ``_loss``         buffer columns → finite rows in standard-normal space → NPE loss
+``_fit``                      the epoch loop: early stopping, LR schedule, best model
+``_sampling``                 conditions → tensors; draws and densities in θ-space
+``_checkpoint``               checkpoint payload ↔ bytes ↔ file
+============================  ==============================================================
+
+A concrete estimator names its options class and builds its head; nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from kestrel_core import TRAINABLE, BufferView, EstimatorContext, Record, Status, check_count
+
+from ._batch import Batch
+from ._binding import Binding
+from ._checkpoint import CHECKPOINT_FILE, from_bytes, pack, read_checkpoint, to_bytes, unpack, write_checkpoint
+from ._errors import EstimatorError
+from ._fit import FitState, fit, train_step
+from ._head import PosteriorHead
+from ._loader import CachedDataLoader
+from ._loss import NPELoss
+from ._model import build_model
+from ._options import EstimatorOptions
+from ._sampling import Conditions, draw, log_density, prior_draws
+
+__all__ = ["StepwiseEstimator"]
+
+
+class StepwiseEstimator:
+    """Base of Kestrel's estimators: neural posterior estimation (NPE) trained step by step.
+
+    A subclass sets :attr:`options_class` and implements :meth:`make_head`. The estimator works
+    in the prior's standard-normal space ``z = prior.to_normal(θ)``; the loader maps ``θ`` into
+    ``(z, log|det ∂z/∂θ|)`` once, in float64, in its background thread.
+
+    Keyword args: the fields of :attr:`options_class` (see
+    :class:`~kestrel_torch._options.EstimatorOptions`: ``max_epochs``, ``batch_size``, ``lr``,
+    ``early_stop_patience``, ``lr_decay_factor``, ``lr_patience``, ``min_lr``, ``prior_epochs``,
+    ``gamma``, ``cache_sync_every``, ``max_cache_samples``, ``discard_samples``,
+    ``log_ratio_threshold``, ``embedding``, ``device``, ``seed``). Construction only validates
+    them; the model is built on the first training data.
+
+    Training (:meth:`train`): epochs of ``max(1, count // batch_size)`` steps with an
+    ``await asyncio.sleep(0)`` after each, so an async actor serves sampling calls between
+    steps; the validation loss is computed in eval mode over the whole validation set and
+    changes no state. A deep copy of embedding and head (plain attributes included) — the best
+    model — is taken whenever the validation loss improves; every sampling method uses it while
+    training continues. Rows with a non-finite value are left out of every step and counted.
+
+    Attributes:
+        options: the validated options (frozen).
+
+    Raises:
+        TypeError: an unknown keyword argument (with a suggestion).
+        ConfigError: a keyword argument out of range.
+    """
+
+    options_class: ClassVar[type[EstimatorOptions]] = EstimatorOptions
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.options = self.options_class.from_kwargs(kwargs, type(self).__name__)
+        self._binding: Binding | None = None
+        self._loss: NPELoss | None = None
+        self._fit = FitState()
+        self._init: dict[str, torch.Tensor] = {}  # two rows of each condition the model was built from
+        self._conditions: Conditions | None = None
+        self._stop_requested = False
+        self._state = "idle"
+        self._error: str | None = None
+        self._clipped = 0
+
+    def make_head(self, dim: int, context_dim: int) -> PosteriorHead:
+        """The head for ``dim`` (D) free parameters and an embedding of width ``context_dim`` (E)."""
+        raise NotImplementedError
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The options as a read-only mapping (keyword → value)."""
+        return MappingProxyType(self.options.as_dict())
+
+    # -- setup -------------------------------------------------------------------------------
+    def setup(self, context: EstimatorContext) -> None:
+        """Bind the estimator to its node.
+
+        Raises:
+            EstimatorError: the prior lacks the standard-normal bijection, or the node has no
+                evidence to condition on.
+            ConfigError: an unknown device.
+        """
+        binding = Binding.create(context, self.options, type(self).__name__)
+        opts = self.options
+        self._binding = binding
+        self._loss = NPELoss(binding.columns, binding.batch_generator,
+                             opts.log_ratio_threshold if opts.discard_samples else None)
+
+    def _bound(self) -> Binding:
+        if self._binding is None:
+            raise EstimatorError(f"{type(self).__name__}: call setup(context) first")
+        return self._binding
+
+    @property
+    def prior(self) -> Any:
+        """The latent node's prior (a :class:`kestrel_core.Product`)."""
+        return self._bound().context.prior
+
+    @property
+    def total_epochs(self) -> int:
+        """Epochs trained over the estimator's life (continues after :meth:`load`)."""
+        return self._fit.epochs
+
+    def _start(self, init: Mapping[str, torch.Tensor]) -> None:
+        """Build a fresh model from rows of the conditions and train it from now on."""
+        b = self._bound()
+        self._init = {c: t.detach()[:2].clone() for c, t in init.items()}
+        model = build_model(self.options.embedding, b.context, self.make_head, self._init, b.device,
+                            b.model_seed)
+        self._fit.start(model, model.param_groups(), self.options)
+        self._conditions = Conditions(b.context, b.device, self._init)
+
+    def _start_from(self, batch: Batch) -> bool:
+        """:meth:`_start` from the first finite rows of ``batch``; ``False`` if it has none."""
+        finite, inputs = self._bound().columns.split(batch)
+        index = torch.nonzero(finite).squeeze(1)[:2]
+        if index.numel() == 0:
+            return False
+        self._start({c: t[index] for c, t in inputs.items()})
+        return True
+
+    # -- training ----------------------------------------------------------------------------
+    def _loader(self, view: BufferView, statuses: Any, name: str) -> CachedDataLoader:
+        """A loader of this node's columns (θ mapped to z), named ``<node>-<name>``."""
+        b = self._bound()
+        columns = b.columns
+        return CachedDataLoader(
+            view, columns.keys(), statuses, b.device,
+            transforms={columns.theta: columns.to_latent},
+            dtypes={columns.theta: torch.float64, columns.log_prob: torch.float64},
+            max_samples=self.options.max_cache_samples if statuses == TRAINABLE else 0,
+            name=f"{b.context.node}-{name}")
+
+    def _train_step(self, batch: Batch) -> torch.Tensor | None:
+        """One optimiser step on ``batch`` (the model is built from it if there is none yet);
+        the detached loss, or ``None`` if no step was taken."""
+        if self._fit.model is None and not self._start_from(batch):
+            self._loss.nonfinite_rows += len(batch)  # type: ignore[union-attr]
+            return None
+        return train_step(self._fit, self._loss, batch)  # type: ignore[arg-type]
+
+    async def train(self, view: BufferView) -> None:
+        """Train on the view's TRAINING/DISFAVOURED samples, validate on its VALIDATION samples.
+
+        Runs at most ``max_epochs`` epochs, fewer on early stopping or :meth:`request_stop`
+        (which ends training after the current step). Blocking work (the first cache fill)
+        runs in a worker thread, so the event loop stays free.
+
+        Raises:
+            EstimatorError: no training samples, no usable (finite) training row, an epoch in
+                which every drawn row was non-finite, or a failure of the loader (re-raised
+                from its thread).
+        """
+        b = self._bound()
+        node = b.context.node
+        if self._state == "training":
+            raise EstimatorError(f"node {node!r}: train() is already running")
+        self._state, self._error = "training", None
+        train_loader = self._loader(view, TRAINABLE, "train")
+        val_loader: CachedDataLoader | None = None
+        try:
+            await asyncio.to_thread(train_loader.sync)
+            self._fit.note_ids(train_loader)
+            if int(view.stats().get("validation", 0)) > 0:
+                val_loader = self._loader(view, (Status.VALIDATION,), "validation")
+                await asyncio.to_thread(val_loader.sync)
+            if self._fit.model is None and self.options.max_epochs > 0 and not self._start_from(train_loader.all()):
+                raise EstimatorError(f"node {node!r}: no usable training row in epoch {self._fit.epochs + 1} "
+                                     f"(all {train_loader.count} training rows have a non-finite value)")
+            await fit(self._fit, self._loss, train_loader, val_loader, self.options,  # type: ignore[arg-type]
+                      b.batch_generator, stop=lambda: self._stop_requested, name=node)
+            self._state = "stopped" if self._stop_requested else "done"
+        except BaseException as err:
+            self._state, self._error = "stopped", f"{type(err).__name__}: {err}"
+            raise
+        finally:
+            self._stop_requested = False
+            train_loader.close()
+            if val_loader is not None:
+                val_loader.close()
+
+    # -- control and status ------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """End a running :meth:`train` after its current step (a later call is also stopped)."""
+        self._stop_requested = True
+
+    def status(self) -> dict[str, Any]:
+        """Progress, readable at any time.
+
+        Returns:
+            ``state`` ("idle", "training", "done", "stopped"), ``epoch`` (= ``total_epochs``),
+            ``max_epochs``, ``train_loss``, ``val_loss``, ``best_val_loss``, ``samples_seen``
+            (distinct sample ids the training cache has held), ``lr``, and the counters
+            ``nonfinite_rows``, ``skipped_steps``, ``discarded``, ``clipped_directions``,
+            ``error`` (text of the exception that ended training, else None).
+        """
+        fit_state, loss = self._fit, self._loss
+        return {
+            "state": self._state,
+            "epoch": fit_state.epochs,
+            "total_epochs": fit_state.epochs,
+            "max_epochs": self.options.max_epochs,
+            "train_loss": fit_state.train_loss,
+            "val_loss": fit_state.val_loss,
+            "best_val_loss": fit_state.best_loss,
+            "samples_seen": int(fit_state.seen_ids.size),
+            "lr": fit_state.lr if fit_state.optimizer is not None else self.options.lr,
+            "nonfinite_rows": loss.nonfinite_rows if loss is not None else 0,
+            "skipped_steps": loss.skipped_steps if loss is not None else 0,
+            "discarded": loss.discarded if loss is not None else 0,
+            "clipped_directions": self._clipped,
+            "error": self._error,
+        }
+
+    # -- sampling ----------------------------------------------------------------------------
+    def sample_prior(self, n: int) -> Record:
+        """``n`` prior draws: ``{"value": float64 (n, F), "log_prob": float64 (n,)}``.
+
+        Raises:
+            TypeError, ValueError: ``n`` is not a non-negative integer.
+        """
+        n = check_count(n)
+        return prior_draws(self.prior, n, self._bound().rng)
+
+    def sample_posterior(self, n: int, conditions: Mapping[str, Any]) -> Record:
+        """``n`` draws from the posterior given ``conditions``.
+
+        Args:
+            n: number of draws.
+            conditions: evidence node → array ``(n, *D)`` or ``(1, *D)`` (broadcast); other
+                nodes are ignored, scaffolds are never used at inference.
+
+        Returns:
+            ``{"value": float64 (n, F), "log_prob": float64 (n,)}``; ``log_prob`` is the
+            θ-space log density of the distribution the value was drawn from.
+
+        Raises:
+            EstimatorError: no trained model yet, or a missing/mis-shaped condition.
+        """
+        n = check_count(n)
+        if self._fit.best is None:
+            raise EstimatorError(f"node {self._bound().context.node!r}: sample_posterior needs a trained "
+                                 "model; train at least one epoch or load a checkpoint first")
+        return self._draw(n, conditions, 1.0)
+
+    def sample_proposal(self, n: int, conditions: Mapping[str, Any]) -> Record:
+        """``n`` draws from the γ-tempered posterior ∝ prior · likelihood^γ (prior draws early on).
+
+        Prior draws are returned before the first epoch, while ``total_epochs < prior_epochs``
+        and for ``gamma = 0``. Args, returns and raises as :meth:`sample_posterior`.
+        """
+        n = check_count(n)
+        opts = self.options
+        if self._fit.best is None or self._fit.epochs < opts.prior_epochs or opts.gamma == 0:
+            return self.sample_prior(n)
+        return self._draw(n, conditions, opts.gamma)
+
+    def _draw(self, n: int, conditions: Mapping[str, Any], gamma: float) -> Record:
+        model, b = self._fit.best, self._bound()
+        assert model is not None and self._conditions is not None  # checked by the callers
+        record = draw(model, b.context.prior, n, self._conditions, conditions, gamma, b.sample_generator)
+        if n:
+            self._clipped = model.head.clipped
+        return record
+
+    def log_prob(self, theta: Any, conditions: Mapping[str, Any]) -> np.ndarray:
+        """Log density of the posterior at ``theta`` given ``conditions``.
+
+        Uses the best model, like the sampling methods; deterministic.
+
+        Args:
+            theta: array ``(N, F)`` inside the prior's support.
+            conditions: evidence node → array ``(N, *D)`` or ``(1, *D)``.
+
+        Returns:
+            float64 ``(N,)``, θ-space.
+
+        Raises:
+            EstimatorError: no trained model, or a missing/mis-shaped condition.
+            OutOfSupportError: ``theta`` outside the prior's support.
+        """
+        context = self._bound().context
+        model = self._fit.best
+        if model is None or self._conditions is None:
+            raise EstimatorError(f"node {context.node!r}: log_prob needs a trained model; "
+                                 "train at least one epoch or load a checkpoint first")
+        theta = np.asarray(theta, dtype=np.float64)
+        if theta.ndim != 2:
+            raise EstimatorError(f"node {context.node!r}: log_prob expects theta of shape (N, "
+                                 f"{context.prior.full_dim}), got {theta.shape}")
+        return log_density(model, context.prior, theta, self._conditions, conditions)
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def _header(self) -> dict[str, Any]:
+        context = self._bound().context
+        return {"estimator": type(self).__name__, "node": context.node, "latent_dim": int(context.prior.dim)}
+
+    def save_bytes(self) -> bytes:
+        """The checkpoint as bytes: current and best models, optimiser, schedule, epoch counter.
+
+        Tensors and plain containers only (:func:`torch.save` format), readable with
+        ``torch.load(weights_only=True)`` — and by :meth:`load_bytes` in another process.
+
+        Raises:
+            EstimatorError: :meth:`setup` was not called.
+        """
+        return to_bytes(pack(self._fit, self._header(), self._init))
+
+    def load_bytes(self, data: bytes, *, source: str = "checkpoint bytes") -> None:
+        """Restore what :meth:`save_bytes` returned, onto this estimator's device.
+
+        Training resumes from the loaded weights and optimiser state; ``total_epochs`` continues.
+
+        Args:
+            data: the checkpoint. source: its name in messages.
+
+        Raises:
+            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) bytes that are not a
+                checkpoint, or one written by another estimator class or for another parameter
+                dimension.
+        """
+        payload = from_bytes(data, self._bound().device, source=source)
+        unpack(payload, self._fit, self._header(), self._start, source=source)
+
+    def save(self, directory: str) -> None:
+        """Write :meth:`save_bytes` to ``<directory>/estimator.pt`` (atomically).
+
+        Raises:
+            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) the file cannot be written.
+        """
+        write_checkpoint(Path(directory) / CHECKPOINT_FILE, self.save_bytes())
+
+    def load(self, directory: str) -> None:
+        """Restore ``<directory>/estimator.pt`` (see :meth:`load_bytes`).
+
+        Raises:
+            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) no checkpoint, or one
+                written by another estimator class or for another parameter dimension.
+        """
+        path = Path(directory) / CHECKPOINT_FILE
+        self._bound()
+        self.load_bytes(read_checkpoint(path), source=f"checkpoint {str(path)!r}")

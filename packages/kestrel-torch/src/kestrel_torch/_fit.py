@@ -1,0 +1,192 @@
+"""The training loop: epochs of steps over (model, loss, loaders), early stopping, learning-rate
+schedule and the best model.
+
+:func:`fit` trains ``state.model`` on batches of the training loader, validates on the whole
+validation set after each epoch, and keeps a deep copy of the model whenever the validation
+loss improves — the **best model**, which every sampling method uses while training goes on.
+It is written for an estimator that serves sampling calls from the same event loop: after
+every step, and after each phase of an epoch's end, it yields with ``await asyncio.sleep(0)``.
+
+Early stopping: training ends after ``early_stop_patience`` epochs without a better loss.
+Because the validation set follows the proposals, losses of different epochs are on different
+data; each epoch therefore compares the current model with the best model's loss on the same,
+current validation set. Without a validation set the training loss is the measure. Learning
+rate: ``ReduceLROnPlateau`` on the same measure when ``lr_decay_factor < 1``, never below
+``min_lr``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._batch import Batch
+from ._errors import EstimatorError
+from ._loader import CachedDataLoader
+from ._options import EstimatorOptions
+
+__all__ = ["FitState", "Loss", "fit", "train_step"]
+
+log = logging.getLogger("kestrel_torch")
+
+
+class Loss(Protocol):
+    """What :func:`fit` minimises (:class:`~kestrel_torch._loss.NPELoss`)."""
+
+    nonfinite_rows: int
+    skipped_steps: int
+
+    def __call__(self, model: Any, batch: Batch) -> torch.Tensor | None:
+        """Scalar training loss with gradient, or ``None``: no step on this batch."""
+        ...
+
+    def evaluate(self, model: Any, loader: CachedDataLoader) -> float | None:
+        """The loss over the loader's whole set, changing no state."""
+        ...
+
+    def refit(self, model: Any, loader: CachedDataLoader) -> None:
+        """End-of-epoch refit from the training loader."""
+        ...
+
+
+@dataclass
+class FitState:
+    """Everything training changes, kept from one :func:`fit` call to the next and saved in
+    checkpoints.
+
+    Attributes:
+        model: the model being trained (``None`` until built), in training mode.
+        optimizer: AdamW over ``model``'s parameter groups. scheduler: ReduceLROnPlateau or
+            ``None``.
+        best: the best model: an eval-mode deep copy of ``model`` (plain attributes included),
+            or ``None`` before the first epoch.
+        best_loss: its loss when it was taken. epochs: epochs trained over the estimator's life.
+        train_loss, val_loss: of the last epoch.
+        seen_ids: int64 ``(K,)``, distinct sample ids the training cache has held.
+    """
+
+    model: nn.Module | None = None
+    optimizer: torch.optim.Optimizer | None = None
+    scheduler: Any = None
+    best: nn.Module | None = None
+    best_loss: float | None = None
+    epochs: int = 0
+    train_loss: float | None = None
+    val_loss: float | None = None
+    seen_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+
+    def start(self, model: nn.Module, groups: list[dict[str, Any]], options: EstimatorOptions) -> None:
+        """Train ``model`` from now on: a fresh optimiser and schedule; the best model is dropped."""
+        self.model, self.best = model, None
+        self.optimizer = torch.optim.AdamW(groups, lr=options.lr, weight_decay=0.0)
+        self.scheduler = None
+        if options.lr_decay_factor < 1.0:
+            self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+                self.optimizer, factor=options.lr_decay_factor, patience=options.lr_patience,
+                min_lr=options.min_lr)
+
+    def keep_best(self) -> None:
+        """Make the current model the best model (deep copy in eval mode)."""
+        best = copy.deepcopy(self.model)
+        assert best is not None  # internal: fit() has a model
+        best.eval()
+        self.best = best
+
+    def note_ids(self, loader: CachedDataLoader) -> None:
+        """Add the ids the training cache holds now to :attr:`seen_ids`."""
+        self.seen_ids = np.union1d(self.seen_ids, loader.ids)
+
+    @property
+    def lr(self) -> float | None:
+        """The current learning rate, ``None`` without an optimiser."""
+        return float(self.optimizer.param_groups[0]["lr"]) if self.optimizer is not None else None
+
+
+def train_step(state: FitState, loss: Loss, batch: Batch) -> torch.Tensor | None:
+    """One optimiser step on ``batch``; returns the detached loss, or ``None`` if none was taken."""
+    model, optimizer = state.model, state.optimizer
+    assert model is not None and optimizer is not None  # internal: started
+    model.train()
+    value = loss(model, batch)
+    if value is None:
+        return None
+    optimizer.zero_grad(set_to_none=True)
+    value.backward()
+    optimizer.step()
+    return value.detach()
+
+
+async def fit(state: FitState, loss: Loss, train: CachedDataLoader, val: CachedDataLoader | None,
+              options: EstimatorOptions, generator: torch.Generator, *,
+              stop: Callable[[], bool], name: str) -> None:
+    """Train ``state.model`` for up to ``options.max_epochs`` epochs.
+
+    Each epoch: a cache sync every ``cache_sync_every`` epochs (not before the first), then
+    ``max(1, count // batch_size)`` steps on batches drawn with ``generator`` (each followed by
+    a turn of the event loop), the loss's end-of-epoch refit, the validation loss, the best
+    model, the schedule. ``stop()`` is asked after every step and every epoch.
+
+    Args:
+        state: with a started model (:meth:`FitState.start`); updated in place.
+        loss: the loss. train: the training loader, synced. val: the validation loader, synced,
+            or ``None``. options: the estimator's options. generator: for the batches.
+        stop: ``True`` ends training after the current step. name: the node, for messages.
+
+    Raises:
+        EstimatorError: an epoch without a single usable step (names the node and counts the
+            non-finite rows and skipped steps).
+    """
+    best_metric, bad_epochs = math.inf, 0
+    for epoch in range(options.max_epochs):
+        if epoch > 0 and epoch % options.cache_sync_every == 0:
+            if train.sync():
+                state.note_ids(train)
+            if val is not None:
+                val.sync()
+        losses: list[torch.Tensor] = []
+        for _ in range(max(1, train.count // options.batch_size)):
+            value = train_step(state, loss, train.sample_batch(options.batch_size, generator))
+            if value is not None:
+                losses.append(value)
+            await asyncio.sleep(0)
+            if stop():
+                break
+        if not losses:
+            if stop():
+                break
+            raise EstimatorError(f"node {name!r}: no usable training row in epoch {state.epochs + 1} "
+                                 f"({loss.nonfinite_rows} rows with a non-finite value so far, "
+                                 f"{loss.skipped_steps} steps with a non-finite loss)")
+        loss.refit(state.model, train)
+        await asyncio.sleep(0)  # each phase of the epoch's end is followed by a turn of the event loop
+        state.train_loss = float(torch.stack(losses).mean())
+        state.val_loss = loss.evaluate(state.model, val) if val is not None else None
+        await asyncio.sleep(0)
+        metric = state.val_loss if state.val_loss is not None else state.train_loss
+        if state.val_loss is not None and state.best is not None:
+            best_now = loss.evaluate(state.best, val)  # on the same, current validation set
+            if best_now is not None and math.isfinite(best_now):
+                best_metric = best_now
+        state.epochs += 1
+        if math.isfinite(metric) and metric < best_metric:
+            best_metric, bad_epochs = metric, 0
+            state.best_loss = metric
+            state.keep_best()
+        else:
+            bad_epochs += 1
+        if state.scheduler is not None and math.isfinite(metric):
+            state.scheduler.step(metric)
+        log.info("node %s: epoch %d train %.6g val %s lr %.3g", name, state.epochs, state.train_loss,
+                 state.val_loss, state.lr)
+        if stop() or bad_epochs >= options.early_stop_patience:
+            break
+        await asyncio.sleep(0)

@@ -1,0 +1,142 @@
+"""Sampling and densities in θ-space, and the conditions they are given.
+
+Shape symbols: n draws, N values, M rows of conditions (1 for a broadcast observation, else n
+or N), F all parameters of the latent node, D its free parameters.
+
+A head draws and scores in the prior's standard-normal space; here its draws are mapped back
+through ``prior.from_normal`` — which lands in the prior's support by construction — and
+densities get the Jacobian: ``log p(θ) = log p(z) + log|det ∂z/∂θ|``. Conditions arrive as
+arrays (or tensors) with a leading dimension of 1 (broadcast) or n; :class:`Conditions` checks
+them against the rows the model was built from and puts them on the device without copying a
+broadcast observation n times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from kestrel_core import EstimatorContext, Record
+
+from ._errors import EstimatorError
+from ._model import NPEModel
+
+__all__ = ["Conditions", "draw", "log_density", "prior_draws"]
+
+
+class Conditions:
+    """Turns ``conditions`` mappings into the model's input tensors.
+
+    Args:
+        context: the node (its evidence and scaffolds). device: where the model lives.
+        templates: condition node → tensor ``(k, *shape)`` of the rows the model was built from;
+            each condition must have that per-row shape, and is converted to that dtype.
+    """
+
+    def __init__(self, context: EstimatorContext, device: torch.device,
+                 templates: Mapping[str, torch.Tensor]) -> None:
+        self.context, self.device, self.templates = context, device, templates
+
+    def inputs(self, n: int, conditions: Mapping[str, Any]) -> dict[str, torch.Tensor | None]:
+        """Evidence tensors on the device with leading dimension 1 (all broadcast) or ``n``;
+        scaffolds are ``None`` (never used at inference), other nodes ignored.
+
+        Raises:
+            EstimatorError: ``conditions`` is not a mapping, or an evidence node is missing or
+                mis-shaped (the message names it and the shapes expected).
+        """
+        context = self.context
+        if not isinstance(conditions, Mapping):
+            raise EstimatorError(f"node {context.node!r}: conditions must map node names to arrays, "
+                                 f"got {type(conditions).__name__}")
+        tensors: dict[str, torch.Tensor] = {}
+        for c in context.evidence:
+            if c not in conditions:
+                raise EstimatorError(f"node {context.node!r}: condition {c!r} is missing (evidence: "
+                                     f"{list(context.evidence)}; given: {sorted(map(str, conditions))})")
+            tensors[c] = self.tensor(c, conditions[c], n)
+        rows = n if any(t.shape[0] == n for t in tensors.values()) else 1
+        inputs: dict[str, torch.Tensor | None] = {
+            c: t.expand(rows, *t.shape[1:]) if t.shape[0] != rows else t for c, t in tensors.items()}
+        for c in context.scaffolds:
+            inputs[c] = None
+        return inputs
+
+    def tensor(self, name: str, value: Any, n: int) -> torch.Tensor:
+        """One condition as a tensor ``(1 or n, *shape)`` on the device, in the template's dtype.
+
+        Raises:
+            EstimatorError: a per-row shape other than the template's, or a leading dimension
+                other than 1 or ``n``.
+        """
+        node = self.context.node
+        template = self.templates.get(name)
+        shape = tuple(template.shape[1:]) if template is not None else None
+        if isinstance(value, torch.Tensor):
+            tensor = value.detach()
+        else:
+            array = np.asarray(value)
+            if array.ndim and array.shape[0] > 1 and array.strides[0] == 0:
+                array = array[:1]  # a broadcast view: keep one row, expand on the device
+            if not array.flags.writeable or not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array).copy()
+            tensor = torch.from_numpy(array)
+        if tensor.dim() == 0 or (shape is not None and tuple(tensor.shape[1:]) != shape):
+            expected = f"{(1, *shape)} (broadcast) or {(n, *shape)}" if shape is not None else "a leading batch axis"
+            raise EstimatorError(f"node {node!r}: condition {name!r} has shape {tuple(tensor.shape)}; "
+                                 f"expected {expected}")
+        k = tensor.shape[0]
+        if k not in (1, n):
+            raise EstimatorError(f"node {node!r}: condition {name!r} has leading dimension {k}; "
+                                 f"expected 1 (broadcast) or {n}")
+        dtype = template.dtype if template is not None else None
+        return tensor.to(device=self.device, dtype=dtype)
+
+
+def prior_draws(prior: Any, n: int, rng: np.random.Generator) -> Record:
+    """``n`` prior draws: ``{"value": float64 (n, F), "log_prob": float64 (n,)}``."""
+    theta = np.asarray(prior.sample(n, rng), dtype=np.float64)
+    return {"value": theta, "log_prob": np.asarray(prior.log_prob(theta), dtype=np.float64)}
+
+
+@torch.no_grad()
+def draw(model: NPEModel, prior: Any, n: int, conditions: Conditions, given: Mapping[str, Any], gamma: float,
+         generator: torch.Generator | None) -> Record:
+    """``n`` draws from the model's γ-tempered posterior (γ = 1: the posterior) in θ-space.
+
+    Args:
+        model: an eval-mode model. prior: the node's prior. n: draws (0: no condition is read).
+        conditions: the model's :class:`Conditions`. given: the conditions, as for
+            :meth:`Conditions.inputs`. gamma: > 0. generator: for the draws.
+
+    Returns:
+        ``{"value": float64 (n, F), "log_prob": float64 (n,)}``, ``log_prob`` the θ-space
+        density of the distribution drawn from.
+
+    Raises:
+        EstimatorError: a missing or mis-shaped condition.
+    """
+    if n == 0:
+        return {"value": np.empty((0, prior.full_dim)), "log_prob": np.empty(0)}
+    s = model.embed(conditions.inputs(n, given))
+    z, log_z = model.head.sample(s, n, gamma, generator)
+    theta, log_dtheta = prior.from_normal(z.cpu().numpy(), with_logdet=True)
+    log_prob = log_z.cpu().numpy() - log_dtheta
+    return {"value": np.asarray(theta, dtype=np.float64), "log_prob": np.asarray(log_prob, dtype=np.float64)}
+
+
+@torch.no_grad()
+def log_density(model: NPEModel, prior: Any, theta: np.ndarray, conditions: Conditions,
+                given: Mapping[str, Any]) -> np.ndarray:
+    """The model's posterior log density at ``theta`` ``(N, F)``: float64 ``(N,)``, θ-space.
+
+    Raises:
+        OutOfSupportError: ``theta`` outside the prior's support.
+        EstimatorError: a missing or mis-shaped condition.
+    """
+    z, logdet = prior.to_normal(theta, with_logdet=True)
+    s = model.embed(conditions.inputs(theta.shape[0], given))
+    log_z = model.head.log_prob(torch.as_tensor(z, device=conditions.device), s)
+    return log_z.cpu().numpy() + logdet
