@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import numpy as np
 import ray
 
 from kestrel_core import check_count, flat_key
@@ -32,7 +33,8 @@ class Pending:
         node: node name.
         n: number of samples.
         columns: field (``"value"``, ``"log_prob"``) → :class:`Column` of ``n`` rows.
-        meta_refs: one ref per actor call to ``{"fields": {field: (D, dtype)}, "nonfinite": int}``.
+        meta_refs: one ref per actor call to ``{"fields": {field: (D, dtype)}, "nonfinite": int,
+            "finite": [bool (c,) per chunk]}``.
     """
 
     node: str
@@ -50,7 +52,7 @@ def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
 
     Returns:
         :class:`RefTrace` with every field of every call (shape and dtype from the meta dicts,
-        non-finite counts per node).
+        non-finite counts and finite-row masks per node).
 
     Raises:
         KestrelError: a node's call failed (its error, naming the node and the call).
@@ -68,6 +70,9 @@ def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
             if fld in fields:
                 trace.meta[key] = fields[fld]
         trace.nonfinite[name] = sum(int(m["nonfinite"]) for m in metas)
+        masks = [np.asarray(ok, dtype=bool) for m in metas for ok in m.get("finite") or ()]
+        if masks and sum(len(ok) for ok in masks) == n:
+            trace.finite[name] = np.concatenate(masks)  # chunks in row order: the store's valid rows
     return trace
 
 

@@ -164,7 +164,8 @@ class NodeWrapper:
 
         Returns:
             ``len(chunks) × len(fields)`` arrays, chunk-major (``(c, *D)`` values, ``(c,)``
-            log-probs), then ``{"fields": {field: (D, dtype)}, "nonfinite": int}``.
+            log-probs), then ``{"fields": {field: (D, dtype)}, "nonfinite": int, "finite": [bool
+            (c,) per chunk]}``: the rows finite in every field, which the store keeps valid.
 
         Raises:
             ShapeError: a condition's row count is neither 1 nor ``n``, or chunks disagree on D.
@@ -192,7 +193,7 @@ class NodeWrapper:
         self._check()
         n = check_count(n)
         if n == 0:
-            return {"fields": {}, "nonfinite": 0}  # the one return value of an empty call
+            return {"fields": {}, "nonfinite": 0, "finite": []}  # the one return value of an empty call
         chunks = [int(c) for c in chunks] if chunks is not None else chunk_grid(
             n, [(self.node.sample_chunk_size, 1)])
         if sum(chunks) != n or any(c <= 0 for c in chunks):
@@ -305,9 +306,10 @@ class NodeWrapper:
             for r in records:
                 r[f] = r[f].astype(dtype, copy=False)
             meta[f] = (tuple(int(d) for d in shapes[0]), dtype.name)
-        nonfinite = sum(int((~finite_rows(r)).sum()) for r in records)
+        finite = [finite_rows(r) for r in records]  # per chunk: rows finite in every field
+        nonfinite = sum(int((~ok).sum()) for ok in finite)
         flat = [r[f] for r in records for f in fields]
-        return (*flat, {"fields": meta, "nonfinite": nonfinite})
+        return (*flat, {"fields": meta, "nonfinite": nonfinite, "finite": finite})
 
     # -- training ----------------------------------------------------------------------------
     async def train(self, store: Any) -> dict[str, Any]:
