@@ -1,8 +1,9 @@
 """The exceptions of kestrel_ray, and how Ray's errors become them.
 
 kestrel_ray raises kestrel-core's exceptions (:class:`~kestrel_core.KestrelError` and its
-subclasses) for everything a user can fix; the one exception of its own is :class:`RunError`, a
-launch that failed because a node's actor raised. Errors that come back from an actor through
+subclasses) for everything a user can fix; its own are :class:`RunError`, a launch that failed
+because a node's actor raised, and :class:`ClusterError`, Ray that could not be started or
+joined. Errors that come back from an actor through
 Ray are translated once, by :func:`unwrap_error`, so that every driver-side call names the node
 and the call that failed.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 from kestrel_core import KestrelError, SimulatorError
 
-__all__ = ["RunError", "unwrap_error", "describe_failure"]
+__all__ = ["RunError", "ClusterError", "unwrap_error", "describe_failure"]
 
 
 class RunError(KestrelError):
@@ -32,6 +33,14 @@ class RunError(KestrelError):
         super().__init__(message)
         self.node = node
         self.result = result
+
+
+class ClusterError(KestrelError):
+    """Ray could not be started or joined: the address cannot work, or the connection failed.
+
+    The message names the address, where it came from (``--address`` or ``RAY_ADDRESS``) and
+    the remedy.
+    """
 
 
 _EXC_LINE = re.compile(r"^(\w+(?:\.\w+)*(?:Error|Exception|Exit|Interrupt)): (.*)$")

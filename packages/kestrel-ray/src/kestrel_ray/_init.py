@@ -1,12 +1,102 @@
-"""Starting or joining Ray, quietly and once."""
+"""Starting or joining Ray, quietly and once.
+
+Joining a cluster follows Ray's own tools: ``ray start`` turns token authentication on when
+``RAY_AUTH_MODE`` is unset and a token is available, so a driver joining with ``--address`` or
+``RAY_ADDRESS`` does the same (the token in ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH``
+names, or ``~/.ray/auth_token``). An address that cannot work fails in one line naming the
+address, where it came from and the remedy, within seconds: nothing listening, an ``http://``
+address (the dashboard's, not the cluster's), a ``ray://`` client address.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import socket
+from pathlib import Path
 from typing import Any
 
-__all__ = ["init_ray"]
+from ._errors import ClusterError
+
+__all__ = ["init_ray", "token_source", "check_address"]
+
+#: seconds to wait for a TCP connection to the head's address before calling it unreachable
+CONNECT_TIMEOUT = 5.0
+
+
+def token_source(environ: dict[str, str] | None = None, home: Path | None = None) -> str | None:
+    """Where an authentication token for a Ray cluster is, if anywhere.
+
+    Args:
+        environ: the environment to read (default: ``os.environ``).
+        home: the home directory (default: ``Path.home()``).
+
+    Returns:
+        ``"RAY_AUTH_TOKEN"``, ``"RAY_AUTH_TOKEN_PATH (<path>)"``, ``"<home>/.ray/auth_token"``,
+        or ``None`` when no usable token exists. Ray's own order of precedence.
+    """
+    env = os.environ if environ is None else environ
+    if env.get("RAY_AUTH_TOKEN", "").strip():
+        return "RAY_AUTH_TOKEN"
+    path = env.get("RAY_AUTH_TOKEN_PATH")
+    if path:
+        return f"RAY_AUTH_TOKEN_PATH ({path})" if _readable(Path(path)) else None
+    default = (Path.home() if home is None else home) / ".ray" / "auth_token"
+    return str(default) if _readable(default) else None
+
+
+def _readable(path: Path) -> bool:
+    try:
+        return bool(path.read_text().strip())
+    except OSError:
+        return False
+
+
+def check_address(address: str, source: str) -> None:
+    """Refuse, in one line, a cluster address that cannot work.
+
+    Args:
+        address: ``"host:port"``, ``"auto"``, ``"ray://…"`` or ``"http://…"``.
+        source: where it came from, for the message (``"--address"`` or ``"RAY_ADDRESS"``).
+
+    Raises:
+        ClusterError: a ``ray://`` (Ray Client) or ``http(s)://`` address; a ``host:port``
+            where nothing accepts a TCP connection within :data:`CONNECT_TIMEOUT` seconds.
+    """
+    where = f"{address!r} (from {source})"
+    if address.startswith("ray://"):
+        raise ClusterError(
+            f"Ray Client addresses are not supported: {where}; run kestrel on a machine of the "
+            "cluster with the head's host:port, or submit it as a job: "
+            "ray job submit --working-dir DIR -- kestrel launch …")
+    if "://" in address:
+        raise ClusterError(
+            f"{where} is a URL; kestrel joins a cluster at the head's host:port (the GCS port, "
+            "6379 by default), e.g. --address 10.0.0.1:6379")
+    if address == "auto":
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ClusterError(f"cannot read the Ray address {where}; expected host:port, e.g. 10.0.0.1:6379")
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ClusterError(
+            f"no Ray cluster at {where}: {reason.lower()}; start one with `ray start --head` "
+            "or correct the address") from None
+
+
+def _use_token_auth() -> None:
+    """Switch this process to token authentication (as ``ray start`` does when a token exists)."""
+    os.environ["RAY_AUTH_MODE"] = "token"
+    try:  # Ray reads the mode into its C++ config once; re-read it now that it changed
+        from ray._raylet import Config
+
+        Config.initialize("")
+    except (ImportError, AttributeError):  # pragma: no cover - other Ray versions
+        pass
 
 
 def init_ray(address: str | None = None, **kwargs: Any) -> Any:
@@ -18,21 +108,46 @@ def init_ray(address: str | None = None, **kwargs: Any) -> Any:
     says otherwise. If Ray is already initialised in this process, nothing happens (a second
     ``launch`` in the same process reuses it).
 
+    Joining: with ``RAY_AUTH_MODE`` unset and a token available (:func:`token_source`), token
+    authentication is switched on, as ``ray start`` does; the address is checked first
+    (:func:`check_address`).
+
     Args:
-        address: ``"auto"``, ``"ray://host:port"`` or ``"host:port"`` of a running cluster.
-        **kwargs: passed to ``ray.init`` (e.g. ``num_cpus=2``), over Kestrel's defaults.
+        address: ``"auto"`` or ``"host:port"`` of a running cluster.
+        **kwargs: passed to ``ray.init`` (e.g. ``num_cpus=2``, ``runtime_env``), over Kestrel's
+            defaults.
 
     Returns:
         The ``ray.init`` context, or ``None`` when Ray was already running.
+
+    Raises:
+        ClusterError: the address cannot work, or Ray could not connect to it (the message
+            names the address, its source and the likely cause).
     """
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
     if ray.is_initialized():
         return None
+    source = "--address" if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
     opts: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     if address is None:
         opts["include_dashboard"] = False
+        opts.update(kwargs)
+        return ray.init(**opts)
+    check_address(address, source)
+    token = token_source()
+    if "RAY_AUTH_MODE" not in os.environ and token is not None:
+        _use_token_auth()
     opts.update(kwargs)
-    return ray.init(address=address, **opts)
+    try:
+        return ray.init(address=address, **opts)
+    except (ConnectionError, ray.exceptions.AuthenticationError) as err:
+        mode = os.environ.get("RAY_AUTH_MODE", "disabled")
+        hint = (f"token authentication is {mode!r}; if the cluster uses tokens, put its token in "
+                "~/.ray/auth_token (or RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH)") if token is None else (
+                f"token from {token}; check that it is the cluster's token")
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ClusterError(f"cannot join the Ray cluster at {address!r} (from {source}): {first}; "
+                           f"{hint}") from None
