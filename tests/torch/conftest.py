@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import kestrel_core
 import pytest
 import torch
+
+import kestrel_core
 from kestrel_torch import CachedDataLoader
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -23,9 +24,12 @@ def device(request: pytest.FixtureRequest) -> str:
 def make_store() -> Callable[..., kestrel_core.InMemoryStore]:
     """Build a ``kestrel_core.InMemoryStore`` with the given buffer sizes."""
 
-    def make(min_samples: int = 0, max_samples: int = 1000, validation_samples: int = 0) -> kestrel_core.InMemoryStore:
-        return kestrel_core.InMemoryStore(min_samples=min_samples, max_samples=max_samples,
-                                          validation_samples=validation_samples)
+    def make(
+        min_samples: int = 0, max_samples: int = 1000, validation_samples: int = 0
+    ) -> kestrel_core.InMemoryStore:
+        return kestrel_core.InMemoryStore(
+            min_samples=min_samples, max_samples=max_samples, validation_samples=validation_samples
+        )
 
     return make
 

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 import torch
-from kestrel_core import EstimatorContext, InMemoryStore, Product
 from torch import nn
+
+from kestrel_core import EstimatorContext, InMemoryStore, Product
 
 
 @dataclass
@@ -46,14 +47,22 @@ class LinearGaussian:
         cov = np.linalg.inv(prec)
         return cov @ self.a.T @ x * gamma / self.sigma**2, cov
 
-    def block(self, theta: np.ndarray, log_prob: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
-        return {"theta.value": theta, "theta.log_prob": log_prob, "x.value": self.simulate(theta, rng)}
+    def block(
+        self, theta: np.ndarray, log_prob: np.ndarray, rng: np.random.Generator
+    ) -> dict[str, np.ndarray]:
+        return {
+            "theta.value": theta,
+            "theta.log_prob": log_prob,
+            "x.value": self.simulate(theta, rng),
+        }
 
     def prior_block(self, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
         theta = rng.normal(size=(n, self.a.shape[1]))
         return self.block(theta, self.prior.log_prob(theta), rng)
 
-    def gaussian_block(self, n: int, mean: np.ndarray, cov: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    def gaussian_block(
+        self, n: int, mean: np.ndarray, cov: np.ndarray, rng: np.random.Generator
+    ) -> dict[str, np.ndarray]:
         """``n`` draws from N(mean, cov) with their log density (θ-space = z-space here)."""
         theta = rng.multivariate_normal(mean, cov, size=n)
         diff = theta - mean
@@ -94,7 +103,9 @@ class BasisEmbedding(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and self.basis is None:
             centred = x.detach() - x.detach().mean(0)
-            self.basis = torch.linalg.svd(centred, full_matrices=False)[2][: self.components].T.clone()
+            self.basis = torch.linalg.svd(centred, full_matrices=False)[2][
+                : self.components
+            ].T.clone()
         if self.basis is None:
             return torch.zeros(x.shape[0], self.components, dtype=x.dtype, device=x.device)
         return x @ self.basis.to(x.dtype)

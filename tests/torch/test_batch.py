@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+
 from kestrel_core import EstimatorError
 from kestrel_torch import Batch
 
@@ -35,7 +36,9 @@ def test_ids_may_stay_a_tensor_until_read():
 
 
 def test_leading_dimension_checked():
-    with pytest.raises(ValueError, match=r"'x.value' has shape \(3, 1\), expected leading dimension 2"):
+    with pytest.raises(
+        ValueError, match=r"'x.value' has shape \(3, 1\), expected leading dimension 2"
+    ):
         Batch(np.array([1, 2]), {"x.value": torch.zeros(3, 1)})
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from kestrel_core import EstimatorError
-from kestrel_torch import FlowPosterior, GaussianPosterior
-from kestrel_torch import _fit
+from kestrel_torch import FlowPosterior, GaussianPosterior, _fit
 from kestrel_torch._checkpoint import CHECKPOINT_FILE
 
 from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
@@ -51,8 +51,10 @@ def same_state(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-@pytest.mark.parametrize("cls, kwargs", [(GaussianPosterior, {"max_epochs": 3}),
-                                         (FlowPosterior, {"max_epochs": 2, **FLOW})])
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [(GaussianPosterior, {"max_epochs": 3}), (FlowPosterior, {"max_epochs": 2, **FLOW})],
+)
 def test_round_trip(tmp_path: Path, cls, kwargs) -> None:
     est = trained(cls, store_of(), **kwargs)
     est.save(str(tmp_path))
@@ -61,13 +63,19 @@ def test_round_trip(tmp_path: Path, cls, kwargs) -> None:
     loaded.setup(LG.context())
     loaded.load(str(tmp_path))
     assert loaded.total_epochs == est.total_epochs
-    assert same_state(loaded._fit.model, est._fit.model) and same_state(loaded._fit.best, est._fit.best)
+    assert same_state(loaded._fit.model, est._fit.model) and same_state(
+        loaded._fit.best, est._fit.best
+    )
     assert not loaded._fit.best.training and loaded._fit.model.training
     saved, restored = est._fit.optimizer.state_dict(), loaded._fit.optimizer.state_dict()
     for key, state in saved["state"].items():
-        assert all(torch.equal(value, restored["state"][key][name]) for name, value in state.items())
+        assert all(
+            torch.equal(value, restored["state"][key][name]) for name, value in state.items()
+        )
     theta, x = pairs()
-    np.testing.assert_allclose(loaded.log_prob(theta, {"x": x}), est.log_prob(theta, {"x": x}), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(
+        loaded.log_prob(theta, {"x": x}), est.log_prob(theta, {"x": x}), rtol=0, atol=1e-10
+    )
 
 
 def test_bytes_round_trip_like_the_file(tmp_path: Path) -> None:
@@ -81,12 +89,16 @@ def test_bytes_round_trip_like_the_file(tmp_path: Path) -> None:
         loaded.setup(LG.context())
         load(loaded)
         assert loaded.total_epochs == 2 and same_state(loaded._fit.best, est._fit.best)
-        np.testing.assert_array_equal(loaded.log_prob(theta, {"x": x}), est.log_prob(theta, {"x": x}))
+        np.testing.assert_array_equal(
+            loaded.log_prob(theta, {"x": x}), est.log_prob(theta, {"x": x})
+        )
     with pytest.raises(EstimatorError, match="cannot read checkpoint bytes"):
         loaded.load_bytes(b"not a checkpoint")
     flow = FlowPosterior()
     flow.setup(LG.context())
-    with pytest.raises(EstimatorError, match="checkpoint bytes holds a GaussianPosterior over 3 parameters"):
+    with pytest.raises(
+        EstimatorError, match="checkpoint bytes holds a GaussianPosterior over 3 parameters"
+    ):
         flow.load_bytes(data)
 
 
@@ -98,14 +110,19 @@ def test_load_errors_name_the_problem(tmp_path: Path) -> None:
     est.save(str(tmp_path))  # untrained: only the counters
     flow = FlowPosterior()
     flow.setup(LG.context())
-    with pytest.raises(EstimatorError, match="holds a GaussianPosterior over 3 parameters; expected a FlowPosterior"):
+    with pytest.raises(
+        EstimatorError,
+        match="holds a GaussianPosterior over 3 parameters; expected a FlowPosterior",
+    ):
         flow.load(str(tmp_path))
     (tmp_path / CHECKPOINT_FILE).write_bytes(b"not a checkpoint")
     with pytest.raises(EstimatorError, match="cannot read checkpoint"):
         est.load(str(tmp_path))
 
 
-def test_k14_resume_continues_epochs_weights_and_optimizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_k14_resume_continues_epochs_weights_and_optimizer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     store = store_of()
     trained(GaussianPosterior, store, max_epochs=3).save(str(tmp_path))
     resumed = GaussianPosterior(seed=0, max_epochs=2)
@@ -128,8 +145,10 @@ def test_k14_resume_continues_epochs_weights_and_optimizer(tmp_path: Path, monke
     store.append(LG.prior_block(64, np.random.default_rng(9)), 64)  # 64 new samples arrive
     asyncio.run(resumed.train(store.view()))
     assert resumed.total_epochs == 5  # the epoch counter continues
-    assert all(torch.equal(at_first_step[0][k], loaded[k]) for k in loaded)  # training starts from the loaded weights
-    assert float(resumed._fit.optimizer.state[first]["step"]) == step_before + len(steps)  # and the loaded optimiser
+    # training starts from the loaded weights
+    assert all(torch.equal(at_first_step[0][k], loaded[k]) for k in loaded)
+    # and the loaded optimiser
+    assert float(resumed._fit.optimizer.state[first]["step"]) == step_before + len(steps)
     # the new samples took validation places, moving 64 older ones into training: all were used
     assert resumed.status()["samples_seen"] == 896 + 64
 
@@ -137,10 +156,12 @@ def test_k14_resume_continues_epochs_weights_and_optimizer(tmp_path: Path, monke
 def test_k13_plain_attribute_state_survives_copy_save_and_a_new_process(tmp_path: Path) -> None:
     spec = {"_target_": "tests.torch.estimator_helpers.BasisEmbedding", "components": 3}
     est = trained(GaussianPosterior, store_of(2048), max_epochs=1, embedding=spec)
-    basis = est._fit.best.embedding.net.basis  # a plain attribute, set during the first training forward
+    # a plain attribute, set during the first training forward
+    basis = est._fit.best.embedding.net.basis
     assert isinstance(basis, torch.Tensor) and basis is not est._fit.model.embedding.net.basis
     proposals = est.sample_proposal(256, {"x": X_O[None]})["value"]
-    assert np.all(proposals.std(0) < 0.8)  # the learned basis is used: far narrower than the prior (σ = 1)
+    # the learned basis is used: far narrower than the prior (σ = 1)
+    assert np.all(proposals.std(0) < 0.8)
     est.save(str(tmp_path))
     theta, x = pairs()
     np.savez(tmp_path / "pairs.npz", theta=theta, x=x)
@@ -156,7 +177,15 @@ def test_k13_plain_attribute_state_survives_copy_save_and_a_new_process(tmp_path
         np.save(sys.argv[1] + "/log_prob.npy", est.log_prob(data["theta"], {{"x": data["x"]}}))
     """)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    np.testing.assert_allclose(np.load(tmp_path / "log_prob.npy"), est.log_prob(theta, {"x": x}), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(
+        np.load(tmp_path / "log_prob.npy"), est.log_prob(theta, {"x": x}), rtol=0, atol=1e-6
+    )

@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+
 from kestrel_core import ConfigError, EstimatorError
 from kestrel_torch import Embedding, RunningNorm, build_embedding
 from kestrel_torch.embeddings import Concatenate, Flatten, SignalProjection
@@ -64,19 +65,31 @@ def test_input_order_and_scaffold_none_at_inference():
 def test_input_defaults_to_all_evidence_and_accepts_a_single_name():
     emb = build_embedding({"_target_": target(Recorder)}, ["x", "y"], ["mu"])
     assert emb.inputs == ("x", "y")
-    assert build_embedding({"_target_": target(Recorder), "_input_": "y"}, ["x", "y"]).inputs == ("y",)
+    assert build_embedding({"_target_": target(Recorder), "_input_": "y"}, ["x", "y"]).inputs == (
+        "y",
+    )
 
 
 def test_unknown_input_names_the_key_path():
     spec = {"_target_": target(Recorder), "_input_": ["x", "muu"]}
-    with pytest.raises(ConfigError, match=r"^estimator\.embedding\._input_\[1\]: 'muu' .*did you mean 'mu'"):
+    with pytest.raises(
+        ConfigError, match=r"^estimator\.embedding\._input_\[1\]: 'muu' .*did you mean 'mu'"
+    ):
         build_embedding(spec, ["x"], ["mu"])
-    with pytest.raises(ConfigError, match=r"estimator\.embedding\._input_\[0\]: expected a node name"):
+    with pytest.raises(
+        ConfigError, match=r"estimator\.embedding\._input_\[0\]: expected a node name"
+    ):
         build_embedding({"_target_": target(Recorder), "_input_": [3]}, ["x"])
     with pytest.raises(ConfigError, match=r"estimator\.embedding: missing '_target_'"):
         build_embedding({"_input_": ["x"]}, ["x"])
     with pytest.raises(ConfigError, match=r"estimator\.embedding\.inner\._input_"):
-        build_embedding({"_target_": target(Wrapped), "inner": {"_target_": target(Recorder), "_input_": ["x"]}}, ["x"])
+        build_embedding(
+            {
+                "_target_": target(Wrapped),
+                "inner": {"_target_": target(Recorder), "_input_": ["x"]},
+            },
+            ["x"],
+        )
 
 
 def test_nested_targets_are_instantiated():
@@ -94,7 +107,9 @@ def test_nested_targets_are_instantiated():
 
 
 def test_constructor_errors_keep_the_original_text():
-    message = r"estimator\.embedding\._target_: building .*Recorder.*unexpected keyword argument 'scal'"
+    message = (
+        r"estimator\.embedding\._target_: building .*Recorder.*unexpected keyword argument 'scal'"
+    )
     with pytest.raises(ConfigError, match=message):
         build_embedding({"_target_": target(Recorder), "scal": 2.0}, ["x"])
     with pytest.raises(ConfigError, match="expected a torch.nn.Module"):
@@ -113,7 +128,9 @@ def test_module_instance_is_fed_all_evidence():
 def test_k13_plain_attribute_state_survives_copies():
     emb = build_embedding({"_target_": target(BasisEmbedding), "_input_": ["x"], "k": 2}, ["x"])
     best = copy.deepcopy(emb)  # the best-model copy is taken before the basis exists
-    x = torch.randn(64, 5, dtype=torch.float64) * torch.tensor([5.0, 3.0, 0.1, 0.1, 0.1], dtype=torch.float64)
+    x = torch.randn(64, 5, dtype=torch.float64) * torch.tensor(
+        [5.0, 3.0, 0.1, 0.1, 0.1], dtype=torch.float64
+    )
     emb.train()
     emb({"x": x})
     assert emb.net.basis is not None and best.net.basis is None
@@ -140,10 +157,10 @@ def test_k13_extra_state_loads_in_a_new_process(tmp_path):
         import torch
         from kestrel_torch import build_embedding
         emb = build_embedding({spec!r}, ["x"])
-        emb.load_state_dict(torch.load({str(tmp_path / 'embedding.pt')!r}, weights_only=True, map_location="cpu"))
+        emb.load_state_dict(torch.load({str(tmp_path / "embedding.pt")!r}, weights_only=True, map_location="cpu"))
         emb.eval()
-        x = torch.load({str(tmp_path / 'x.pt')!r}, weights_only=True)
-        torch.save(emb({{"x": x}}), {str(tmp_path / 'out.pt')!r})
+        x = torch.load({str(tmp_path / "x.pt")!r}, weights_only=True)
+        torch.save(emb({{"x": x}}), {str(tmp_path / "out.pt")!r})
     """)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=120)
@@ -192,18 +209,26 @@ def test_signal_projection_learns_the_signal_subspace():
 
 def test_signal_projection_basis_is_stable_once_learned():
     gen = torch.Generator().manual_seed(1)
-    phi = torch.randn(50, 3, dtype=torch.float64, generator=gen) * torch.tensor([3.0, 2.0, 1.0], dtype=torch.float64)
+    phi = torch.randn(50, 3, dtype=torch.float64, generator=gen) * torch.tensor(
+        [3.0, 2.0, 1.0], dtype=torch.float64
+    )
     proj = SignalProjection(3, update_every=1)
     bases = []
     for _ in range(30):
         mu = torch.randn(128, 3, dtype=torch.float64, generator=gen) @ phi.T
         proj(mu, mu)
         bases.append(proj.basis.clone())
-    assert float((bases[-1] - bases[-2]).abs().max()) < 0.05, "refreshes must not flip or rotate the basis"
+    assert float((bases[-1] - bases[-2]).abs().max()) < 0.05, (
+        "refreshes must not flip or rotate the basis"
+    )
 
 
 def test_signal_projection_as_embedding_target_with_scaffold():
-    spec = {"_target_": "kestrel_torch.embeddings.SignalProjection", "_input_": ["x", "mu"], "n_components": 2}
+    spec = {
+        "_target_": "kestrel_torch.embeddings.SignalProjection",
+        "_input_": ["x", "mu"],
+        "n_components": 2,
+    }
     emb = build_embedding(spec, ["x"], ["mu"])
     x = torch.randn(16, 10, dtype=torch.float64)
     assert emb({"x": x, "mu": x}).shape == (16, 2)

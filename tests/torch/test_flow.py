@@ -6,6 +6,7 @@ import asyncio
 
 import numpy as np
 import pytest
+
 from kestrel_core import EstimatorContext, InMemoryStore, Product
 from kestrel_torch import FlowPosterior
 
@@ -14,13 +15,26 @@ from .estimator_helpers import one_thread  # noqa: F401 (fixture)
 PRIOR = Product([["uniform", -1.0, 1.0]] * 2)
 SIGMA = 0.1  # x = θ + N(0, σ² I): away from the bounds the posterior is N(x_o, σ² I)
 X_O = np.array([0.3, -0.2])
-CONFIG = {"max_epochs": 60, "early_stop_patience": 60, "transforms": 2, "hidden_features": (32, 32), "lr": 3e-3, "num_atoms": 10}
+CONFIG = {
+    "max_epochs": 60,
+    "early_stop_patience": 60,
+    "transforms": 2,
+    "hidden_features": (32, 32),
+    "lr": 3e-3,
+    "num_atoms": 10,
+}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def block(theta: np.ndarray, log_prob: np.ndarray, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    return {"theta.value": theta, "theta.log_prob": log_prob, "x.value": theta + SIGMA * rng.normal(size=theta.shape)}
+def block(
+    theta: np.ndarray, log_prob: np.ndarray, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    return {
+        "theta.value": theta,
+        "theta.log_prob": log_prob,
+        "x.value": theta + SIGMA * rng.normal(size=theta.shape),
+    }
 
 
 def train(blocks: list[dict[str, np.ndarray]], seed: int = 0) -> FlowPosterior:
@@ -91,6 +105,7 @@ def test_correction_with_a_buffer_half_from_a_narrow_proposal() -> None:
 
 def test_atomic_loss_contrasts_each_row_with_other_rows() -> None:
     import torch
+
     from kestrel_torch._flow import FlowHead, atomic_loss
 
     torch.manual_seed(0)
@@ -104,10 +119,15 @@ def test_atomic_loss_contrasts_each_row_with_other_rows() -> None:
     assert bool((loss >= 0).all())  # −log of a softmax entry
     # two atoms per row: the loss is log(1 + q(z_j|s_i)π(z_i) / (q(z_i|s_i)π(z_j))) with j another row
     two, _ = atomic_loss(head, z, ctx, 2, torch.Generator().manual_seed(2))
-    logits = head.log_q(z[None].expand(16, 16, 2).transpose(0, 1), ctx) + 0.5 * (z * z).sum(-1)[:, None]  # [j, i]
+    # [j, i]
+    logits = (
+        head.log_q(z[None].expand(16, 16, 2).transpose(0, 1), ctx) + 0.5 * (z * z).sum(-1)[:, None]
+    )
     own = torch.diagonal(logits)
     others = [torch.logaddexp(own, logits[j]) - own for j in range(16)]
-    assert all(any(torch.isclose(two[i], o[i]) for j, o in enumerate(others) if j != i) for i in range(16))
+    assert all(
+        any(torch.isclose(two[i], o[i]) for j, o in enumerate(others) if j != i) for i in range(16)
+    )
     # a single row has no other row to contrast with: the plain negative log density
     one, _ = atomic_loss(head, z[:1], ctx[:1], 10)
     assert torch.allclose(one, -head.log_q(z[:1], ctx[:1]))

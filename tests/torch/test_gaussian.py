@@ -7,6 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 import torch
+
 from kestrel_core import EstimatorContext, EstimatorError, InMemoryStore, Product
 from kestrel_torch import GaussianPosterior
 from kestrel_torch._correction import gaussian_posterior
@@ -34,14 +35,22 @@ def trained(one_thread: None) -> GaussianPosterior:  # noqa: F811 (fixture argum
     return trained_on([LG.prior_block(4096, np.random.default_rng(100))])
 
 
-def check_gaussian(values: np.ndarray, mean: np.ndarray, cov: np.ndarray, *, mean_tol: float = 0.1,
-                   sd_tol: float = 0.1) -> None:
+def check_gaussian(
+    values: np.ndarray,
+    mean: np.ndarray,
+    cov: np.ndarray,
+    *,
+    mean_tol: float = 0.1,
+    sd_tol: float = 0.1,
+) -> None:
     """Sample mean within ``mean_tol`` σ, σ within ``sd_tol``, correlations within 0.1."""
     sd = np.sqrt(np.diag(cov))
     m, c = values.mean(0), np.cov(values.T)
     assert np.all(np.abs(m - mean) <= mean_tol * sd), (m - mean) / sd
     assert np.all(np.abs(np.sqrt(np.diag(c)) / sd - 1.0) <= sd_tol), np.sqrt(np.diag(c)) / sd
-    assert np.allclose(c / np.outer(np.sqrt(np.diag(c)), np.sqrt(np.diag(c))), cov / np.outer(sd, sd), atol=0.1)
+    assert np.allclose(
+        c / np.outer(np.sqrt(np.diag(c)), np.sqrt(np.diag(c))), cov / np.outer(sd, sd), atol=0.1
+    )
 
 
 def check_log_prob(record: dict[str, np.ndarray]) -> None:
@@ -58,8 +67,12 @@ def test_recovers_the_linear_gaussian_posterior(trained: GaussianPosterior) -> N
     check_gaussian(rec["value"], LG.mean(X_O), LG.cov)
     check_log_prob(rec)
     # log_prob() evaluates the same density the sampler reports
-    np.testing.assert_allclose(trained.log_prob(rec["value"][:64], {"x": X_O[None]}), rec["log_prob"][:64], rtol=0,
-                               atol=1e-8)
+    np.testing.assert_allclose(
+        trained.log_prob(rec["value"][:64], {"x": X_O[None]}),
+        rec["log_prob"][:64],
+        rtol=0,
+        atol=1e-8,
+    )
 
 
 def test_proposal_is_the_analytic_tempered_posterior(trained: GaussianPosterior) -> None:
@@ -68,7 +81,8 @@ def test_proposal_is_the_analytic_tempered_posterior(trained: GaussianPosterior)
     rec = trained.sample_proposal(20000, {"x": X_O[None]})
     check_gaussian(rec["value"], mean, cov)
     check_log_prob(rec)
-    assert np.all(np.sqrt(np.diag(cov)) > SD)  # the oracle: wider than the posterior, narrower than the prior
+    # the oracle: wider than the posterior, narrower than the prior
+    assert np.all(np.sqrt(np.diag(cov)) > SD)
     assert np.all(np.sqrt(np.diag(cov)) < 1.0)
 
 
@@ -85,8 +99,13 @@ def test_correction_with_a_buffer_half_from_a_narrow_proposal() -> None:
 def test_closed_form_tempering_matches_brute_force() -> None:
     # π · (q / r)^γ on a grid in 1-D, against the closed form
     mean_q, var_q, m_r, var_r, gamma = 0.7, 0.04, 0.3, 0.5, 0.4
-    f = gaussian_posterior(torch.tensor([[mean_q]], dtype=torch.float64), torch.tensor([[var_q]], dtype=torch.float64),
-                           torch.tensor([m_r], dtype=torch.float64), torch.tensor([[var_r]], dtype=torch.float64), gamma)
+    f = gaussian_posterior(
+        torch.tensor([[mean_q]], dtype=torch.float64),
+        torch.tensor([[var_q]], dtype=torch.float64),
+        torch.tensor([m_r], dtype=torch.float64),
+        torch.tensor([[var_r]], dtype=torch.float64),
+        gamma,
+    )
     z = np.linspace(-4, 4, 40001)
     log_t = -0.5 * z**2 + gamma * (-0.5 * (z - mean_q) ** 2 / var_q + 0.5 * (z - m_r) ** 2 / var_r)
     w = np.exp(log_t - log_t.max())
@@ -95,15 +114,21 @@ def test_closed_form_tempering_matches_brute_force() -> None:
     assert float(f.mean[0, 0]) == pytest.approx(mean, abs=1e-6)
     assert float(f.covariance[0, 0]) == pytest.approx((w * (z - mean) ** 2).sum(), rel=1e-5)
     log_p = f.log_prob(torch.tensor(z[::4000, None])).numpy()
-    expected = -0.5 * (z[::4000] - mean) ** 2 / float(f.covariance[0, 0]) - 0.5 * np.log(2 * np.pi * float(f.covariance[0, 0]))
+    expected = -0.5 * (z[::4000] - mean) ** 2 / float(f.covariance[0, 0]) - 0.5 * np.log(
+        2 * np.pi * float(f.covariance[0, 0])
+    )
     np.testing.assert_allclose(log_p, expected, atol=1e-9)
 
 
 def test_non_informative_direction_is_clipped_and_reported() -> None:
     # q wider than r in the second direction: no information there, so the prior is kept
-    f = gaussian_posterior(torch.tensor([[0.5, 3.0]], dtype=torch.float64),
-                           torch.diag(torch.tensor([0.01, 2.0], dtype=torch.float64)),
-                           torch.zeros(2, dtype=torch.float64), torch.eye(2, dtype=torch.float64), 1.0)
+    f = gaussian_posterior(
+        torch.tensor([[0.5, 3.0]], dtype=torch.float64),
+        torch.diag(torch.tensor([0.01, 2.0], dtype=torch.float64)),
+        torch.zeros(2, dtype=torch.float64),
+        torch.eye(2, dtype=torch.float64),
+        1.0,
+    )
     assert f.clipped == 1
     assert float(f.covariance[1, 1]) == pytest.approx(1.0)
     assert float(f.mean[0, 1]) == pytest.approx(0.0, abs=1e-12)
@@ -113,20 +138,31 @@ def test_non_informative_direction_is_clipped_and_reported() -> None:
 def test_broadcast_and_per_sample_conditions_agree(trained: GaussianPosterior) -> None:
     theta = trained.sample_posterior(256, {"x": X_O[None]})["value"]
     broadcast = trained.log_prob(theta, {"x": X_O[None]})
-    np.testing.assert_allclose(trained.log_prob(theta, {"x": np.repeat(X_O[None], 256, 0)}), broadcast, atol=1e-9)
-    np.testing.assert_allclose(trained.log_prob(theta, {"x": np.broadcast_to(X_O, (256, 5))}), broadcast, atol=1e-9)
+    np.testing.assert_allclose(
+        trained.log_prob(theta, {"x": np.repeat(X_O[None], 256, 0)}), broadcast, atol=1e-9
+    )
+    np.testing.assert_allclose(
+        trained.log_prob(theta, {"x": np.broadcast_to(X_O, (256, 5))}), broadcast, atol=1e-9
+    )
     # n = 1 draws from the same distribution as n = 256
-    one = np.concatenate([trained.sample_posterior(1, {"x": X_O[None]})["value"] for _ in range(200)])
+    one = np.concatenate(
+        [trained.sample_posterior(1, {"x": X_O[None]})["value"] for _ in range(200)]
+    )
     assert np.all(np.abs(one.mean(0) - LG.mean(X_O)) < 0.35 * SD)
     assert trained.sample_posterior(0, {"x": X_O[None]})["value"].shape == (0, 3)
 
 
 def test_condition_errors_name_the_condition(trained: GaussianPosterior) -> None:
-    with pytest.raises(EstimatorError, match=r"condition 'x' has leading dimension 5; expected 1 \(broadcast\) or 100"):
+    with pytest.raises(
+        EstimatorError,
+        match=r"condition 'x' has leading dimension 5; expected 1 \(broadcast\) or 100",
+    ):
         trained.sample_posterior(100, {"x": np.zeros((5, 5))})
     with pytest.raises(EstimatorError, match=r"condition 'x' is missing"):
         trained.sample_posterior(10, {"y": np.zeros((1, 5))})
-    with pytest.raises(EstimatorError, match=r"condition 'x' has shape \(1, 4\); expected \(1, 5\)"):
+    with pytest.raises(
+        EstimatorError, match=r"condition 'x' has shape \(1, 4\); expected \(1, 5\)"
+    ):
         trained.sample_posterior(10, {"x": np.zeros((1, 4))})
 
 
@@ -168,7 +204,9 @@ def test_float64_precision_of_a_narrow_posterior() -> None:
     rng = np.random.default_rng(4)
     n = 4096
     z = z_o + 10 * post_sd * rng.normal(size=(n, 3))
-    log_q = (-0.5 * ((z - z_o) / (10 * post_sd)) ** 2 - np.log(10 * post_sd) - 0.5 * np.log(2 * np.pi)).sum(1)
+    log_q = (
+        -0.5 * ((z - z_o) / (10 * post_sd)) ** 2 - np.log(10 * post_sd) - 0.5 * np.log(2 * np.pi)
+    ).sum(1)
     x = np.exp(z) + sigma * rng.normal(size=(n, 3))
     store = InMemoryStore(min_samples=0, max_samples=n, validation_samples=256)
     store.append({"z.value": z, "z.log_prob": log_q, "x.value": x}, n)
@@ -176,5 +214,7 @@ def test_float64_precision_of_a_narrow_posterior() -> None:
     est.setup(EstimatorContext(node="z", prior=prior, evidence=("x",), seed=0))
     asyncio.run(est.train(store.view()))
     values = est.sample_posterior(20000, {"x": x_o[None]})["value"]
-    assert np.all(np.abs(values.mean(0) - np.log(x_o)) < 0.2 * post_sd), (values.mean(0) - np.log(x_o)) / post_sd
+    assert np.all(np.abs(values.mean(0) - np.log(x_o)) < 0.2 * post_sd), (
+        values.mean(0) - np.log(x_o)
+    ) / post_sd
     assert np.all(np.abs(values.std(0) / post_sd - 1.0) < 0.15), values.std(0) / post_sd

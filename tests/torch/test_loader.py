@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import torch
+
 from kestrel_core import TRAINABLE, ConfigError, EstimatorError, Status, StoreError
 
 from .torchtest_helpers import KEYS, GatedView, ScriptedView, append, refresh, stored, trace
@@ -110,18 +111,33 @@ def test_batch_rows_match_their_ids(make_store, open_loader, device):
     assert set(batch.ids.tolist()) <= set(loader.ids.tolist())
     assert len(set(batch.ids.tolist())) == loader.count, "256 uniform draws from 8 rows miss none"
 
-    draw = [loader.sample_batch(16, generator=torch.Generator(device).manual_seed(3)).ids for _ in range(2)]
+    draw = [
+        loader.sample_batch(16, generator=torch.Generator(device).manual_seed(3)).ids
+        for _ in range(2)
+    ]
     np.testing.assert_array_equal(*draw)
 
 
 def test_k01_log_prob_shapes_normalised_to_float64_vector(open_loader, device):
-    values = [np.float64(-1.0), np.array(-2.0), np.float64(-3.0), np.array(-4.0)]  # scalars and 0-d arrays
+    # scalars and 0-d arrays
+    values = [
+        np.float64(-1.0),
+        np.array(-2.0),
+        np.float64(-3.0),
+        np.array(-4.0),
+    ]
     x = np.arange(8, dtype=np.float64).reshape(4, 2)
-    view = ScriptedView([
-        (range(4), range(4), {"theta.log_prob": np.array(values), "x.value": x}),
-        (range(8), range(4, 8), {"theta.log_prob": np.array([[-5.0], [-6.0], [-7.0], [-8.0]]), "x.value": x + 8}),
-        (range(8), [], {"theta.log_prob": np.zeros(0), "x.value": x[:0]}),
-    ])
+    view = ScriptedView(
+        [
+            (range(4), range(4), {"theta.log_prob": np.array(values), "x.value": x}),
+            (
+                range(8),
+                range(4, 8),
+                {"theta.log_prob": np.array([[-5.0], [-6.0], [-7.0], [-8.0]]), "x.value": x + 8},
+            ),
+            (range(8), [], {"theta.log_prob": np.zeros(0), "x.value": x[:0]}),
+        ]
+    )
     loader = open_loader(view, ["theta.log_prob", "x.value"], device=device)
     loader.sync()
     batch = loader.sample_batch(4)
@@ -134,7 +150,9 @@ def test_k01_log_prob_shapes_normalised_to_float64_vector(open_loader, device):
 
     bad = ScriptedView([(range(4), range(4), {"theta.log_prob": np.zeros((4, 2)), "x.value": x})])
     loader = open_loader(bad, ["theta.log_prob", "x.value"], device=device)
-    with pytest.raises(StoreError, match=r"'theta.log_prob' has per-sample shape \(2,\), expected \(\) or \(1,\)"):
+    with pytest.raises(
+        StoreError, match=r"'theta.log_prob' has per-sample shape \(2,\), expected \(\) or \(1,\)"
+    ):
         loader.sync()
 
 
@@ -150,14 +168,18 @@ def test_k01_log_prob_stored_as_column(make_store, open_loader):
 
 
 def test_shape_change_names_key_and_both_shapes(open_loader):
-    view = ScriptedView([
-        (range(2), range(2), {"x.value": np.zeros((2, 3))}),
-        (range(4), [2, 3], {"x.value": np.zeros((2, 4))}),
-        (range(4), [], {"x.value": np.zeros((0, 4))}),
-    ])
+    view = ScriptedView(
+        [
+            (range(2), range(2), {"x.value": np.zeros((2, 3))}),
+            (range(4), [2, 3], {"x.value": np.zeros((2, 4))}),
+            (range(4), [], {"x.value": np.zeros((0, 4))}),
+        ]
+    )
     loader = open_loader(view, ["x.value"])
     loader.sync()
-    with pytest.raises(StoreError, match=r"'x.value' arrived with per-sample shape \(4,\), the cache holds \(3,\)"):
+    with pytest.raises(
+        StoreError, match=r"'x.value' arrived with per-sample shape \(4,\), the cache holds \(3,\)"
+    ):
         refresh(loader)
 
 
@@ -210,18 +232,21 @@ def test_k04_dtype_change_keeps_the_wider_dtype(make_store, open_loader, device,
     check_matches_store(loader, store)
     append(store, 4, dtype=second)
     append(store, 4, dtype=first)
-    refresh(loader)  # reported once per key: a second change warns no more (warnings are errors here)
+    # reported once per key: a second change warns no more (warnings are errors here)
+    refresh(loader)
     check_matches_store(loader, store)
 
 
 def test_k04_theta_float64_never_downcast(open_loader):
     theta32 = np.arange(8, dtype=np.float32).reshape(4, 2)
     theta64 = np.array([[1e-9, 1 + 1e-12]] * 4)  # not representable in float32
-    view = ScriptedView([
-        (range(4), range(4), {"theta.value": theta32}),
-        (range(8), range(4, 8), {"theta.value": theta64}),
-        (range(8), [], {"theta.value": theta64[:0]}),
-    ])
+    view = ScriptedView(
+        [
+            (range(4), range(4), {"theta.value": theta32}),
+            (range(8), range(4, 8), {"theta.value": theta64}),
+            (range(8), [], {"theta.value": theta64[:0]}),
+        ]
+    )
     loader = open_loader(view, ["theta.value"])
     loader.sync()
     with pytest.warns(UserWarning, match="'theta.value'"):

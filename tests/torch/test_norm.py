@@ -7,8 +7,9 @@ import copy
 import numpy as np
 import pytest
 import torch
-from kestrel_torch import RunningNorm
 from torch import nn
+
+from kestrel_torch import RunningNorm
 
 
 def mixture_stats(batches, momentum):
@@ -53,7 +54,9 @@ def test_fresh_module_in_eval_mode_is_identity_and_stateless():
 
 
 def test_non_finite_rows_left_out():
-    x = torch.tensor([[1.0, 2.0], [3.0, 4.0], [float("nan"), 0.0], [float("inf"), 1.0]], dtype=torch.float64)
+    x = torch.tensor(
+        [[1.0, 2.0], [3.0, 4.0], [float("nan"), 0.0], [float("inf"), 1.0]], dtype=torch.float64
+    )
     norm = RunningNorm(momentum=1.0)
     norm(x)
     torch.testing.assert_close(norm.mean, torch.tensor([2.0, 3.0], dtype=torch.float64))
@@ -71,7 +74,7 @@ def test_k21_validation_changes_nothing_and_no_gradient_through_statistics():
     train_x = torch.randn(64, 3) * 4 + 1
     model(train_x)  # fit the statistics
     val_x, val_y = torch.randn(32, 3) * 4 + 1, torch.randn(32, 1)
-    snapshot = copy.deepcopy(model.state_dict())
+    before = copy.deepcopy(model.state_dict())
 
     model.eval()
     with torch.no_grad():
@@ -79,14 +82,14 @@ def test_k21_validation_changes_nothing_and_no_gradient_through_statistics():
         loss2 = nn.functional.mse_loss(model(val_x), val_y)
     assert loss1.item() == loss2.item()
     for key, value in model.state_dict().items():
-        assert torch.equal(value, snapshot[key]), f"validation changed {key}"
+        assert torch.equal(value, before[key]), f"validation changed {key}"
 
     model.train()
     optimiser = torch.optim.SGD(model.parameters(), lr=0.1)
     optimiser.zero_grad()
     nn.functional.mse_loss(model(train_x + 1.0), torch.zeros(64, 1)).backward()
     optimiser.step()
-    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, snapshot[k])}
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
     assert changed == {"0.mean", "0.var", "0.count", "1.weight", "1.bias"}
     assert not any(t.requires_grad for t in model[0].buffers())
 

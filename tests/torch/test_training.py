@@ -10,9 +10,16 @@ import math
 import numpy as np
 import pytest
 import torch
-from kestrel_core import ConfigError, EstimatorContext, EstimatorError, InMemoryStore, Product, Status
-from kestrel_torch import FlowPosterior, GaussianPosterior, RunningNorm
-from kestrel_torch import _fit
+
+from kestrel_core import (
+    ConfigError,
+    EstimatorContext,
+    EstimatorError,
+    InMemoryStore,
+    Product,
+    Status,
+)
+from kestrel_torch import FlowPosterior, GaussianPosterior, RunningNorm, _fit
 from kestrel_torch._loss import NPELoss
 
 from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
@@ -20,9 +27,24 @@ from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa:
 LG = LinearGaussian.make()
 X_O = LG.simulate(np.array([[0.3, -0.5, 0.8]]), np.random.default_rng(2))[0]
 
-BRIEF_KEYS = {"max_epochs", "batch_size", "lr", "early_stop_patience", "lr_decay_factor", "lr_patience", "min_lr",
-              "prior_epochs", "gamma", "cache_sync_every", "max_cache_samples", "discard_samples",
-              "log_ratio_threshold", "embedding", "device", "seed"}
+BRIEF_KEYS = {
+    "max_epochs",
+    "batch_size",
+    "lr",
+    "early_stop_patience",
+    "lr_decay_factor",
+    "lr_patience",
+    "min_lr",
+    "prior_epochs",
+    "gamma",
+    "cache_sync_every",
+    "max_cache_samples",
+    "discard_samples",
+    "log_ratio_threshold",
+    "embedding",
+    "device",
+    "seed",
+}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -38,7 +60,10 @@ def make(cls=GaussianPosterior, **kwargs):
 
 
 def test_unknown_keyword_is_a_type_error_with_a_suggestion() -> None:
-    with pytest.raises(TypeError, match=r"GaussianPosterior: unknown keyword argument 'max_epoch' \(did you mean 'max_epochs'\?\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"GaussianPosterior: unknown keyword argument 'max_epoch' \(did you mean 'max_epochs'\?\)",
+    ):
         GaussianPosterior(max_epoch=3)
     with pytest.raises(TypeError, match=r"did you mean 'num_atoms'"):
         FlowPosterior(num_atom=3)
@@ -46,13 +71,23 @@ def test_unknown_keyword_is_a_type_error_with_a_suggestion() -> None:
         GaussianPosterior(bins=3)  # a FlowPosterior keyword
 
 
-@pytest.mark.parametrize("cls, kwargs", [
-    (GaussianPosterior, {"lr": -1.0}), (GaussianPosterior, {"batch_size": 0}), (GaussianPosterior, {"gamma": "x"}),
-    (GaussianPosterior, {"lr_decay_factor": 1.5}), (GaussianPosterior, {"max_epochs": 2.5}),
-    (GaussianPosterior, {"discard_samples": "yes"}), (GaussianPosterior, {"hidden_dim": 0}),
-    (GaussianPosterior, {"momentum": 0.0}), (FlowPosterior, {"hidden_features": []}),
-    (FlowPosterior, {"num_atoms": 1}), (GaussianPosterior, {"min_lr": 1.0}), (FlowPosterior, {"lr": math.nan}),
-])
+@pytest.mark.parametrize(
+    "cls, kwargs",
+    [
+        (GaussianPosterior, {"lr": -1.0}),
+        (GaussianPosterior, {"batch_size": 0}),
+        (GaussianPosterior, {"gamma": "x"}),
+        (GaussianPosterior, {"lr_decay_factor": 1.5}),
+        (GaussianPosterior, {"max_epochs": 2.5}),
+        (GaussianPosterior, {"discard_samples": "yes"}),
+        (GaussianPosterior, {"hidden_dim": 0}),
+        (GaussianPosterior, {"momentum": 0.0}),
+        (FlowPosterior, {"hidden_features": []}),
+        (FlowPosterior, {"num_atoms": 1}),
+        (GaussianPosterior, {"min_lr": 1.0}),
+        (FlowPosterior, {"lr": math.nan}),
+    ],
+)
 def test_bad_values_raise_a_config_error_naming_the_keyword(cls, kwargs) -> None:
     with pytest.raises(ConfigError, match=f"{cls.__name__}\\({next(iter(kwargs))}="):
         cls(**kwargs)
@@ -62,9 +97,23 @@ def test_defaults() -> None:
     gauss, flow = GaussianPosterior(), FlowPosterior()
     assert BRIEF_KEYS <= set(gauss.config) and BRIEF_KEYS <= set(flow.config)
     assert gauss.config["lr"] == 1e-2 and flow.config["lr"] == 1e-3
-    assert {"hidden_dim": 128, "num_layers": 3, "momentum": 0.01, "min_var": 1e-20}.items() <= gauss.config.items()
-    assert {"transforms": 3, "hidden_features": (64, 64), "bins": 8, "num_atoms": 10}.items() <= flow.config.items()
-    assert gauss.config["max_epochs"] == 100 and gauss.config["lr_decay_factor"] == 1.0 and gauss.config["gamma"] == 0.5
+    assert {
+        "hidden_dim": 128,
+        "num_layers": 3,
+        "momentum": 0.01,
+        "min_var": 1e-20,
+    }.items() <= gauss.config.items()
+    assert {
+        "transforms": 3,
+        "hidden_features": (64, 64),
+        "bins": 8,
+        "num_atoms": 10,
+    }.items() <= flow.config.items()
+    assert (
+        gauss.config["max_epochs"] == 100
+        and gauss.config["lr_decay_factor"] == 1.0
+        and gauss.config["gamma"] == 0.5
+    )
 
 
 def test_options_are_normalised_once_and_frozen() -> None:
@@ -108,7 +157,8 @@ def test_request_stop_ends_training_after_the_current_step(monkeypatch: pytest.M
     assert len(steps) == 5
     assert est.status()["state"] == "stopped" and est.total_epochs == 1
     est.options = dataclasses.replace(est.options, max_epochs=2)
-    asyncio.run(est.train(small_store().view()))  # the stop request does not outlive the run it ended
+    # the stop request does not outlive the run it ended
+    asyncio.run(est.train(small_store().view()))
     assert est.status()["state"] == "done" and est.total_epochs == 3
 
 
@@ -151,7 +201,10 @@ def test_k21_validation_changes_no_state() -> None:
         train.sync()
         model = est._fit.model
         before = copy.deepcopy(model.state_dict())
-        first, second = est._loss.evaluate(model, val), est._loss.evaluate(model, val)
+        first, second = (
+            est._binding.loss.evaluate(model, val),
+            est._binding.loss.evaluate(model, val),
+        )
         assert first == second and math.isfinite(first)
         after = model.state_dict()
         assert all(torch.equal(before[k], after[k]) for k in before)
@@ -160,7 +213,9 @@ def test_k21_validation_changes_no_state() -> None:
         est._train_step(train.sample_batch(128))
         changed = model.state_dict()
         assert not torch.equal(before["embedding.net.mean"], changed["embedding.net.mean"])
-        assert any(not torch.equal(before[k], changed[k]) for k in before if k.startswith("head.net"))
+        assert any(
+            not torch.equal(before[k], changed[k]) for k in before if k.startswith("head.net")
+        )
         assert all(b.grad is None for b in model.buffers())
     finally:
         val.close()
@@ -175,7 +230,9 @@ def test_k09_non_finite_rows_are_left_out() -> None:
     x[rng.random(1024) < 0.2] = np.nan
     x[7, 1] = np.inf
     store = InMemoryStore(min_samples=0, max_samples=1024, validation_samples=128)
-    store.append({"theta.value": theta, "theta.log_prob": prior.log_prob(theta), "x.value": x}, 1024)
+    store.append(
+        {"theta.value": theta, "theta.log_prob": prior.log_prob(theta), "x.value": x}, 1024
+    )
     est = GaussianPosterior(max_epochs=1, seed=0)
     est.setup(EstimatorContext(node="theta", prior=prior, evidence=("x",)))
     asyncio.run(est.train(store.view()))
@@ -188,7 +245,9 @@ def test_k09_non_finite_rows_are_left_out() -> None:
 
     x[:] = np.nan
     store = InMemoryStore(min_samples=0, max_samples=1024, validation_samples=0)
-    store.append({"theta.value": theta, "theta.log_prob": prior.log_prob(theta), "x.value": x}, 1024)
+    store.append(
+        {"theta.value": theta, "theta.log_prob": prior.log_prob(theta), "x.value": x}, 1024
+    )
     est = GaussianPosterior(max_epochs=1, seed=0)
     est.setup(EstimatorContext(node="theta", prior=prior, evidence=("x",)))
     with pytest.raises(EstimatorError, match=r"node 'theta': no usable training row"):
@@ -198,7 +257,8 @@ def test_k09_non_finite_rows_are_left_out() -> None:
 
 def test_discard_marks_samples_below_the_log_ratio_threshold() -> None:
     store = small_store()
-    est = make(max_epochs=1, discard_samples=True)  # threshold -20: prior draws are not that unlikely
+    # threshold -20: prior draws are not that unlikely
+    est = make(max_epochs=1, discard_samples=True)
     asyncio.run(est.train(store.view()))
     assert est.status()["discarded"] == 0 and store.stats()["disfavoured"] == 0
     est = make(max_epochs=1, discard_samples=True, log_ratio_threshold=1e9)  # every sample is below
@@ -218,7 +278,9 @@ def test_early_stopping_and_lr_decay(monkeypatch: pytest.MonkeyPatch) -> None:
     assert est.total_epochs == 3 and est.status()["lr"] == 1e-2
     # min_lr floors the decay: a learning rate near zero would freeze the weights while the
     # running statistics keep following the buffer
-    est = make(max_epochs=50, early_stop_patience=8, lr_decay_factor=0.1, lr_patience=0, min_lr=2e-4)
+    est = make(
+        max_epochs=50, early_stop_patience=8, lr_decay_factor=0.1, lr_patience=0, min_lr=2e-4
+    )
     asyncio.run(est.train(small_store().view()))
     assert est.total_epochs == 9 and est.status()["lr"] == pytest.approx(2e-4)
 
@@ -244,13 +306,13 @@ def test_the_best_model_is_kept_while_training_continues(monkeypatch: pytest.Mon
 
     est._fit.keep_best = recording_keep_best  # type: ignore[method-assign]
     states = []
-    refit = est._loss.refit
+    refit = est._binding.loss.refit
 
     def recording(model, loader):
         refit(model, loader)
         states.append(copy.deepcopy(model.state_dict()))
 
-    est._loss.refit = recording  # type: ignore[method-assign]
+    est._binding.loss.refit = recording  # type: ignore[method-assign]
     asyncio.run(est.train(small_store().view()))
     best = est._fit.best.state_dict()
     assert all(torch.equal(best[k], states[1][k]) for k in best)  # epoch 2 had the lowest loss
@@ -282,8 +344,16 @@ def test_public_names() -> None:
     import kestrel_torch
 
     assert kestrel_torch.__all__ == [
-        "__version__", "Batch", "CachedDataLoader", "RunningNorm", "Embedding", "build_embedding", "embeddings",
-        "StepwiseEstimator", "GaussianPosterior", "FlowPosterior",
+        "__version__",
+        "Batch",
+        "CachedDataLoader",
+        "RunningNorm",
+        "Embedding",
+        "build_embedding",
+        "embeddings",
+        "StepwiseEstimator",
+        "GaussianPosterior",
+        "FlowPosterior",
     ]
     for name in kestrel_torch.__all__:
         assert hasattr(kestrel_torch, name), name

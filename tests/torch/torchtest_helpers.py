@@ -7,13 +7,16 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-from kestrel_core import Fetch
 from torch import nn
+
+from kestrel_core import Fetch
 
 KEYS = ("theta.value", "theta.log_prob", "x.value")
 
 
-def trace(n: int, start: float = 0.0, *, d: int = 3, dtype: type = np.float64) -> dict[str, np.ndarray]:
+def trace(
+    n: int, start: float = 0.0, *, d: int = 3, dtype: type = np.float64
+) -> dict[str, np.ndarray]:
     """A block of ``n`` samples whose values encode their row: ``x.value[i, 0] == start + i``."""
     base = (start + np.arange(n, dtype=np.float64))[:, None]
     return {
@@ -38,22 +41,33 @@ class ScriptedView:
     last, the same active ids again with no new ids. Records every ``held_ids`` and ``discard`` call.
     """
 
-    def __init__(self, fetches: Sequence[tuple[Sequence[int], Sequence[int], dict[str, np.ndarray]]],
-                 stats: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        fetches: Sequence[tuple[Sequence[int], Sequence[int], dict[str, np.ndarray]]],
+        stats: dict[str, int] | None = None,
+    ) -> None:
         self._fetches = list(fetches)
         self._next = 0
         self._stats = stats or {}
         self.held: list[np.ndarray] = []
         self.discarded: list[np.ndarray] = []
 
-    def fetch(self, statuses: Sequence[int], keys: Sequence[str], *, max_samples: int = 0,
-              held_ids: np.ndarray | None = None) -> Fetch:
+    def fetch(
+        self,
+        statuses: Sequence[int],
+        keys: Sequence[str],
+        *,
+        max_samples: int = 0,
+        held_ids: np.ndarray | None = None,
+    ) -> Fetch:
         self.held.append(np.asarray(held_ids if held_ids is not None else [], dtype=np.int64))
         active, new, arrays = self._fetches[min(self._next, len(self._fetches) - 1)]
         if self._next >= len(self._fetches):
             new, arrays = [], {k: v[:0] for k, v in arrays.items()}
         self._next += 1
-        return Fetch(np.asarray(active, dtype=np.int64), np.asarray(new, dtype=np.int64), dict(arrays))
+        return Fetch(
+            np.asarray(active, dtype=np.int64), np.asarray(new, dtype=np.int64), dict(arrays)
+        )
 
     def discard(self, ids: Sequence[int] | np.ndarray) -> None:
         self.discarded.append(np.asarray(ids))
@@ -66,7 +80,9 @@ class GatedView:
     """Wraps a view; fetch call number ``gate_from`` and later ones wait for ``gate`` (an Event),
     call number ``fail_on`` raises ``RuntimeError("fetch failed on purpose")``. Calls count from 1."""
 
-    def __init__(self, view: object, *, gate_from: int | None = None, fail_on: int | None = None) -> None:
+    def __init__(
+        self, view: object, *, gate_from: int | None = None, fail_on: int | None = None
+    ) -> None:
         self.view = view
         self.gate = threading.Event()
         self.gate_from = gate_from
@@ -98,7 +114,9 @@ def refresh(loader: object) -> None:
     loader.sync(wait=True)  # type: ignore[attr-defined]
 
 
-def stored(store: object, keys: Sequence[str], statuses: Sequence[int]) -> dict[int, dict[str, np.ndarray]]:
+def stored(
+    store: object, keys: Sequence[str], statuses: Sequence[int]
+) -> dict[int, dict[str, np.ndarray]]:
     """The store's live samples in ``statuses``: id → {key: per-sample array}."""
     fetched = store.view().fetch(statuses, keys)  # type: ignore[attr-defined]
     return {int(i): {k: fetched.arrays[k][r] for k in keys} for r, i in enumerate(fetched.new_ids)}
@@ -146,8 +164,12 @@ class BasisEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and self.basis is None:
-            self.basis = torch.linalg.svd(x.detach(), full_matrices=False).Vh[: self.k].T.contiguous()
-        basis = self.basis if self.basis is not None else torch.eye(x.shape[1], self.k, dtype=x.dtype)
+            self.basis = (
+                torch.linalg.svd(x.detach(), full_matrices=False).Vh[: self.k].T.contiguous()
+            )
+        basis = (
+            self.basis if self.basis is not None else torch.eye(x.shape[1], self.k, dtype=x.dtype)
+        )
         return self.linear(x @ basis)
 
     def get_extra_state(self) -> dict:

@@ -22,8 +22,8 @@ from . import embeddings
 from .__about__ import __version__
 from ._batch import Batch
 from ._embedding import Embedding, build_embedding
-from ._loader import CachedDataLoader
-from ._norm import RunningNorm
+from ._estimator import StepwiseEstimator
 from ._flow import FlowPosterior
 from ._gaussian import GaussianPosterior
-from ._estimator import StepwiseEstimator
+from ._loader import CachedDataLoader
+from ._norm import RunningNorm

@@ -6,6 +6,7 @@ from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 
 import numpy as np
 import torch
+
 from kestrel_core import BufferView, EstimatorError
 
 __all__ = ["Batch"]
@@ -16,7 +17,7 @@ class Batch(Mapping[str, torch.Tensor]):
 
     A read-only mapping from flat key (``"theta.value"``) to a tensor of shape ``(B, *D)`` on
     the cache's device. The tensors are copies (the loader gathers rows with fancy indexing),
-    so editing them in place changes neither the cache nor the store (case K03).
+    so editing them in place changes neither the cache nor the store.
 
     ``len(batch)`` is B, the number of samples — not the number of keys; :meth:`keys`,
     :meth:`values` and :meth:`items` are the key views of the underlying dict.
@@ -32,8 +33,12 @@ class Batch(Mapping[str, torch.Tensor]):
         ValueError: a tensor's leading dimension differs from ``len(ids)``.
     """
 
-    def __init__(self, ids: np.ndarray | torch.Tensor, data: Mapping[str, torch.Tensor],
-                 view: BufferView | None = None) -> None:
+    def __init__(
+        self,
+        ids: np.ndarray | torch.Tensor,
+        data: Mapping[str, torch.Tensor],
+        view: BufferView | None = None,
+    ) -> None:
         self._ids_tensor: torch.Tensor | None = None
         self._ids_array: np.ndarray | None = None
         if isinstance(ids, torch.Tensor):
@@ -44,7 +49,9 @@ class Batch(Mapping[str, torch.Tensor]):
             n = self._ids_array.shape[0]
         for key, value in data.items():
             if value.shape[:1] != (n,):
-                raise ValueError(f"Batch: key {key!r} has shape {tuple(value.shape)}, expected leading dimension {n}")
+                raise ValueError(
+                    f"Batch: key {key!r} has shape {tuple(value.shape)}, expected leading dimension {n}"
+                )
         self._n = n
         self._data = dict(data)
         self._view = view
@@ -104,8 +111,10 @@ class Batch(Mapping[str, torch.Tensor]):
             return 0
         if isinstance(mask, torch.Tensor):
             if mask.dtype != torch.bool or tuple(mask.shape) != (self._n,):
-                raise ValueError(f"Batch.discard: mask must be bool of shape ({self._n},), "
-                                 f"found {mask.dtype} {tuple(mask.shape)}")
+                raise ValueError(
+                    f"Batch.discard: mask must be bool of shape ({self._n},), "
+                    f"found {mask.dtype} {tuple(mask.shape)}"
+                )
             if self._ids_tensor is not None and self._ids_tensor.device == mask.device:
                 selected = self._ids_tensor[mask].cpu().numpy()
             else:
@@ -113,16 +122,23 @@ class Batch(Mapping[str, torch.Tensor]):
         else:
             array = np.asarray(mask)
             if array.dtype != np.bool_ or array.shape != (self._n,):
-                raise ValueError(f"Batch.discard: mask must be bool of shape ({self._n},), "
-                                 f"found {array.dtype} {array.shape}")
+                raise ValueError(
+                    f"Batch.discard: mask must be bool of shape ({self._n},), "
+                    f"found {array.dtype} {array.shape}"
+                )
             selected = self.ids[array]
         if selected.size == 0:
             return 0
         if self._view is None:
-            raise EstimatorError(f"Batch.discard: {selected.size} samples selected but the batch has no store view")
+            raise EstimatorError(
+                f"Batch.discard: {selected.size} samples selected but the batch has no store view"
+            )
         self._view.discard(selected)
         return int(selected.size)
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}: {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}" for k, v in self._data.items())
+        fields = ", ".join(
+            f"{k}: {tuple(v.shape)} {str(v.dtype).removeprefix('torch.')}"
+            for k, v in self._data.items()
+        )
         return f"Batch(B={self._n}, {{{fields}}})"

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from kestrel_core import EstimatorContext
 
 from ._errors import ConfigError, EstimatorError
+from ._loss import NPELoss
 from ._options import EstimatorOptions
 from ._rows import Columns
 
@@ -51,6 +53,7 @@ class Binding:
         rng: numpy generator of prior draws.
         batch_generator: torch generator (on the device) of training batches and refit rows.
         sample_generator: torch generator (on the device) of posterior and proposal draws.
+        loss: the NPE loss on the node's columns (its counters run over the estimator's life).
     """
 
     context: EstimatorContext
@@ -60,6 +63,7 @@ class Binding:
     rng: np.random.Generator
     batch_generator: torch.Generator
     sample_generator: torch.Generator
+    loss: NPELoss
 
     @classmethod
     def create(cls, context: EstimatorContext, options: EstimatorOptions, owner: str) -> Binding:
@@ -74,13 +78,21 @@ class Binding:
         prior = context.prior
         for attr in _PRIOR_METHODS:
             if not hasattr(prior, attr):
-                raise EstimatorError(f"node {context.node!r}: {owner} needs a prior with {attr!r} "
-                                     f"(a kestrel_core.Product); got {type(prior).__name__}")
+                raise EstimatorError(
+                    f"node {context.node!r}: {owner} needs a prior with {attr!r} "
+                    f"(a kestrel_core.Product); got {type(prior).__name__}"
+                )
         if not context.evidence:
             raise EstimatorError(f"node {context.node!r}: {owner} needs at least one evidence node")
         device = resolve_device(options.device, owner)
         seq = np.random.SeedSequence(options.seed if options.seed is not None else context.seed)
-        model_seed, batch_seed, sample_seed = (int(s) for s in seq.generate_state(3, dtype=np.uint32))
-        return cls(context, Columns.of(context), device, model_seed, np.random.default_rng(seq.spawn(1)[0]),
-                   torch.Generator(device).manual_seed(batch_seed),
-                   torch.Generator(device).manual_seed(sample_seed))
+        model_seed, batch_seed, sample_seed = (
+            int(s) for s in seq.generate_state(3, dtype=np.uint32)
+        )
+        columns = Columns.of(context)
+        rng = np.random.default_rng(seq.spawn(1)[0])
+        batches = torch.Generator(device).manual_seed(batch_seed)
+        draws = torch.Generator(device).manual_seed(sample_seed)
+        discard_below = options.log_ratio_threshold if options.discard_samples else None
+        loss = NPELoss(columns, batches, discard_below)
+        return cls(context, columns, device, model_seed, rng, batches, draws, loss)

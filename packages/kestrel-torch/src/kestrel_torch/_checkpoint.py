@@ -31,8 +31,18 @@ from torch import nn
 from ._errors import CheckpointError
 from ._fit import FitState
 
-__all__ = ["CHECKPOINT_FILE", "FORMAT", "module_state", "load_module_state", "pack", "unpack", "to_bytes",
-           "from_bytes", "write_checkpoint", "read_checkpoint"]
+__all__ = [
+    "CHECKPOINT_FILE",
+    "FORMAT",
+    "module_state",
+    "load_module_state",
+    "pack",
+    "unpack",
+    "to_bytes",
+    "from_bytes",
+    "write_checkpoint",
+    "read_checkpoint",
+]
 
 #: file name of the checkpoint inside the directory given to ``save``/``load``
 CHECKPOINT_FILE = "estimator.pt"
@@ -88,18 +98,24 @@ def load_module_state(module: nn.Module, state: dict[str, Any], *, what: str = "
     try:
         module.load_state_dict(state["state_dict"])
     except (RuntimeError, KeyError) as err:
-        raise CheckpointError(f"{what}: saved weights do not fit the rebuilt network: {err}") from err
+        raise CheckpointError(
+            f"{what}: saved weights do not fit the rebuilt network: {err}"
+        ) from err
     subs = dict(module.named_modules())
     for key, tensor in state.get("attrs", {}).items():
         path, _, name = key.rpartition(_ATTR_SEP)
         if path not in subs:
-            raise CheckpointError(f"{what}: saved attribute {key!r} names a submodule that does not exist")
+            raise CheckpointError(
+                f"{what}: saved attribute {key!r} names a submodule that does not exist"
+            )
         kind = state.get("attr_kinds", {}).get(key, "tensor")
         value = tensor.cpu().numpy() if kind == "ndarray" else tensor
         setattr(subs[path], name, value)
 
 
-def pack(state: FitState, header: Mapping[str, Any], init: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+def pack(
+    state: FitState, header: Mapping[str, Any], init: Mapping[str, torch.Tensor]
+) -> dict[str, Any]:
     """The checkpoint payload of a training state.
 
     Args:
@@ -125,8 +141,14 @@ def pack(state: FitState, header: Mapping[str, Any], init: Mapping[str, torch.Te
     }
 
 
-def unpack(payload: Mapping[str, Any], state: FitState, header: Mapping[str, Any],
-           start: Callable[[Mapping[str, torch.Tensor]], None], *, source: str) -> None:
+def unpack(
+    payload: Mapping[str, Any],
+    state: FitState,
+    header: Mapping[str, Any],
+    start: Callable[[Mapping[str, torch.Tensor]], None],
+    *,
+    source: str,
+) -> None:
     """Restore ``state`` from a :func:`pack` payload.
 
     Args:
@@ -145,8 +167,10 @@ def unpack(payload: Mapping[str, Any], state: FitState, header: Mapping[str, Any
     found = (payload.get("estimator"), payload.get("latent_dim"))
     expected = (header["estimator"], header["latent_dim"])
     if found != expected:
-        raise CheckpointError(f"node {node!r}: {source} holds a {found[0]} over {found[1]} parameters; "
-                              f"expected a {expected[0]} over {expected[1]}")
+        raise CheckpointError(
+            f"node {node!r}: {source} holds a {found[0]} over {found[1]} parameters; "
+            f"expected a {expected[0]} over {expected[1]}"
+        )
     state.epochs = int(payload["total_epochs"])
     state.best_loss = payload.get("best_val_loss")
     if "seen_ids" in payload:
@@ -175,7 +199,9 @@ def to_bytes(payload: Mapping[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def from_bytes(data: bytes, device: torch.device | str, *, source: str = "checkpoint bytes") -> dict[str, Any]:
+def from_bytes(
+    data: bytes, device: torch.device | str, *, source: str = "checkpoint bytes"
+) -> dict[str, Any]:
     """Read a payload with ``torch.load(weights_only=True)``, mapping every tensor to ``device``.
 
     Args:

@@ -81,7 +81,9 @@ class GaussianFactor:
     def sample(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """Draw ``(n, D)`` (M must be 1 or n)."""
         d = self.scale.shape[0]
-        eps = torch.randn(n, d, dtype=self.scale.dtype, device=self.scale.device, generator=generator)
+        eps = torch.randn(
+            n, d, dtype=self.scale.dtype, device=self.scale.device, generator=generator
+        )
         v = self.mean_v + torch.linalg.solve_triangular(self.prec_chol.T, eps.T, upper=True).T
         return self.offset + v @ self.scale.T
 
@@ -90,12 +92,20 @@ class GaussianFactor:
         d = self.scale.shape[0]
         v = torch.linalg.solve_triangular(self.scale, (z - self.offset).T, upper=False).T
         t = (v - self.mean_v) @ self.prec_chol
-        log_det = torch.log(torch.diagonal(self.prec_chol)).sum() - torch.log(torch.diagonal(self.scale)).sum()
+        log_det = (
+            torch.log(torch.diagonal(self.prec_chol)).sum()
+            - torch.log(torch.diagonal(self.scale)).sum()
+        )
         return -0.5 * (t * t).sum(-1) - 0.5 * d * _LOG_2PI + log_det
 
 
-def gaussian_posterior(mean_q: torch.Tensor, cov_q: torch.Tensor, ref_mean: torch.Tensor,
-                       ref_cov: torch.Tensor, gamma: float) -> GaussianFactor:
+def gaussian_posterior(
+    mean_q: torch.Tensor,
+    cov_q: torch.Tensor,
+    ref_mean: torch.Tensor,
+    ref_cov: torch.Tensor,
+    gamma: float,
+) -> GaussianFactor:
     """Closed-form ``π(z) · (q(z | x) / r(z))^γ`` for Gaussians, with ``π = N(0, I)``.
 
     ``q = N(mean_q, cov_q)`` was fitted to a buffer whose latent marginal is the reference
@@ -128,11 +138,14 @@ def gaussian_posterior(mean_q: torch.Tensor, cov_q: torch.Tensor, ref_mean: torc
     d = ref_mean.shape[0]
     eye = torch.eye(d, dtype=torch.float64, device=ref_mean.device)
     chol_r = torch.linalg.cholesky(0.5 * (ref_cov + ref_cov.T))
-    s_mat = torch.linalg.solve_triangular(chol_r, torch.linalg.solve_triangular(chol_r, cov_q, upper=False).T,
-                                          upper=False)
+    s_mat = torch.linalg.solve_triangular(
+        chol_r, torch.linalg.solve_triangular(chol_r, cov_q, upper=False).T, upper=False
+    )
     s, u = torch.linalg.eigh(0.5 * (s_mat + s_mat.T))
     keep = s < 1.0
-    inv_s = torch.where(keep, 1.0 / s.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(s))
+    inv_s = torch.where(
+        keep, 1.0 / s.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(s)
+    )
     lam = torch.where(keep, inv_s - 1.0, torch.zeros_like(s))
     a = torch.linalg.solve_triangular(chol_r, (mean_q - ref_mean).T, upper=False).T  # (M, D)
     h = ((a @ u) * inv_s) @ u.T  # (M, D)

@@ -20,8 +20,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
-from kestrel_core import ConfigError, EstimatorError, KestrelError, flat_key, instantiate
 from torch import nn
+
+from kestrel_core import ConfigError, EstimatorError, KestrelError, flat_key, instantiate
 
 __all__ = ["Embedding", "build_embedding"]
 
@@ -43,7 +44,9 @@ class Embedding(nn.Module):
     ``copy.deepcopy`` copies its plain attributes too.
     """
 
-    def __init__(self, net: nn.Module | None, inputs: Sequence[str], scaffolds: Sequence[str] = ()) -> None:
+    def __init__(
+        self, net: nn.Module | None, inputs: Sequence[str], scaffolds: Sequence[str] = ()
+    ) -> None:
         super().__init__()
         self.net = net
         self.inputs = tuple(inputs)
@@ -69,8 +72,10 @@ class Embedding(nn.Module):
             return concatenate(args)
         out = self.net(*args)
         if not isinstance(out, torch.Tensor):
-            raise EstimatorError(f"embedding {type(self.net).__name__}: forward returned {type(out).__name__}, "
-                                 "expected a tensor (B, E)")
+            raise EstimatorError(
+                f"embedding {type(self.net).__name__}: forward returned {type(out).__name__}, "
+                "expected a tensor (B, E)"
+            )
         if out.dim() == 1:
             return out.unsqueeze(-1)
         return out if out.dim() == 2 else out.reshape(out.shape[0], -1)
@@ -80,8 +85,10 @@ class Embedding(nn.Module):
         if value is None:
             value = inputs.get(flat_key(name))
         if value is None and name not in self.scaffolds:
-            raise EstimatorError(f"embedding input {name!r} (evidence) is missing or None; "
-                                 f"given inputs: {sorted(inputs)}")
+            raise EstimatorError(
+                f"embedding input {name!r} (evidence) is missing or None; "
+                f"given inputs: {sorted(inputs)}"
+            )
         return value
 
     def extra_repr(self) -> str:
@@ -107,15 +114,23 @@ def concatenate(tensors: Sequence[torch.Tensor | None]) -> torch.Tensor:
         t = t.reshape(t.shape[0] if t.dim() else 1, -1)
         if t.shape[0] != n:
             if t.shape[0] != 1:
-                raise EstimatorError(f"embedding: inputs have leading dimensions "
-                                     f"{[tuple(p.shape)[:1] for p in present]}; expected {n} or 1")
+                raise EstimatorError(
+                    f"embedding: inputs have leading dimensions "
+                    f"{[tuple(p.shape)[:1] for p in present]}; expected {n} or 1"
+                )
             t = t.expand(n, -1)
         flat.append(t.to(dtype))
     return torch.cat(flat, dim=1)
 
 
-def build_embedding(spec: Any, conditions: Sequence[str], scaffolds: Sequence[str] = (), *,
-                    path: str = "estimator.embedding", imports: Iterable[str] = ()) -> Embedding:
+def build_embedding(
+    spec: Any,
+    conditions: Sequence[str],
+    scaffolds: Sequence[str] = (),
+    *,
+    path: str = "estimator.embedding",
+    imports: Iterable[str] = (),
+) -> Embedding:
     """Build an estimator's embedding from its config.
 
     Args:
@@ -143,8 +158,10 @@ def build_embedding(spec: Any, conditions: Sequence[str], scaffolds: Sequence[st
     if isinstance(spec, nn.Module):
         return Embedding(spec, evidence, scaffolds)
     if not isinstance(spec, Mapping):
-        raise ConfigError(f"{path}: expected null, a mapping with '_target_' or an nn.Module, "
-                          f"found {type(spec).__name__}")
+        raise ConfigError(
+            f"{path}: expected null, a mapping with '_target_' or an nn.Module, "
+            f"found {type(spec).__name__}"
+        )
     cfg = dict(spec)
     if "_target_" not in cfg:
         raise ConfigError(f"{path}: missing '_target_' (found keys {sorted(cfg)})")
@@ -155,29 +172,40 @@ def build_embedding(spec: Any, conditions: Sequence[str], scaffolds: Sequence[st
     except KestrelError:
         raise
     except Exception as err:
-        raise ConfigError(f"{path}._target_: building {cfg['_target_']!r} failed: "
-                          f"{type(err).__name__}: {err}") from err
+        raise ConfigError(
+            f"{path}._target_: building {cfg['_target_']!r} failed: {type(err).__name__}: {err}"
+        ) from err
     if not isinstance(net, nn.Module):
-        raise ConfigError(f"{path}._target_: {cfg['_target_']!r} built a {type(net).__name__}, "
-                          "expected a torch.nn.Module")
+        raise ConfigError(
+            f"{path}._target_: {cfg['_target_']!r} built a {type(net).__name__}, "
+            "expected a torch.nn.Module"
+        )
     return Embedding(net, inputs, scaffolds)
 
 
-def _check_inputs(inputs: Any, evidence: tuple[str, ...], scaffolds: tuple[str, ...], path: str) -> tuple[str, ...]:
+def _check_inputs(
+    inputs: Any, evidence: tuple[str, ...], scaffolds: tuple[str, ...], path: str
+) -> tuple[str, ...]:
     if inputs is None:
         return evidence
     names = [inputs] if isinstance(inputs, str) else list(inputs)
     if not names:
-        raise ConfigError(f"{path}._input_: empty list; name at least one of {list(evidence + scaffolds)}")
+        raise ConfigError(
+            f"{path}._input_: empty list; name at least one of {list(evidence + scaffolds)}"
+        )
     known = evidence + scaffolds
     for i, name in enumerate(names):
         if not isinstance(name, str):
-            raise ConfigError(f"{path}._input_[{i}]: expected a node name, found {type(name).__name__}")
+            raise ConfigError(
+                f"{path}._input_[{i}]: expected a node name, found {type(name).__name__}"
+            )
         if name not in known:
             close = difflib.get_close_matches(name, known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ConfigError(f"{path}._input_[{i}]: {name!r} is neither evidence nor a scaffold of this node "
-                              f"(evidence: {list(evidence)}, scaffolds: {list(scaffolds)}){hint}")
+            raise ConfigError(
+                f"{path}._input_[{i}]: {name!r} is neither evidence nor a scaffold of this node "
+                f"(evidence: {list(evidence)}, scaffolds: {list(scaffolds)}){hint}"
+            )
     return tuple(names)
 
 
@@ -185,8 +213,10 @@ def _reject_nested_inputs(cfg: Any, path: str) -> None:
     if isinstance(cfg, Mapping):
         for key, value in cfg.items():
             if isinstance(value, Mapping) and "_input_" in value:
-                raise ConfigError(f"{path}.{key}._input_: only the top-level embedding reads conditions; "
-                                  "build a pipeline inside your module instead")
+                raise ConfigError(
+                    f"{path}.{key}._input_: only the top-level embedding reads conditions; "
+                    "build a pipeline inside your module instead"
+                )
             _reject_nested_inputs(value, f"{path}.{key}")
     elif isinstance(cfg, Sequence) and not isinstance(cfg, (str, bytes)):
         for i, value in enumerate(cfg):

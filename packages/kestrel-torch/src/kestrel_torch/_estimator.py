@@ -3,21 +3,11 @@
 Shape symbols: n draws, N values, F all parameters of the latent node, D its free parameters.
 
 :class:`StepwiseEstimator` implements kestrel-core's ``Estimator`` protocol by composing the
-parts of this package, each in its own module:
-
-============================  ==============================================================
-``_options``                  the frozen, validated options (:attr:`~StepwiseEstimator.options`)
-``_binding``                  node checks, device, seeds (at :meth:`~StepwiseEstimator.setup`)
-``_model`` / ``_head``        embedding + head; the head interface (``loss``, ``sample``,
-                              ``log_prob``) that :class:`GaussianPosterior` and
-                              :class:`FlowPosterior` implement
-``_rows`` / ``_loss``         buffer columns → finite rows in standard-normal space → NPE loss
-``_fit``                      the epoch loop: early stopping, LR schedule, best model
-``_sampling``                 conditions → tensors; draws and densities in θ-space
-``_checkpoint``               checkpoint payload ↔ bytes ↔ file
-============================  ==============================================================
-
-A concrete estimator names its options class and builds its head; nothing else.
+parts of this package, one module each: the frozen options (``_options``), node checks, device
+and seeds (``_binding``), embedding + head (``_model``, with the head interface in ``_head``),
+buffer rows and the NPE loss (``_rows``, ``_loss``), the epoch loop (``_fit``), sampling and
+conditions (``_sampling``), checkpoints as bytes or files (``_checkpoint``). A concrete
+estimator names its options class and builds its head; nothing else.
 """
 
 from __future__ import annotations
@@ -30,16 +20,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+
 from kestrel_core import TRAINABLE, BufferView, EstimatorContext, Record, Status, check_count
 
+from . import _checkpoint as checkpoint
 from ._batch import Batch
 from ._binding import Binding
-from ._checkpoint import CHECKPOINT_FILE, from_bytes, pack, read_checkpoint, to_bytes, unpack, write_checkpoint
 from ._errors import EstimatorError
 from ._fit import FitState, fit, train_step
 from ._head import PosteriorHead
 from ._loader import CachedDataLoader
-from ._loss import NPELoss
 from ._model import build_model
 from ._options import EstimatorOptions
 from ._sampling import Conditions, draw, log_density, prior_draws
@@ -81,9 +71,9 @@ class StepwiseEstimator:
     def __init__(self, **kwargs: Any) -> None:
         self.options = self.options_class.from_kwargs(kwargs, type(self).__name__)
         self._binding: Binding | None = None
-        self._loss: NPELoss | None = None
         self._fit = FitState()
-        self._init: dict[str, torch.Tensor] = {}  # two rows of each condition the model was built from
+        # two rows of each condition the model was built from (shapes and dtypes at inference)
+        self._init: dict[str, torch.Tensor] = {}
         self._conditions: Conditions | None = None
         self._stop_requested = False
         self._state = "idle"
@@ -108,11 +98,7 @@ class StepwiseEstimator:
                 evidence to condition on.
             ConfigError: an unknown device.
         """
-        binding = Binding.create(context, self.options, type(self).__name__)
-        opts = self.options
-        self._binding = binding
-        self._loss = NPELoss(binding.columns, binding.batch_generator,
-                             opts.log_ratio_threshold if opts.discard_samples else None)
+        self._binding = Binding.create(context, self.options, type(self).__name__)
 
     def _bound(self) -> Binding:
         if self._binding is None:
@@ -133,8 +119,9 @@ class StepwiseEstimator:
         """Build a fresh model from rows of the conditions and train it from now on."""
         b = self._bound()
         self._init = {c: t.detach()[:2].clone() for c, t in init.items()}
-        model = build_model(self.options.embedding, b.context, self.make_head, self._init, b.device,
-                            b.model_seed)
+        model = build_model(
+            self.options.embedding, b.context, self.make_head, self._init, b.device, b.model_seed
+        )
         self._fit.start(model, model.param_groups(), self.options)
         self._conditions = Conditions(b.context, b.device, self._init)
 
@@ -147,25 +134,43 @@ class StepwiseEstimator:
         self._start({c: t[index] for c, t in inputs.items()})
         return True
 
+    def _start_from_cache(self, loader: CachedDataLoader) -> None:
+        """:meth:`_start` from the first finite rows the training cache holds.
+
+        Raises:
+            EstimatorError: every cached row has a non-finite value.
+        """
+        if not self._start_from(loader.all()):
+            raise EstimatorError(
+                f"node {self._bound().context.node!r}: no usable training row in "
+                f"epoch {self._fit.epochs + 1} (all {loader.count} training rows "
+                "have a non-finite value)"
+            )
+
     # -- training ----------------------------------------------------------------------------
     def _loader(self, view: BufferView, statuses: Any, name: str) -> CachedDataLoader:
         """A loader of this node's columns (θ mapped to z), named ``<node>-<name>``."""
         b = self._bound()
         columns = b.columns
         return CachedDataLoader(
-            view, columns.keys(), statuses, b.device,
+            view,
+            columns.keys(),
+            statuses,
+            b.device,
             transforms={columns.theta: columns.to_latent},
             dtypes={columns.theta: torch.float64, columns.log_prob: torch.float64},
             max_samples=self.options.max_cache_samples if statuses == TRAINABLE else 0,
-            name=f"{b.context.node}-{name}")
+            name=f"{b.context.node}-{name}",
+        )
 
     def _train_step(self, batch: Batch) -> torch.Tensor | None:
         """One optimiser step on ``batch`` (the model is built from it if there is none yet);
         the detached loss, or ``None`` if no step was taken."""
+        loss = self._bound().loss
         if self._fit.model is None and not self._start_from(batch):
-            self._loss.nonfinite_rows += len(batch)  # type: ignore[union-attr]
+            loss.nonfinite_rows += len(batch)
             return None
-        return train_step(self._fit, self._loss, batch)  # type: ignore[arg-type]
+        return train_step(self._fit, loss, batch)
 
     async def train(self, view: BufferView) -> None:
         """Train on the view's TRAINING/DISFAVOURED samples, validate on its VALIDATION samples.
@@ -192,11 +197,18 @@ class StepwiseEstimator:
             if int(view.stats().get("validation", 0)) > 0:
                 val_loader = self._loader(view, (Status.VALIDATION,), "validation")
                 await asyncio.to_thread(val_loader.sync)
-            if self._fit.model is None and self.options.max_epochs > 0 and not self._start_from(train_loader.all()):
-                raise EstimatorError(f"node {node!r}: no usable training row in epoch {self._fit.epochs + 1} "
-                                     f"(all {train_loader.count} training rows have a non-finite value)")
-            await fit(self._fit, self._loss, train_loader, val_loader, self.options,  # type: ignore[arg-type]
-                      b.batch_generator, stop=lambda: self._stop_requested, name=node)
+            if self._fit.model is None and self.options.max_epochs > 0:
+                self._start_from_cache(train_loader)
+            await fit(
+                self._fit,
+                b.loss,
+                train_loader,
+                val_loader,
+                self.options,
+                b.batch_generator,
+                stop=lambda: self._stop_requested,
+                name=node,
+            )
             self._state = "stopped" if self._stop_requested else "done"
         except BaseException as err:
             self._state, self._error = "stopped", f"{type(err).__name__}: {err}"
@@ -222,7 +234,8 @@ class StepwiseEstimator:
             ``nonfinite_rows``, ``skipped_steps``, ``discarded``, ``clipped_directions``,
             ``error`` (text of the exception that ended training, else None).
         """
-        fit_state, loss = self._fit, self._loss
+        fit_state = self._fit
+        loss = self._binding.loss if self._binding is not None else None
         return {
             "state": self._state,
             "epoch": fit_state.epochs,
@@ -267,8 +280,10 @@ class StepwiseEstimator:
         """
         n = check_count(n)
         if self._fit.best is None:
-            raise EstimatorError(f"node {self._bound().context.node!r}: sample_posterior needs a trained "
-                                 "model; train at least one epoch or load a checkpoint first")
+            raise EstimatorError(
+                f"node {self._bound().context.node!r}: sample_posterior needs a trained "
+                "model; train at least one epoch or load a checkpoint first"
+            )
         return self._draw(n, conditions, 1.0)
 
     def sample_proposal(self, n: int, conditions: Mapping[str, Any]) -> Record:
@@ -286,7 +301,9 @@ class StepwiseEstimator:
     def _draw(self, n: int, conditions: Mapping[str, Any], gamma: float) -> Record:
         model, b = self._fit.best, self._bound()
         assert model is not None and self._conditions is not None  # checked by the callers
-        record = draw(model, b.context.prior, n, self._conditions, conditions, gamma, b.sample_generator)
+        record = draw(
+            model, b.context.prior, n, self._conditions, conditions, gamma, b.sample_generator
+        )
         if n:
             self._clipped = model.head.clipped
         return record
@@ -310,18 +327,26 @@ class StepwiseEstimator:
         context = self._bound().context
         model = self._fit.best
         if model is None or self._conditions is None:
-            raise EstimatorError(f"node {context.node!r}: log_prob needs a trained model; "
-                                 "train at least one epoch or load a checkpoint first")
+            raise EstimatorError(
+                f"node {context.node!r}: log_prob needs a trained model; "
+                "train at least one epoch or load a checkpoint first"
+            )
         theta = np.asarray(theta, dtype=np.float64)
         if theta.ndim != 2:
-            raise EstimatorError(f"node {context.node!r}: log_prob expects theta of shape (N, "
-                                 f"{context.prior.full_dim}), got {theta.shape}")
+            raise EstimatorError(
+                f"node {context.node!r}: log_prob expects theta of shape (N, "
+                f"{context.prior.full_dim}), got {theta.shape}"
+            )
         return log_density(model, context.prior, theta, self._conditions, conditions)
 
     # -- checkpoints -------------------------------------------------------------------------
     def _header(self) -> dict[str, Any]:
         context = self._bound().context
-        return {"estimator": type(self).__name__, "node": context.node, "latent_dim": int(context.prior.dim)}
+        return {
+            "estimator": type(self).__name__,
+            "node": context.node,
+            "latent_dim": int(context.prior.dim),
+        }
 
     def save_bytes(self) -> bytes:
         """The checkpoint as bytes: current and best models, optimiser, schedule, epoch counter.
@@ -332,7 +357,7 @@ class StepwiseEstimator:
         Raises:
             EstimatorError: :meth:`setup` was not called.
         """
-        return to_bytes(pack(self._fit, self._header(), self._init))
+        return checkpoint.to_bytes(checkpoint.pack(self._fit, self._header(), self._init))
 
     def load_bytes(self, data: bytes, *, source: str = "checkpoint bytes") -> None:
         """Restore what :meth:`save_bytes` returned, onto this estimator's device.
@@ -347,8 +372,8 @@ class StepwiseEstimator:
                 checkpoint, or one written by another estimator class or for another parameter
                 dimension.
         """
-        payload = from_bytes(data, self._bound().device, source=source)
-        unpack(payload, self._fit, self._header(), self._start, source=source)
+        payload = checkpoint.from_bytes(data, self._bound().device, source=source)
+        checkpoint.unpack(payload, self._fit, self._header(), self._start, source=source)
 
     def save(self, directory: str) -> None:
         """Write :meth:`save_bytes` to ``<directory>/estimator.pt`` (atomically).
@@ -356,7 +381,7 @@ class StepwiseEstimator:
         Raises:
             CheckpointError: (an :class:`~kestrel_core.EstimatorError`) the file cannot be written.
         """
-        write_checkpoint(Path(directory) / CHECKPOINT_FILE, self.save_bytes())
+        checkpoint.write_checkpoint(Path(directory) / checkpoint.CHECKPOINT_FILE, self.save_bytes())
 
     def load(self, directory: str) -> None:
         """Restore ``<directory>/estimator.pt`` (see :meth:`load_bytes`).
@@ -365,6 +390,6 @@ class StepwiseEstimator:
             CheckpointError: (an :class:`~kestrel_core.EstimatorError`) no checkpoint, or one
                 written by another estimator class or for another parameter dimension.
         """
-        path = Path(directory) / CHECKPOINT_FILE
+        path = Path(directory) / checkpoint.CHECKPOINT_FILE
         self._bound()
-        self.load_bytes(read_checkpoint(path), source=f"checkpoint {str(path)!r}")
+        self.load_bytes(checkpoint.read_checkpoint(path), source=f"checkpoint {str(path)!r}")

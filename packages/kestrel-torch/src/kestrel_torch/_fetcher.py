@@ -4,7 +4,7 @@ Everything here runs on the loader's thread ``kestrel-loader-<name>``: the store
 transforms, shape and dtype checks, the host → device copy, growing or upcasting the cache and
 writing every new row — into rows that were already free when the fetch started, and past the
 end of the used rows. The training thread never reads those rows, so nothing it does races
-with these writes. The training thread (``_loader``) hands a :class:`Snapshot` of the cache to
+with these writes. The training thread (``_loader``) hands a :class:`CacheState` of the cache to
 :class:`Fetcher` and later applies the :class:`Prepared` result — bookkeeping only: rows this
 fetch evicts become free rows for the next one.
 """
@@ -20,17 +20,18 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from kestrel_core import BufferView, StoreError, split_key
 
 from ._staging import HostToDevice, torch_dtype
 
-__all__ = ["Fetcher", "Prepared", "Snapshot", "Worker"]
+__all__ = ["Fetcher", "Prepared", "CacheState", "Worker"]
 
 Transform = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
-class Snapshot:
+class CacheState:
     """The cache as a fetch starts; nothing writes to it until that fetch is applied."""
 
     row_to_id: np.ndarray  # int64 (used,): copy of the occupied rows' ids, -1 for a hole
@@ -51,7 +52,8 @@ class Prepared:
     end: int  # the rows [used, end) receive the rest
     # key -> (K, *D) on the device: only for the first fill (later fetches write into the cache)
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
-    caches: dict[str, torch.Tensor] = field(default_factory=dict)  # grown or upcast caches, rows [0, used) copied
+    # grown or upcast caches, rows [0, used) copied
+    caches: dict[str, torch.Tensor] = field(default_factory=dict)
     changes: list[tuple[str, torch.dtype, torch.dtype, torch.dtype]] = field(default_factory=list)
 
 
@@ -91,62 +93,78 @@ class Fetcher:
     Args: as :class:`~kestrel_torch.CachedDataLoader`, already validated; ``statuses`` as ints.
     """
 
-    def __init__(self, view: BufferView, keys: tuple[str, ...], statuses: tuple[int, ...], device: torch.device,
-                 transforms: Mapping[str, Transform], dtypes: Mapping[str, torch.dtype], max_samples: int,
-                 name: str) -> None:
+    def __init__(
+        self,
+        view: BufferView,
+        keys: tuple[str, ...],
+        statuses: tuple[int, ...],
+        device: torch.device,
+        transforms: Mapping[str, Transform],
+        dtypes: Mapping[str, torch.dtype],
+        max_samples: int,
+        name: str,
+    ) -> None:
         self.view, self.keys, self.statuses = view, keys, statuses
         self.transforms, self.dtypes = dict(transforms), dict(dtypes)
         self.max_samples, self.name = max_samples, name
         self.transfer = HostToDevice(device)
 
-    def __call__(self, snap: Snapshot) -> Prepared:
-        """Run one fetch for the cache described by ``snap``.
+    def __call__(self, start: CacheState) -> Prepared:
+        """Run one fetch for the cache described by ``start``.
 
         Raises:
             StoreError: a key is missing, changed its per-sample shape or has no torch dtype.
             Exception: whatever ``view.fetch`` or a transform raised.
         """
-        snap.retired.clear()
-        held = snap.row_to_id[snap.row_to_id >= 0]
-        fetched = self.view.fetch(self.statuses, self.keys, max_samples=self.max_samples, held_ids=held)
+        start.retired.clear()
+        held = start.row_to_id[start.row_to_id >= 0]
+        fetched = self.view.fetch(
+            self.statuses, self.keys, max_samples=self.max_samples, held_ids=held
+        )
         active = np.asarray(fetched.active_ids, dtype=np.int64).reshape(-1)
         new_ids = np.asarray(fetched.new_ids, dtype=np.int64).reshape(-1)
         k = new_ids.size
-        stale = (snap.row_to_id >= 0) & ~np.isin(snap.row_to_id, active)
+        stale = (start.row_to_id >= 0) & ~np.isin(start.row_to_id, active)
         # Only rows that were free before this fetch: the training thread may still be reading
         # the stale ones until this fetch is applied, so they are reused by the next fetch.
-        holes = np.flatnonzero(snap.row_to_id < 0)
+        holes = np.flatnonzero(start.row_to_id < 0)
         fill = holes[: min(k, holes.size)]
-        end = snap.row_to_id.size + k - fill.size
+        end = start.row_to_id.size + k - fill.size
         prepared = Prepared(active, new_ids, stale, fill, end)
         if k == 0:
             return prepared
         for key in self.keys:
             if key not in fetched.arrays:
-                raise StoreError(f"loader {self.name!r}: fetch returned no key {key!r} "
-                                 f"(returned keys: {sorted(fetched.arrays)})")
+                raise StoreError(
+                    f"loader {self.name!r}: fetch returned no key {key!r} "
+                    f"(returned keys: {sorted(fetched.arrays)})"
+                )
             array = self._prepare_array(key, np.asarray(fetched.arrays[key]), k)
             shape = tuple(array.shape[1:])
-            cache = snap.cache.get(key)
+            cache = start.cache.get(key)
             if cache is not None and shape != tuple(cache.shape[1:]):
-                raise StoreError(f"loader {self.name!r}: key {key!r} arrived with per-sample shape {shape}, "
-                                 f"the cache holds {tuple(cache.shape[1:])}")
+                raise StoreError(
+                    f"loader {self.name!r}: key {key!r} arrived with per-sample shape {shape}, "
+                    f"the cache holds {tuple(cache.shape[1:])}"
+                )
             try:
                 incoming = torch_dtype(array.dtype)
             except TypeError as err:
-                raise StoreError(f"loader {self.name!r}: key {key!r} has dtype {array.dtype}, "
-                                 "which has no torch equivalent") from err
+                raise StoreError(
+                    f"loader {self.name!r}: key {key!r} has dtype {array.dtype}, "
+                    "which has no torch equivalent"
+                ) from err
             target = self.dtypes.get(key) or incoming
             if key not in self.dtypes and cache is not None and incoming != cache.dtype:
                 target = torch.promote_types(cache.dtype, incoming)
                 prepared.changes.append((key, cache.dtype, incoming, target))
             prepared.tensors[key] = self.transfer.copy(array, target)
-        if snap.cache:
-            self._grow_and_append(snap, prepared)
+        if start.cache:
+            self._grow_and_append(start, prepared)
         self.transfer.wait()
         return prepared
 
-    def _grow_and_append(self, snap: Snapshot, prepared: Prepared) -> None:
+    def _grow_and_append(self, start: CacheState, prepared: Prepared) -> None:
         """Grow or upcast the caches and write every new row — work the training thread skips.
 
         The rows written are ``fill`` (free when the fetch started) and ``[used, end)``: none
@@ -154,14 +172,20 @@ class Fetcher:
         Growth and upcasts copy rows ``[0, used)`` (only read) into new tensors the training
         thread swaps in.
         """
-        used, n_fill = snap.row_to_id.size, prepared.fill.size
-        self.transfer.after(snap.ready)
-        capacity = max(prepared.end, 2 * snap.capacity) if prepared.end > snap.capacity else snap.capacity
+        used, n_fill = start.row_to_id.size, prepared.fill.size
+        self.transfer.after(start.ready)
+        capacity = (
+            max(prepared.end, 2 * start.capacity)
+            if prepared.end > start.capacity
+            else start.capacity
+        )
         fill_dev = torch.from_numpy(prepared.fill).to(self.transfer.device) if n_fill else None
-        for key, cache in snap.cache.items():
+        for key, cache in start.cache.items():
             tensor = prepared.tensors.pop(key)
-            if capacity != snap.capacity or cache.dtype != tensor.dtype:
-                cache = prepared.caches[key] = self.transfer.regrow(cache, used, capacity, tensor.dtype)
+            if capacity != start.capacity or cache.dtype != tensor.dtype:
+                cache = prepared.caches[key] = self.transfer.regrow(
+                    cache, used, capacity, tensor.dtype
+                )
             if n_fill:
                 self.transfer.scatter(cache, fill_dev, tensor[:n_fill])
             if prepared.end > used:
@@ -170,17 +194,23 @@ class Fetcher:
     def _prepare_array(self, key: str, array: np.ndarray, k: int) -> np.ndarray:
         """Transform, check and normalise one fetched array ``(K, *D)``."""
         if array.shape[:1] != (k,):
-            raise StoreError(f"loader {self.name!r}: key {key!r} arrived with shape {array.shape}, "
-                             f"expected leading dimension {k} (one row per new id)")
+            raise StoreError(
+                f"loader {self.name!r}: key {key!r} arrived with shape {array.shape}, "
+                f"expected leading dimension {k} (one row per new id)"
+            )
         if key in self.transforms:
             before = array.shape
             array = np.asarray(self.transforms[key](array))
             if array.shape[:1] != (k,):
-                raise StoreError(f"loader {self.name!r}: transform of key {key!r} returned shape "
-                                 f"{array.shape} from {before}, expected leading dimension {k}")
+                raise StoreError(
+                    f"loader {self.name!r}: transform of key {key!r} returned shape "
+                    f"{array.shape} from {before}, expected leading dimension {k}"
+                )
         if split_key(key)[1] == "log_prob" and array.ndim != 1:
             if array.size != k:
-                raise StoreError(f"loader {self.name!r}: key {key!r} has per-sample shape {array.shape[1:]}, "
-                                 "expected () or (1,)")
+                raise StoreError(
+                    f"loader {self.name!r}: key {key!r} has per-sample shape {array.shape[1:]}, "
+                    "expected () or (1,)"
+                )
             array = array.reshape(k)
         return array

@@ -84,15 +84,20 @@ class FitState:
     val_loss: float | None = None
     seen_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
-    def start(self, model: nn.Module, groups: list[dict[str, Any]], options: EstimatorOptions) -> None:
+    def start(
+        self, model: nn.Module, groups: list[dict[str, Any]], options: EstimatorOptions
+    ) -> None:
         """Train ``model`` from now on: a fresh optimiser and schedule; the best model is dropped."""
         self.model, self.best = model, None
         self.optimizer = torch.optim.AdamW(groups, lr=options.lr, weight_decay=0.0)
         self.scheduler = None
         if options.lr_decay_factor < 1.0:
             self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-                self.optimizer, factor=options.lr_decay_factor, patience=options.lr_patience,
-                min_lr=options.min_lr)
+                self.optimizer,
+                factor=options.lr_decay_factor,
+                patience=options.lr_patience,
+                min_lr=options.min_lr,
+            )
 
     def keep_best(self) -> None:
         """Make the current model the best model (deep copy in eval mode)."""
@@ -125,9 +130,17 @@ def train_step(state: FitState, loss: Loss, batch: Batch) -> torch.Tensor | None
     return value.detach()
 
 
-async def fit(state: FitState, loss: Loss, train: CachedDataLoader, val: CachedDataLoader | None,
-              options: EstimatorOptions, generator: torch.Generator, *,
-              stop: Callable[[], bool], name: str) -> None:
+async def fit(
+    state: FitState,
+    loss: Loss,
+    train: CachedDataLoader,
+    val: CachedDataLoader | None,
+    options: EstimatorOptions,
+    generator: torch.Generator,
+    *,
+    stop: Callable[[], bool],
+    name: str,
+) -> None:
     """Train ``state.model`` for up to ``options.max_epochs`` epochs.
 
     Each epoch: a cache sync every ``cache_sync_every`` epochs (not before the first), then
@@ -163,11 +176,14 @@ async def fit(state: FitState, loss: Loss, train: CachedDataLoader, val: CachedD
         if not losses:
             if stop():
                 break
-            raise EstimatorError(f"node {name!r}: no usable training row in epoch {state.epochs + 1} "
-                                 f"({loss.nonfinite_rows} rows with a non-finite value so far, "
-                                 f"{loss.skipped_steps} steps with a non-finite loss)")
+            raise EstimatorError(
+                f"node {name!r}: no usable training row in epoch {state.epochs + 1} "
+                f"({loss.nonfinite_rows} rows with a non-finite value so far, "
+                f"{loss.skipped_steps} steps with a non-finite loss)"
+            )
         loss.refit(state.model, train)
-        await asyncio.sleep(0)  # each phase of the epoch's end is followed by a turn of the event loop
+        # each phase of the epoch's end is followed by a turn of the event loop
+        await asyncio.sleep(0)
         state.train_loss = float(torch.stack(losses).mean())
         state.val_loss = loss.evaluate(state.model, val) if val is not None else None
         await asyncio.sleep(0)
@@ -185,8 +201,14 @@ async def fit(state: FitState, loss: Loss, train: CachedDataLoader, val: CachedD
             bad_epochs += 1
         if state.scheduler is not None and math.isfinite(metric):
             state.scheduler.step(metric)
-        log.info("node %s: epoch %d train %.6g val %s lr %.3g", name, state.epochs, state.train_loss,
-                 state.val_loss, state.lr)
+        log.info(
+            "node %s: epoch %d train %.6g val %s lr %.3g",
+            name,
+            state.epochs,
+            state.train_loss,
+            state.val_loss,
+            state.lr,
+        )
         if stop() or bad_epochs >= options.early_stop_patience:
             break
         await asyncio.sleep(0)

@@ -25,18 +25,25 @@ _ROWS_PER_PASS = 1 << 16  # rows per flow evaluation while sampling
 _VALIDATION_SEED = 0x5EED  # atoms of the validation loss: the same for every model compared
 
 
-def _affine_nsf(features: int, context: int, *, transforms: int, hidden_features: tuple[int, ...],
-                bins: int) -> zuko.flows.Flow:
+def _affine_nsf(
+    features: int, context: int, *, transforms: int, hidden_features: tuple[int, ...], bins: int
+) -> zuko.flows.Flow:
     """A conditional affine autoregressive layer followed by a zuko neural spline flow.
 
     The affine layer (applied first, from data to base) moves and scales each variable as a
     function of the context, so the spline layers see roughly standardised values even where
     the conditional is much narrower than the buffer.
     """
-    nsf = zuko.flows.NSF(features=features, context=context, transforms=transforms,
-                         hidden_features=hidden_features, bins=bins)
-    affine = zuko.flows.MaskedAutoregressiveTransform(features=features, context=context,
-                                                      hidden_features=hidden_features)
+    nsf = zuko.flows.NSF(
+        features=features,
+        context=context,
+        transforms=transforms,
+        hidden_features=hidden_features,
+        bins=bins,
+    )
+    affine = zuko.flows.MaskedAutoregressiveTransform(
+        features=features, context=context, hidden_features=hidden_features
+    )
     return zuko.flows.Flow(transform=[affine, *nsf.transform.transforms], base=nsf.base)
 
 
@@ -56,15 +63,29 @@ class FlowHead(PosteriorHead):
         per row of the training loss (≥ 2).
     """
 
-    def __init__(self, dim: int, context_dim: int, *, transforms: int, hidden_features: Sequence[int],
-                 bins: int, momentum: float, num_atoms: int = 10) -> None:
+    def __init__(
+        self,
+        dim: int,
+        context_dim: int,
+        *,
+        transforms: int,
+        hidden_features: Sequence[int],
+        bins: int,
+        momentum: float,
+        num_atoms: int = 10,
+    ) -> None:
         super().__init__()
         self.dim = int(dim)
         self.num_atoms = int(num_atoms)
         self.context_stats = RunningMoments(context_dim, momentum)
         self.latent_stats = RunningMoments(dim, momentum, full=True, min_var=1e-30)
-        self.conditional = _affine_nsf(dim, context_dim, transforms=transforms,
-                                       hidden_features=tuple(hidden_features), bins=bins)
+        self.conditional = _affine_nsf(
+            dim,
+            context_dim,
+            transforms=transforms,
+            hidden_features=tuple(hidden_features),
+            bins=bins,
+        )
 
     @torch.no_grad()
     def observe(self, z: torch.Tensor, s: torch.Tensor) -> None:
@@ -84,8 +105,9 @@ class FlowHead(PosteriorHead):
         w = self.latent_stats.normalize(z).to(torch.float32)
         return self.conditional(ctx).log_prob(w).to(torch.float64) - self._log_scale()
 
-    def draw(self, ctx: torch.Tensor, n: int, tau: float,
-             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def draw(
+        self, ctx: torch.Tensor, n: int, tau: float, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` draws from ``q`` with its Gaussian base scaled by ``tau`` (1: ``q`` itself).
 
         Args:
@@ -108,8 +130,13 @@ class FlowHead(PosteriorHead):
         return z, log_q + 0.5 * sq * (1.0 - 1.0 / tau**2) - self.dim * math.log(tau)
 
     # -- the head interface ------------------------------------------------------------------
-    def loss(self, z: torch.Tensor, s: torch.Tensor, log_prob: torch.Tensor,
-             generator: torch.Generator | None = None) -> RowLoss:
+    def loss(
+        self,
+        z: torch.Tensor,
+        s: torch.Tensor,
+        log_prob: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> RowLoss:
         """The APT atomic loss of each row (``log_prob`` is not needed: see :func:`atomic_loss`).
 
         In eval mode the atoms are drawn from a fixed seed, so every model compared on a
@@ -121,17 +148,20 @@ class FlowHead(PosteriorHead):
         loss, log_q = atomic_loss(self, z, self.context(s), self.num_atoms, generator)
         return RowLoss(loss, None, log_q)
 
-    def sample(self, s: torch.Tensor, n: int, gamma: float,
-               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, s: torch.Tensor, n: int, gamma: float, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` draws from ``q`` with its base scaled by ``τ = 1/√γ`` (γ = 1: ``q`` itself) and
         their exact z-space density, :data:`_ROWS_PER_PASS` rows per flow evaluation."""
         tau = 1.0 / math.sqrt(gamma)
         ctx = self.context(s)
-        ctx = ctx.expand(n, ctx.shape[1]) if ctx.shape[0] == 1 else ctx  # a view: never copied n times
+        # a view: never copied n times
+        ctx = ctx.expand(n, ctx.shape[1]) if ctx.shape[0] == 1 else ctx
         zs, log_qs = [], []
         for start in range(0, n, _ROWS_PER_PASS):
-            z, log_q = self.draw(ctx[start:start + _ROWS_PER_PASS], min(_ROWS_PER_PASS, n - start), tau,
-                                 generator)
+            z, log_q = self.draw(
+                ctx[start : start + _ROWS_PER_PASS], min(_ROWS_PER_PASS, n - start), tau, generator
+            )
             zs.append(z)
             log_qs.append(log_q)
         return torch.cat(zs), torch.cat(log_qs)
@@ -143,8 +173,13 @@ class FlowHead(PosteriorHead):
         return self.log_q(z, ctx)
 
 
-def atomic_loss(head: FlowHead, z: torch.Tensor, ctx: torch.Tensor, num_atoms: int,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def atomic_loss(
+    head: FlowHead,
+    z: torch.Tensor,
+    ctx: torch.Tensor,
+    num_atoms: int,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row loss of automatic posterior transformation with atomic proposals.
 
     Row ``i`` is scored against ``A − 1`` other rows' latents (its atoms):
@@ -170,9 +205,10 @@ def atomic_loss(head: FlowHead, z: torch.Tensor, ctx: torch.Tensor, num_atoms: i
     if a < 2:
         log_q = head.log_q(z, ctx)
         return -log_q, log_q
-    offsets = torch.randperm(b - 1, generator=generator, device=z.device)[:a - 1] + 1
+    offsets = torch.randperm(b - 1, generator=generator, device=z.device)[: a - 1] + 1
     rows = torch.arange(b, device=z.device)
-    index = torch.cat([rows[None], (rows[None] + offsets[:, None]) % b])  # (A, B); row 0: the row itself
+    # (A, B); row 0: the row itself
+    index = torch.cat([rows[None], (rows[None] + offsets[:, None]) % b])
     atoms = z[index]  # (A, B, D)
     log_q = head.log_q(atoms, ctx)  # (A, B)
     logits = log_q + 0.5 * (atoms * atoms).sum(-1)  # log q − log π, up to a constant
@@ -224,5 +260,12 @@ class FlowPosterior(StepwiseEstimator):
     def make_head(self, dim: int, context_dim: int) -> FlowHead:
         """The :class:`FlowHead` for D = ``dim``, E = ``context_dim``."""
         o = self.options
-        return FlowHead(dim, context_dim, transforms=o.transforms, hidden_features=o.hidden_features,
-                        bins=o.bins, momentum=o.momentum, num_atoms=o.num_atoms)
+        return FlowHead(
+            dim,
+            context_dim,
+            transforms=o.transforms,
+            hidden_features=o.hidden_features,
+            bins=o.bins,
+            momentum=o.momentum,
+            num_atoms=o.num_atoms,
+        )

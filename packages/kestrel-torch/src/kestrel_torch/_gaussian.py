@@ -47,8 +47,17 @@ class GaussianHead(PosteriorHead):
 
     refit_rows = 16384  # rows used for the closed-form refits at the end of an epoch
 
-    def __init__(self, dim: int, context_dim: int, *, hidden_dim: int, num_layers: int,
-                 momentum: float, min_var: float, weight_decay: float = 0.0) -> None:
+    def __init__(
+        self,
+        dim: int,
+        context_dim: int,
+        *,
+        hidden_dim: int,
+        num_layers: int,
+        momentum: float,
+        min_var: float,
+        weight_decay: float = 0.0,
+    ) -> None:
         super().__init__()
         self.dim = int(dim)
         self.min_var = float(min_var)
@@ -127,8 +136,14 @@ class GaussianHead(PosteriorHead):
         best = None
         for lam in scale * 10.0 ** torch.arange(-10.0, 3.0, dtype=torch.float64):
             shrink = evals / (evals + lam)
-            rss = total - float(((2.0 * shrink - shrink**2) / evals.clamp_min(1e-300) * (proj * proj).sum(1)
-                                 * (evals > 0)).sum())
+            rss = total - float(
+                (
+                    (2.0 * shrink - shrink**2)
+                    / evals.clamp_min(1e-300)
+                    * (proj * proj).sum(1)
+                    * (evals > 0)
+                ).sum()
+            )
             dof = float(shrink.sum())
             if dof >= n_eff:
                 continue
@@ -152,7 +167,9 @@ class GaussianHead(PosteriorHead):
 
     def factor(self, mean: torch.Tensor, gamma: float) -> GaussianFactor:
         """The corrected, γ-tempered posterior for the means ``(M, D)`` (see :func:`gaussian_posterior`)."""
-        return gaussian_posterior(mean, self.residual_cov, self.latent_stats.mean, self.latent_stats.covariance, gamma)
+        return gaussian_posterior(
+            mean, self.residual_cov, self.latent_stats.mean, self.latent_stats.covariance, gamma
+        )
 
     @torch.no_grad()
     def refit_covariance(self, residuals: torch.Tensor, weights: torch.Tensor) -> None:
@@ -162,15 +179,21 @@ class GaussianHead(PosteriorHead):
         self.residual_cov.copy_(0.5 * (cov + cov.T) + self.min_var * eye)
 
     # -- the head interface ------------------------------------------------------------------
-    def loss(self, z: torch.Tensor, s: torch.Tensor, log_prob: torch.Tensor,
-             generator: torch.Generator | None = None) -> RowLoss:
+    def loss(
+        self,
+        z: torch.Tensor,
+        s: torch.Tensor,
+        log_prob: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> RowLoss:
         """Per-row ``−log q(z | s)``, weighted to the reference: ``log w = log r(z) − log_prob``."""
         self.observe(z, s)
         log_q = self.log_q(z, self.mean(s))
         return RowLoss(-log_q, self.log_ref(z).detach() - log_prob, log_q)
 
-    def sample(self, s: torch.Tensor, n: int, gamma: float,
-               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, s: torch.Tensor, n: int, gamma: float, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` draws from the corrected, γ-tempered posterior and their exact z-space density;
         sets :attr:`clipped`."""
         factor = self.factor(self.mean(s), gamma)
@@ -205,14 +228,18 @@ class GaussianHead(PosteriorHead):
 
     def decay_group(self) -> dict[str, Any]:
         """The MLP's weight matrices, with ``weight_decay``."""
-        return {"params": [m.weight for m in self.net if isinstance(m, nn.Linear)],
-                "weight_decay": self.weight_decay}
+        return {
+            "params": [m.weight for m in self.net if isinstance(m, nn.Linear)],
+            "weight_decay": self.weight_decay,
+        }
 
 
 def _log_normal(z: torch.Tensor, mean: torch.Tensor, cov: torch.Tensor) -> torch.Tensor:
     chol = torch.linalg.cholesky(cov)
     t = torch.linalg.solve_triangular(chol, (z - mean).T, upper=False)
-    return -0.5 * (t * t).sum(0) - torch.log(torch.diagonal(chol)).sum() - 0.5 * z.shape[-1] * _LOG_2PI
+    return (
+        -0.5 * (t * t).sum(0) - torch.log(torch.diagonal(chol)).sum() - 0.5 * z.shape[-1] * _LOG_2PI
+    )
 
 
 class GaussianPosterior(StepwiseEstimator):
@@ -268,5 +295,12 @@ class GaussianPosterior(StepwiseEstimator):
     def make_head(self, dim: int, context_dim: int) -> GaussianHead:
         """The :class:`GaussianHead` for D = ``dim``, E = ``context_dim``."""
         o = self.options
-        return GaussianHead(dim, context_dim, hidden_dim=o.hidden_dim, num_layers=o.num_layers,
-                            momentum=o.momentum, min_var=o.min_var, weight_decay=o.weight_decay)
+        return GaussianHead(
+            dim,
+            context_dim,
+            hidden_dim=o.hidden_dim,
+            num_layers=o.num_layers,
+            momentum=o.momentum,
+            min_var=o.min_var,
+            weight_decay=o.weight_decay,
+        )

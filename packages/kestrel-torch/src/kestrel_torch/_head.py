@@ -49,8 +49,11 @@ class RowLoss(NamedTuple):
     def cat(parts: Sequence[RowLoss]) -> RowLoss:
         """The rows of several parts as one (weights are normalised over all of them)."""
         weights = [p.log_weight for p in parts if p.log_weight is not None]
-        return RowLoss(torch.cat([p.loss for p in parts]), torch.cat(weights) if weights else None,
-                       torch.cat([p.log_q for p in parts]))
+        return RowLoss(
+            torch.cat([p.loss for p in parts]),
+            torch.cat(weights) if weights else None,
+            torch.cat([p.log_q for p in parts]),
+        )
 
 
 class RefitRows(NamedTuple):
@@ -84,8 +87,13 @@ class PosteriorHead(nn.Module):
         super().__init__()
         self.clipped = 0
 
-    def loss(self, z: torch.Tensor, s: torch.Tensor, log_prob: torch.Tensor,
-             generator: torch.Generator | None = None) -> RowLoss:
+    def loss(
+        self,
+        z: torch.Tensor,
+        s: torch.Tensor,
+        log_prob: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> RowLoss:
         """Per-row training terms on B rows; in training mode it first updates any running
         statistics from the rows, in eval mode it changes nothing.
 
@@ -98,8 +106,9 @@ class PosteriorHead(nn.Module):
         """
         raise NotImplementedError
 
-    def sample(self, s: torch.Tensor, n: int, gamma: float,
-               generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(
+        self, s: torch.Tensor, n: int, gamma: float, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` draws from the γ-tempered posterior ∝ prior · likelihood^γ (γ = 1: the posterior).
 
         Args:

@@ -21,10 +21,18 @@ class LazyBuffers(nn.Module):
 
     _lazy_buffers: tuple[str, ...] = ()
 
-    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
         for name in self._lazy_buffers:
             incoming = state_dict.get(prefix + name)
             current = self._buffers.get(name)
-            if isinstance(incoming, torch.Tensor) and current is not None and current.shape != incoming.shape:
-                self._buffers[name] = torch.empty(incoming.shape, dtype=current.dtype, device=current.device)
+            if (
+                isinstance(incoming, torch.Tensor)
+                and current is not None
+                and current.shape != incoming.shape
+            ):
+                self._buffers[name] = torch.empty(
+                    incoming.shape, dtype=current.dtype, device=current.device
+                )
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)

@@ -20,10 +20,11 @@ from concurrent.futures import Future
 
 import numpy as np
 import torch
+
 from kestrel_core import TRAINABLE, BufferView, ConfigError, EstimatorError, Status, split_key
 
 from ._batch import Batch
-from ._fetcher import Fetcher, Prepared, Snapshot, Transform, Worker
+from ._fetcher import CacheState, Fetcher, Prepared, Transform, Worker
 
 __all__ = ["CachedDataLoader"]
 
@@ -51,11 +52,11 @@ class CachedDataLoader:
         ConfigError: empty or duplicate ``keys``, or ``transforms``/``dtypes`` naming a key
             not in ``keys``, or ``max_samples < 0``.
 
-    Dtypes (case K04): each key has one dtype, fixed by its first fill or by ``dtypes``. A later
+    Dtypes: each key has one dtype, fixed by its first fill or by ``dtypes``. A later
     fetch in another dtype is converted to the wider of the two: a wider arrival (float64 into
     a float32 cache) upcasts the key's cache, a narrower one is cast up on arrival. So float64
     data is never silently downcast. Each key's change is reported once with a warning.
-    ``*.log_prob`` keys are kept as ``(C,)``: a per-sample shape ``(1,)`` is flattened (K01).
+    ``*.log_prob`` keys are kept as ``(C,)``: a per-sample shape ``(1,)`` is flattened.
 
     Example:
         >>> with CachedDataLoader(view, ["theta.value", "x.value"]) as loader:  # doctest: +SKIP
@@ -63,27 +64,49 @@ class CachedDataLoader:
         ...     batch = loader.sample_batch(128)  # on the device, no host sync
     """
 
-    def __init__(self, view: BufferView, keys: Sequence[str], statuses: Sequence[int] | int = TRAINABLE,
-                 device: torch.device | str = "cpu", *, transforms: Mapping[str, Transform] | None = None,
-                 dtypes: Mapping[str, torch.dtype] | None = None, max_samples: int = 0,
-                 name: str = "loader") -> None:
+    def __init__(
+        self,
+        view: BufferView,
+        keys: Sequence[str],
+        statuses: Sequence[int] | int = TRAINABLE,
+        device: torch.device | str = "cpu",
+        *,
+        transforms: Mapping[str, Transform] | None = None,
+        dtypes: Mapping[str, torch.dtype] | None = None,
+        max_samples: int = 0,
+        name: str = "loader",
+    ) -> None:
         self._keys = tuple(keys)
         if not self._keys or len(set(self._keys)) != len(self._keys):
-            raise ConfigError(f"CachedDataLoader(keys={list(self._keys)!r}): expected distinct flat keys, at least one")
+            raise ConfigError(
+                f"CachedDataLoader(keys={list(self._keys)!r}): expected distinct flat keys, at least one"
+            )
         for key in self._keys:
             split_key(key)
         for arg, given in (("transforms", transforms), ("dtypes", dtypes)):
             unknown = sorted(set(given or ()) - set(self._keys))
             if unknown:
-                raise ConfigError(f"CachedDataLoader({arg}=...): keys {unknown} are not among keys {list(self._keys)}")
+                raise ConfigError(
+                    f"CachedDataLoader({arg}=...): keys {unknown} are not among keys {list(self._keys)}"
+                )
         if int(max_samples) < 0:
             raise ConfigError(f"CachedDataLoader(max_samples={max_samples}): expected >= 0")
         self._view = view
-        self._statuses = (int(statuses),) if isinstance(statuses, int) else tuple(int(s) for s in statuses)
+        self._statuses = (
+            (int(statuses),) if isinstance(statuses, int) else tuple(int(s) for s in statuses)
+        )
         self._device = torch.device(device)
         self._name = name
-        self._fetcher = Fetcher(view, self._keys, self._statuses, self._device, transforms or {}, dtypes or {},
-                                int(max_samples), name)
+        self._fetcher = Fetcher(
+            view,
+            self._keys,
+            self._statuses,
+            self._device,
+            transforms or {},
+            dtypes or {},
+            int(max_samples),
+            name,
+        )
 
         self._cache: dict[str, torch.Tensor] = {}  # key -> (C, *D) on the device
         self._row_to_id = np.empty(0, dtype=np.int64)  # (C,), -1 for a free row
@@ -169,13 +192,19 @@ class CachedDataLoader:
 
     def _launch(self) -> Future:
         ready = None
-        if self._device.type == "cuda" and self._cache:  # the transfer stream reads the cache after our writes
+        # the transfer stream reads the cache after our writes
+        if self._device.type == "cuda" and self._cache:
             ready = torch.cuda.Event()
             ready.record(torch.cuda.current_stream(self._device))
-        snapshot = Snapshot(self._row_to_id[: self._used].copy(), self._row_to_id.size, dict(self._cache), ready,
-                             self._retired)
+        start = CacheState(
+            self._row_to_id[: self._used].copy(),
+            self._row_to_id.size,
+            dict(self._cache),
+            ready,
+            self._retired,
+        )
         self._retired = []
-        return self._worker.submit(functools.partial(self._fetcher, snapshot))
+        return self._worker.submit(functools.partial(self._fetcher, start))
 
     # -- training thread ---------------------------------------------------------------------
     def _apply(self, prepared: Prepared) -> None:
@@ -184,8 +213,11 @@ class CachedDataLoader:
         for key, old, new, target in prepared.changes:
             if key not in self._reported:
                 self._reported.add(key)
-                warnings.warn(f"loader {self._name!r}: key {key!r} arrived as {new} while the cache held {old}; "
-                              f"the cache keeps {target} for this key (reported once per key)", stacklevel=3)
+                warnings.warn(
+                    f"loader {self._name!r}: key {key!r} arrived as {new} while the cache held {old}; "
+                    f"the cache keeps {target} for this key (reported once per key)",
+                    stacklevel=3,
+                )
         k = prepared.new_ids.size
         if k:
             fill, end, n_fill = prepared.fill, prepared.end, prepared.fill.size
@@ -211,7 +243,7 @@ class CachedDataLoader:
         row_to_id = self._row_to_id
         live = np.flatnonzero(row_to_id[:used] >= 0)
         self._used = int(live[-1]) + 1 if live.size else 0
-        row_to_id[self._used:used] = -1
+        row_to_id[self._used : used] = -1
         self._live_rows = live
         self._rows_dev = torch.from_numpy(live).to(self._device)
         self._ids_dev = torch.from_numpy(row_to_id[live]).to(self._device)
@@ -224,7 +256,9 @@ class CachedDataLoader:
             buffer = f"buffer: {train} train, {int(stats.get('validation', 0))} validation"
         except Exception as err:  # the message must not hide the real problem
             buffer = f"buffer counts unavailable: {err!r}"
-        return EstimatorError(f"no samples with status {names} ({buffer}); loader {self._name!r} has nothing to draw from")
+        return EstimatorError(
+            f"no samples with status {names} ({buffer}); loader {self._name!r} has nothing to draw from"
+        )
 
     # -- batches -----------------------------------------------------------------------------
     def sample_batch(self, batch_size: int, generator: torch.Generator | None = None) -> Batch:
@@ -264,7 +298,9 @@ class CachedDataLoader:
         if self._live_rows.size == self._used:
             data = {key: cache[: self._used].clone() for key, cache in self._cache.items()}
         else:
-            data = {key: cache.index_select(0, self._rows_dev) for key, cache in self._cache.items()}
+            data = {
+                key: cache.index_select(0, self._rows_dev) for key, cache in self._cache.items()
+            }
         return Batch(self.ids, data, self._view)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -284,5 +320,7 @@ class CachedDataLoader:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"CachedDataLoader(name={self._name!r}, count={self.count}, capacity={self._row_to_id.size}, "
-                f"device={str(self._device)!r}, keys={list(self._keys)})")
+        return (
+            f"CachedDataLoader(name={self._name!r}, count={self.count}, capacity={self._row_to_id.size}, "
+            f"device={str(self._device)!r}, keys={list(self._keys)})"
+        )

@@ -42,7 +42,9 @@ class NPELoss:
         nonfinite_rows, skipped_steps, discarded: counters over the estimator's life.
     """
 
-    def __init__(self, columns: Columns, generator: torch.Generator, discard_below: float | None) -> None:
+    def __init__(
+        self, columns: Columns, generator: torch.Generator, discard_below: float | None
+    ) -> None:
         self.columns = columns
         self.generator = generator
         self.discard_below = discard_below
@@ -81,8 +83,10 @@ class NPELoss:
         was_training = model.training
         model.eval()
         try:
-            parts = [model.head.loss(rows.z, model.embed(rows.inputs), rows.z_log_prob)
-                     for rows in self.columns.chunks(loader.all())]
+            parts = [
+                model.head.loss(rows.z, model.embed(rows.inputs), rows.z_log_prob)
+                for rows in self.columns.chunks(loader.all())
+            ]
         finally:
             model.train(was_training)
         return float(RowLoss.cat(parts).total()) if parts else None
@@ -100,7 +104,9 @@ class NPELoss:
         was_training = model.training
         model.eval()
         try:
-            head.refit(RefitRows(rows.z, model.embed(rows.inputs), rows.z_log_prob)
-                       for rows in self.columns.chunks(batch))
+            head.refit(
+                RefitRows(rows.z, model.embed(rows.inputs), rows.z_log_prob)
+                for rows in self.columns.chunks(batch)
+            )
         finally:
             model.train(was_training)

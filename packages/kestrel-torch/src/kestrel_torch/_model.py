@@ -9,8 +9,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
-from kestrel_core import EstimatorContext
 from torch import nn
+
+from kestrel_core import EstimatorContext
 
 from ._embedding import build_embedding
 from ._errors import EstimatorError
@@ -49,8 +50,14 @@ class NPEModel(nn.Module):
         return [{"params": [p for p in self.parameters() if id(p) not in decayed]}, decay]
 
 
-def build_model(spec: Any, context: EstimatorContext, make_head: HeadFactory,
-                init: Mapping[str, torch.Tensor], device: torch.device, seed: int) -> NPEModel:
+def build_model(
+    spec: Any,
+    context: EstimatorContext,
+    make_head: HeadFactory,
+    init: Mapping[str, torch.Tensor],
+    device: torch.device,
+    seed: int,
+) -> NPEModel:
     """Build embedding and head from a few rows of the conditions, in training mode.
 
     The embedding is run once in eval mode on ``init`` to learn its width E; the weights are
@@ -74,8 +81,10 @@ def build_model(spec: Any, context: EstimatorContext, make_head: HeadFactory,
             s = embedding(init)
         embedding.train()
         if s.dim() != 2 or s.shape[0] != next(iter(init.values())).shape[0]:
-            raise EstimatorError(f"node {context.node!r}: the embedding returned shape "
-                                 f"{tuple(s.shape)}; expected (B, E)")
+            raise EstimatorError(
+                f"node {context.node!r}: the embedding returned shape "
+                f"{tuple(s.shape)}; expected (B, E)"
+            )
         head = make_head(context.prior.dim, int(s.shape[1])).to(device)
     model = NPEModel(embedding, head).to(device)
     model.train()

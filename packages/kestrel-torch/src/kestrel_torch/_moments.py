@@ -37,7 +37,9 @@ class RunningMoments(nn.Module):
         count: int64 scalar, number of rows folded in so far.
     """
 
-    def __init__(self, dim: int, momentum: float, *, full: bool = False, min_var: float = 1e-20) -> None:
+    def __init__(
+        self, dim: int, momentum: float, *, full: bool = False, min_var: float = 1e-20
+    ) -> None:
         super().__init__()
         self.dim = int(dim)
         self.momentum = float(momentum)
@@ -45,10 +47,14 @@ class RunningMoments(nn.Module):
         self.min_var = float(min_var)
         self.register_buffer("mean", torch.zeros(dim, dtype=torch.float64))
         shape = (dim, dim) if full else (dim,)
-        self.register_buffer("cov", torch.eye(dim, dtype=torch.float64) if full else torch.ones(shape, dtype=torch.float64))
+        self.register_buffer(
+            "cov",
+            torch.eye(dim, dtype=torch.float64) if full else torch.ones(shape, dtype=torch.float64),
+        )
         self.register_buffer("count", torch.zeros((), dtype=torch.int64))
 
-    def _apply(self, fn, recurse: bool = True):  # ``.float()``/``.half()`` must not round the statistics
+    # ``.float()``/``.half()`` must not round the statistics
+    def _apply(self, fn, recurse: bool = True):
         before = dict(self._buffers)
         out = super()._apply(fn, recurse)
         for name, old in before.items():
@@ -110,4 +116,8 @@ class RunningMoments(nn.Module):
         chol = torch.linalg.cholesky(self.covariance)
         diff = (x.to(torch.float64) - self.mean).unsqueeze(-1)
         t = torch.linalg.solve_triangular(chol, diff, upper=False).squeeze(-1)
-        return -0.5 * (t * t).sum(-1) - torch.log(torch.diagonal(chol)).sum() - 0.5 * self.dim * math.log(2 * math.pi)
+        return (
+            -0.5 * (t * t).sum(-1)
+            - torch.log(torch.diagonal(chol)).sum()
+            - 0.5 * self.dim * math.log(2 * math.pi)
+        )

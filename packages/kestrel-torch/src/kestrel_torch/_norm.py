@@ -16,7 +16,8 @@ class RunningNorm(LazyBuffers):
 
     The statistics (float64 buffers ``mean``, ``var`` of shape ``D``, and the int64 update
     count ``count``) are updated only in training mode, from the detached batch, so no gradient
-    flows through them; in eval mode the forward never changes any state (case K21). The first
+    flows through them; in eval mode the forward never changes any state (so a validation pass
+    leaves the model as it was). The first
     training batch sets them; each later one blends in with weight ``momentum``. Rows with a
     non-finite value are left out of the statistics (a batch without a finite row changes
     nothing), so one NaN simulation cannot poison the normalisation.

@@ -20,6 +20,7 @@ from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, TypeVar
 
 import torch
+
 from kestrel_core._suggest import unknown
 
 from ._errors import ConfigError
@@ -48,14 +49,19 @@ def integer(minimum: int) -> Check:
     return check
 
 
-def real(low: float, high: float | str = math.inf, *, low_open: bool = False,
-         allow_inf: bool = False) -> Check:
+def real(
+    low: float, high: float | str = math.inf, *, low_open: bool = False, allow_inf: bool = False
+) -> Check:
     """Rule: a real number (not a bool, not NaN) in ``[low, high]`` (``(low, high]`` when
     ``low_open``), finite unless ``allow_inf``; ``high`` may name an earlier field. → ``float``."""
 
     def check(owner: str, key: str, value: Any, options: Any) -> float:
         top = float(getattr(options, high)) if isinstance(high, str) else high
-        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and not math.isnan(value)
+        ok = (
+            isinstance(value, numbers.Real)
+            and not isinstance(value, bool)
+            and not math.isnan(value)
+        )
         ok = ok and (allow_inf or math.isfinite(value))
         ok = ok and (low < value if low_open else low <= value) and value <= top
         if not ok:
@@ -88,10 +94,13 @@ def optional_seed(owner: str, key: str, value: Any, options: Any) -> int | None:
 def widths(owner: str, key: str, value: Any, _: Any) -> tuple[int, ...]:
     """Rule: a non-empty sequence of positive integers, normalised to a tuple."""
     ok = not isinstance(value, (str, bytes)) and isinstance(value, Sequence) and bool(value)
-    ok = ok and all(isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1
-                    for h in value)
+    ok = ok and all(
+        isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1 for h in value
+    )
     if not ok:
-        raise ConfigError(f"{owner}({key}={value!r}): expected a non-empty list of positive integers")
+        raise ConfigError(
+            f"{owner}({key}={value!r}): expected a non-empty list of positive integers"
+        )
     return tuple(int(h) for h in value)
 
 

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+
 from kestrel_core import EstimatorContext, flat_key
 
 __all__ = ["Columns", "Rows", "CHUNK"]
@@ -62,8 +63,12 @@ class Columns:
     def of(cls, context: EstimatorContext) -> Columns:
         """The columns of ``context``'s node."""
         names = tuple(context.evidence) + tuple(context.scaffolds)
-        return cls(flat_key(context.node, "value"), flat_key(context.node, "log_prob"),
-                   {c: flat_key(c, "value") for c in names}, context.prior)
+        return cls(
+            flat_key(context.node, "value"),
+            flat_key(context.node, "log_prob"),
+            {c: flat_key(c, "value") for c in names},
+            context.prior,
+        )
 
     def keys(self) -> list[str]:
         """Every key the loader caches."""
@@ -83,7 +88,9 @@ class Columns:
             out[ok, -1] = logdet
         return out
 
-    def split(self, batch: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def split(
+        self, batch: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Finite-row mask ``(B,)`` and the condition tensors of a batch."""
         latent, log_prob = batch[self.theta], batch[self.log_prob]
         finite = torch.isfinite(latent).all(dim=1) & torch.isfinite(log_prob)
@@ -109,4 +116,4 @@ class Columns:
         finite, _ = self.split(batch)
         index = torch.nonzero(finite).squeeze(1)
         for start in range(0, index.shape[0], size):
-            yield self.rows(batch, index[start:start + size])
+            yield self.rows(batch, index[start : start + size])

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from kestrel_core import EstimatorContext, Record
 
 from ._errors import EstimatorError
@@ -35,8 +36,9 @@ class Conditions:
             each condition must have that per-row shape, and is converted to that dtype.
     """
 
-    def __init__(self, context: EstimatorContext, device: torch.device,
-                 templates: Mapping[str, torch.Tensor]) -> None:
+    def __init__(
+        self, context: EstimatorContext, device: torch.device, templates: Mapping[str, torch.Tensor]
+    ) -> None:
         self.context, self.device, self.templates = context, device, templates
 
     def inputs(self, n: int, conditions: Mapping[str, Any]) -> dict[str, torch.Tensor | None]:
@@ -49,17 +51,22 @@ class Conditions:
         """
         context = self.context
         if not isinstance(conditions, Mapping):
-            raise EstimatorError(f"node {context.node!r}: conditions must map node names to arrays, "
-                                 f"got {type(conditions).__name__}")
+            raise EstimatorError(
+                f"node {context.node!r}: conditions must map node names to arrays, "
+                f"got {type(conditions).__name__}"
+            )
         tensors: dict[str, torch.Tensor] = {}
         for c in context.evidence:
             if c not in conditions:
-                raise EstimatorError(f"node {context.node!r}: condition {c!r} is missing (evidence: "
-                                     f"{list(context.evidence)}; given: {sorted(map(str, conditions))})")
+                raise EstimatorError(
+                    f"node {context.node!r}: condition {c!r} is missing (evidence: "
+                    f"{list(context.evidence)}; given: {sorted(map(str, conditions))})"
+                )
             tensors[c] = self.tensor(c, conditions[c], n)
         rows = n if any(t.shape[0] == n for t in tensors.values()) else 1
         inputs: dict[str, torch.Tensor | None] = {
-            c: t.expand(rows, *t.shape[1:]) if t.shape[0] != rows else t for c, t in tensors.items()}
+            c: t.expand(rows, *t.shape[1:]) if t.shape[0] != rows else t for c, t in tensors.items()
+        }
         for c in context.scaffolds:
             inputs[c] = None
         return inputs
@@ -84,13 +91,21 @@ class Conditions:
                 array = np.ascontiguousarray(array).copy()
             tensor = torch.from_numpy(array)
         if tensor.dim() == 0 or (shape is not None and tuple(tensor.shape[1:]) != shape):
-            expected = f"{(1, *shape)} (broadcast) or {(n, *shape)}" if shape is not None else "a leading batch axis"
-            raise EstimatorError(f"node {node!r}: condition {name!r} has shape {tuple(tensor.shape)}; "
-                                 f"expected {expected}")
+            expected = (
+                f"{(1, *shape)} (broadcast) or {(n, *shape)}"
+                if shape is not None
+                else "a leading batch axis"
+            )
+            raise EstimatorError(
+                f"node {node!r}: condition {name!r} has shape {tuple(tensor.shape)}; "
+                f"expected {expected}"
+            )
         k = tensor.shape[0]
         if k not in (1, n):
-            raise EstimatorError(f"node {node!r}: condition {name!r} has leading dimension {k}; "
-                                 f"expected 1 (broadcast) or {n}")
+            raise EstimatorError(
+                f"node {node!r}: condition {name!r} has leading dimension {k}; "
+                f"expected 1 (broadcast) or {n}"
+            )
         dtype = template.dtype if template is not None else None
         return tensor.to(device=self.device, dtype=dtype)
 
@@ -102,8 +117,15 @@ def prior_draws(prior: Any, n: int, rng: np.random.Generator) -> Record:
 
 
 @torch.no_grad()
-def draw(model: NPEModel, prior: Any, n: int, conditions: Conditions, given: Mapping[str, Any], gamma: float,
-         generator: torch.Generator | None) -> Record:
+def draw(
+    model: NPEModel,
+    prior: Any,
+    n: int,
+    conditions: Conditions,
+    given: Mapping[str, Any],
+    gamma: float,
+    generator: torch.Generator | None,
+) -> Record:
     """``n`` draws from the model's γ-tempered posterior (γ = 1: the posterior) in θ-space.
 
     Args:
@@ -124,12 +146,16 @@ def draw(model: NPEModel, prior: Any, n: int, conditions: Conditions, given: Map
     z, log_z = model.head.sample(s, n, gamma, generator)
     theta, log_dtheta = prior.from_normal(z.cpu().numpy(), with_logdet=True)
     log_prob = log_z.cpu().numpy() - log_dtheta
-    return {"value": np.asarray(theta, dtype=np.float64), "log_prob": np.asarray(log_prob, dtype=np.float64)}
+    return {
+        "value": np.asarray(theta, dtype=np.float64),
+        "log_prob": np.asarray(log_prob, dtype=np.float64),
+    }
 
 
 @torch.no_grad()
-def log_density(model: NPEModel, prior: Any, theta: np.ndarray, conditions: Conditions,
-                given: Mapping[str, Any]) -> np.ndarray:
+def log_density(
+    model: NPEModel, prior: Any, theta: np.ndarray, conditions: Conditions, given: Mapping[str, Any]
+) -> np.ndarray:
     """The model's posterior log density at ``theta`` ``(N, F)``: float64 ``(N,)``, θ-space.
 
     Raises:

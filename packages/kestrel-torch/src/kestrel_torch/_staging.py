@@ -1,4 +1,4 @@
-"""Host → device copies for the loader's background thread (case K20).
+"""Host → device copies for the loader's background thread, pinned and overlapped on CUDA.
 
 On a CUDA device an array is first copied into a **pinned** (page-locked) host buffer and then
 sent to the device with a ``non_blocking`` copy on a side stream, so the DMA overlaps with the
@@ -159,7 +159,9 @@ class HostToDevice:
         if self._stream is not None and event is not None:
             self._stream.wait_event(event)
 
-    def regrow(self, tensor: torch.Tensor, rows: int, capacity: int, dtype: torch.dtype) -> torch.Tensor:
+    def regrow(
+        self, tensor: torch.Tensor, rows: int, capacity: int, dtype: torch.dtype
+    ) -> torch.Tensor:
         """A new ``(capacity, *D)`` tensor of ``dtype`` whose first ``rows`` rows copy ``tensor``'s.
 
         Args:
@@ -176,7 +178,7 @@ class HostToDevice:
     def write(self, dst: torch.Tensor, start: int, src: torch.Tensor) -> None:
         """``dst[start:start + len(src)] = src`` on the transfer stream (both on :attr:`device`)."""
         with self._on_stream():
-            dst[start:start + src.shape[0]] = src
+            dst[start : start + src.shape[0]] = src
 
     def scatter(self, dst: torch.Tensor, rows: torch.Tensor, src: torch.Tensor) -> None:
         """``dst[rows] = src`` on the transfer stream (all on :attr:`device`)."""
@@ -184,7 +186,11 @@ class HostToDevice:
             dst.index_copy_(0, rows, src)
 
     def _on_stream(self) -> Any:
-        return torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
+        return (
+            torch.cuda.stream(self._stream)
+            if self._stream is not None
+            else contextlib.nullcontext()
+        )
 
     def wait(self) -> None:
         """Block until every copy issued so far has finished (no-op off CUDA)."""

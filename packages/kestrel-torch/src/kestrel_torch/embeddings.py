@@ -51,19 +51,32 @@ class SignalProjection(LazyBuffers):
 
     _lazy_buffers = ("moment", "basis")
 
-    def __init__(self, n_components: int, signal_input: bool = True, *, update_every: int = 8,
-                 momentum: float = 0.01, seed: int = 0) -> None:
+    def __init__(
+        self,
+        n_components: int,
+        signal_input: bool = True,
+        *,
+        update_every: int = 8,
+        momentum: float = 0.01,
+        seed: int = 0,
+    ) -> None:
         super().__init__()
         if n_components < 1 or update_every < 1 or not 0.0 < momentum <= 1.0:
-            raise ValueError(f"SignalProjection(n_components={n_components}, update_every={update_every}, "
-                             f"momentum={momentum}): expected n_components >= 1, update_every >= 1, 0 < momentum <= 1")
+            raise ValueError(
+                f"SignalProjection(n_components={n_components}, update_every={update_every}, "
+                f"momentum={momentum}): expected n_components >= 1, update_every >= 1, 0 < momentum <= 1"
+            )
         self.n_components, self.signal_input = int(n_components), bool(signal_input)
         self.update_every, self.momentum, self.seed = int(update_every), float(momentum), int(seed)
         self.register_buffer("moment", torch.empty(0, dtype=torch.float64))
         self.register_buffer("basis", torch.empty(0, dtype=torch.float64))
         self.register_buffer("seen", torch.zeros((), dtype=torch.int64))
         self.register_buffer("calls", torch.zeros((), dtype=torch.int64))
-        self._host: tuple[int, int] | None = (0, 0)  # host copies of (calls, seen): no device sync per step
+        # host copies of (calls, seen): no device sync per step
+        self._host: tuple[int, int] | None = (
+            0,
+            0,
+        )
 
     def forward(self, x: torch.Tensor, signal: torch.Tensor | None = None) -> torch.Tensor:
         """Project ``x``: tensor ``(B, *S)`` with ``prod(S) = D`` → ``(B, K)`` in ``x``'s dtype."""
@@ -78,9 +91,13 @@ class SignalProjection(LazyBuffers):
 
     def _initialise(self, d: int, device: torch.device) -> None:
         if d < self.n_components:
-            raise ValueError(f"SignalProjection: data has {d} features, fewer than n_components={self.n_components}")
+            raise ValueError(
+                f"SignalProjection: data has {d} features, fewer than n_components={self.n_components}"
+            )
         generator = torch.Generator().manual_seed(self.seed)
-        q, _ = torch.linalg.qr(torch.randn(d, self.n_components, dtype=torch.float64, generator=generator))
+        q, _ = torch.linalg.qr(
+            torch.randn(d, self.n_components, dtype=torch.float64, generator=generator)
+        )
         self.basis = q.to(device)
         self.moment = torch.zeros(d, d, dtype=torch.float64, device=device)
 
@@ -98,7 +115,7 @@ class SignalProjection(LazyBuffers):
         self.seen.fill_(seen)
         if calls == 1:
             _, vectors = torch.linalg.eigh(self.moment)
-            self.basis.copy_(vectors[:, -self.n_components:].flip(-1))
+            self.basis.copy_(vectors[:, -self.n_components :].flip(-1))
         elif calls % self.update_every == 0:
             q, r = torch.linalg.qr(self.moment @ self.basis)
             signs = torch.sign(torch.diagonal(r))
