@@ -13,11 +13,17 @@ from kestrel_core.testing import StoreContract
 CASES = {
     "k01": ("test_per_sample_shape_mismatch_rejected",),
     "k06": ("test_missing_or_extra_key_rejected_and_nothing_stored",),
-    "k09": ("test_invalid_rows_get_ids_but_are_never_read", "test_a_block_of_invalid_rows_is_dropped_at_once",
-            "test_snapshots_leave_invalid_rows_out"),
+    "k09": (
+        "test_invalid_rows_get_ids_but_are_never_read",
+        "test_a_block_of_invalid_rows_is_dropped_at_once",
+        "test_snapshots_leave_invalid_rows_out",
+    ),
     "k18": ("test_block_released_only_after_every_checkout_ends",),
-    "k22": ("test_validation_zero_promotes", "test_discard_leaves_validation_and_deleted_unchanged",
-            "test_oversized_append_warns"),
+    "k22": (
+        "test_validation_zero_promotes",
+        "test_discard_leaves_validation_and_deleted_unchanged",
+        "test_oversized_append_warns",
+    ),
 }
 
 

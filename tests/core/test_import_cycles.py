@@ -79,7 +79,9 @@ def graph(packages: dict[str, Path] = PACKAGES) -> dict[str, set[str]]:
 
 def test_the_three_packages_have_no_import_cycle():
     deps = graph()
-    assert {"kestrel_core._store", "kestrel_ray", "kestrel_torch"} <= set(deps)  # the files were found
+    assert {"kestrel_core._store", "kestrel_ray", "kestrel_torch"} <= set(
+        deps
+    )  # the files were found
     try:
         order = list(graphlib.TopologicalSorter(deps).static_order())
     except graphlib.CycleError as err:
@@ -91,7 +93,9 @@ def test_the_checker_sees_a_cycle(tmp_path):
     pkg = tmp_path / "kestrel_core"
     (pkg / "_sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("from ._a import x\n")
-    (pkg / "_a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._sub._b import y\n")
+    (pkg / "_a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ._sub._b import y\n"
+    )
     (pkg / "_sub" / "__init__.py").write_text("from ._b import y\n")
     (pkg / "_sub" / "_b.py").write_text("def f():\n    from .._a import x\n")
     deps = graph({"kestrel_core": pkg})

@@ -20,8 +20,13 @@ class TestInMemoryStore(StoreContract):
     @pytest.fixture
     def make_store(self):
         def make(min_samples, max_samples, validation_samples, **kw):
-            return InMemoryStore(min_samples=min_samples, max_samples=max_samples,
-                                 validation_samples=validation_samples, **kw)
+            return InMemoryStore(
+                min_samples=min_samples,
+                max_samples=max_samples,
+                validation_samples=validation_samples,
+                **kw,
+            )
+
         return make
 
     @pytest.fixture
@@ -64,7 +69,9 @@ def test_non_native_byte_order_is_stored_native():
     assert store.schema["theta.value"][1].isnative
     fetch = store.view().fetch([T], ["theta.value"])
     assert fetch.arrays["theta.value"].dtype.isnative
-    np.testing.assert_array_equal(fetch.arrays["theta.value"], rows_for(np.arange(3))["theta.value"])
+    np.testing.assert_array_equal(
+        fetch.arrays["theta.value"], rows_for(np.arange(3))["theta.value"]
+    )
 
 
 def test_view_fetch_returns_independent_copies_in_new_ids_order():
@@ -123,7 +130,9 @@ def test_concurrent_appends_and_fetches_keep_ids_unique():
         except Exception as err:  # pragma: no cover - reported below
             errors.append(err)
 
-    threads = [threading.Thread(target=writer) for _ in range(3)] + [threading.Thread(target=reader)]
+    threads = [threading.Thread(target=writer) for _ in range(3)] + [
+        threading.Thread(target=reader)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -145,8 +154,10 @@ class _Buffer:
 def test_from_config_reads_attributes_or_keys(tmp_path):
     store = InMemoryStore.from_config(_Buffer())
     assert (store.min_samples, store.max_samples, store.validation_samples) == (4, 6, 2)
-    store = InMemoryStore.from_config({"min_samples": 1, "max_samples": 2, "validation_samples": 0,
-                                       "snapshot_every": 2}, snapshot_dir=tmp_path)
+    store = InMemoryStore.from_config(
+        {"min_samples": 1, "max_samples": 2, "validation_samples": 0, "snapshot_every": 2},
+        snapshot_dir=tmp_path,
+    )
     store.append(rows_for(np.arange(2)), 2)
     assert [p.name for p in tmp_path.iterdir()] == ["000001.npz"]
     with pytest.raises(ConfigError, match="buffer.validation_samples is required"):
@@ -184,7 +195,9 @@ def test_append_rejects_malformed_blocks():
 def test_append_takes_n_alone_for_a_block_of_arrays():
     store = InMemoryStore(min_samples=0, max_samples=10, validation_samples=0)
     assert store.append(rows_for(np.arange(3)), 3).tolist() == [0, 1, 2]
-    assert store.append(rows_for(np.arange(3, 5)), BlockMeta.of(rows_for(np.arange(3, 5)))).tolist() == [3, 4]
+    assert store.append(
+        rows_for(np.arange(3, 5)), BlockMeta.of(rows_for(np.arange(3, 5)))
+    ).tolist() == [3, 4]
 
 
 def test_append_rejects_arrays_that_differ_from_their_metadata():

@@ -33,8 +33,14 @@ class TestRayStore(StoreContract):
     @pytest.fixture
     def make_store(self, track):
         def make(min_samples, max_samples, validation_samples, **kw):
-            return start_store(track, min_samples=min_samples, max_samples=max_samples,
-                               validation_samples=validation_samples, **kw)
+            return start_store(
+                track,
+                min_samples=min_samples,
+                max_samples=max_samples,
+                validation_samples=validation_samples,
+                **kw,
+            )
+
         return make
 
     @pytest.fixture
@@ -74,7 +80,9 @@ def test_append_rejects_arrays_in_place_of_refs(store):
 def test_appends_in_flight_and_batched_are_all_or_nothing(store):
     good = rows_for(np.arange(4))
     bad = {k: v for k, v in rows_for(np.arange(4, 8)).items() if k != "x.value"}
-    ref = store.submit_append([(ref_block(good), BlockMeta.of(good, 4)), (ref_block(bad), BlockMeta.of(bad, 4))])
+    ref = store.submit_append(
+        [(ref_block(good), BlockMeta.of(good, 4)), (ref_block(bad), BlockMeta.of(bad, 4))]
+    )
     with pytest.raises(StoreError, match="x.value"):
         store.appended(ref)
     assert store.stats()["total"] == 0
@@ -114,7 +122,9 @@ def test_k18_view_fetch_after_eviction_never_hangs_nor_reads_dead_rows(store):
     pinned = store.checkout([T], ["x.value"])  # ids 0-7 checked out …
     append(store, 8, 8)  # … then evicted by 8 new appends before the read
     old = np.concatenate([ray.get(r.block["x.value"])[r.rows] for r in pinned.reads])
-    np.testing.assert_array_equal(old, rows_for(np.arange(8))["x.value"])  # still the data checked out
+    np.testing.assert_array_equal(
+        old, rows_for(np.arange(8))["x.value"]
+    )  # still the data checked out
     fetch = view.fetch(TRAINABLE, ["x.value"])
     assert fetch.new_ids.tolist() == list(range(8, 16))
     np.testing.assert_array_equal(fetch.arrays["x.value"], rows_for(np.arange(8, 16))["x.value"])
@@ -168,5 +178,7 @@ def test_view_is_usable_from_threads(store):
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: view.fetch(TRAINABLE, ["theta.value"]), range(8)))
     for fetch in results:
-        np.testing.assert_array_equal(fetch.arrays["theta.value"], rows_for(np.arange(8))["theta.value"])
+        np.testing.assert_array_equal(
+            fetch.arrays["theta.value"], rows_for(np.arange(8))["theta.value"]
+        )
     assert store.open_checkouts() == 0

@@ -118,9 +118,13 @@ class RefTrace:
         if missing:
             raise KeyError(f"key {missing[0]!r} is not in the trace; it has {self.keys()}")
         nodes = {split_key(k)[0] for k in keys}
-        return RefTrace(self.n, {k: self.columns[k] for k in keys}, {k: self.meta[k] for k in keys},
-                        {m: c for m, c in self.nonfinite.items() if m in nodes},
-                        {m: v for m, v in self.finite.items() if m in nodes})
+        return RefTrace(
+            self.n,
+            {k: self.columns[k] for k in keys},
+            {k: self.meta[k] for k in keys},
+            {m: c for m, c in self.nonfinite.items() if m in nodes},
+            {m: v for m, v in self.finite.items() if m in nodes},
+        )
 
     def valid_rows(self) -> np.ndarray | None:
         """bool ``(N,)``: the samples finite in every node; ``None`` when no node reported one."""
@@ -148,13 +152,17 @@ class RefTrace:
             return counts
         for node, count in counts.items():
             if count >= self.n:
-                raise SimulatorError(f"node {node!r} returned a non-finite value (NaN or ±inf) in all "
-                                     f"{self.n} samples of the {what}; check its simulator")
+                raise SimulatorError(
+                    f"node {node!r} returned a non-finite value (NaN or ±inf) in all "
+                    f"{self.n} samples of the {what}; check its simulator"
+                )
         valid = self.valid_rows()
         if valid is not None and not valid.any():
             worst = max(counts, key=lambda m: counts[m])
-            raise SimulatorError(f"no sample of the {what} is finite in every node ({self.n} samples; "
-                                 f"non-finite rows per node: {counts}); check node {worst!r}")
+            raise SimulatorError(
+                f"no sample of the {what} is finite in every node ({self.n} samples; "
+                f"non-finite rows per node: {counts}); check node {worst!r}"
+            )
         return counts
 
     def blocks(self) -> list[tuple[dict[str, Any], BlockMeta]]:
@@ -178,7 +186,8 @@ class RefTrace:
                 raise StoreError(
                     f"key {key!r} is not stored in the same whole blocks as key {keys[0]!r} "
                     f"(rows {[(s, e) for _, s, e in segs]} vs {bounds}); only traces made by one "
-                    "DeployedGraph call can be appended")
+                    "DeployedGraph call can be appended"
+                )
         valid = self.valid_rows()
         if valid is not None and valid.all():
             valid = None
@@ -186,8 +195,12 @@ class RefTrace:
         for i, (start, stop) in enumerate(bounds):
             n = stop - start
             shapes = {k: ((n, *self.meta[k][0]), self.meta[k][1]) for k in keys}
-            out.append(({k: self.columns[k].segments[i][0] for k in keys},
-                        BlockMeta(n, shapes, None if valid is None else valid[pos:pos + n])))
+            out.append(
+                (
+                    {k: self.columns[k].segments[i][0] for k in keys},
+                    BlockMeta(n, shapes, None if valid is None else valid[pos : pos + n]),
+                )
+            )
             pos += n
         return out
 
@@ -241,7 +254,9 @@ def split_chunks(chunks: Sequence[int], a: int, b: int) -> list[int]:
     return out
 
 
-def merge_meta(metas: Sequence[Mapping[str, tuple[Sequence[int], str]]], node: str) -> dict[str, tuple[tuple[int, ...], str]]:
+def merge_meta(
+    metas: Sequence[Mapping[str, tuple[Sequence[int], str]]], node: str
+) -> dict[str, tuple[tuple[int, ...], str]]:
     """Combine the per-field ``(D, dtype)`` of several calls (replicas) of one node.
 
     Raises:
@@ -252,8 +267,10 @@ def merge_meta(metas: Sequence[Mapping[str, tuple[Sequence[int], str]]], node: s
         for fld, (shape, dtype) in meta.items():
             shape = tuple(int(d) for d in shape)
             if fld in out and out[fld][0] != shape:
-                raise StoreError(f"node {node!r}, field {fld!r}: replicas returned per-sample shapes "
-                                 f"{out[fld][0]} and {shape}")
+                raise StoreError(
+                    f"node {node!r}, field {fld!r}: replicas returned per-sample shapes "
+                    f"{out[fld][0]} and {shape}"
+                )
             prev = out.get(fld, (shape, dtype))[1]
             out[fld] = (shape, str(np.result_type(np.dtype(prev), np.dtype(dtype))))
     return out

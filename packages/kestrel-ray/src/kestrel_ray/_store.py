@@ -47,12 +47,24 @@ class SampleStore(BlockStore):
             for without a directory.
     """
 
-    def __init__(self, *, min_samples: int = 0, max_samples: int = 2**62, validation_samples: int = 0,
-                 snapshot_every: int = 0, snapshot_dir: str | Path | None = None,
-                 seed: int | None = None) -> None:
-        super().__init__(min_samples=min_samples, max_samples=max_samples,
-                         validation_samples=validation_samples, snapshot_every=snapshot_every,
-                         snapshot_dir=snapshot_dir, seed=seed)
+    def __init__(
+        self,
+        *,
+        min_samples: int = 0,
+        max_samples: int = 2**62,
+        validation_samples: int = 0,
+        snapshot_every: int = 0,
+        snapshot_dir: str | Path | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            min_samples=min_samples,
+            max_samples=max_samples,
+            validation_samples=validation_samples,
+            snapshot_every=snapshot_every,
+            snapshot_dir=snapshot_dir,
+            seed=seed,
+        )
 
     def ready(self) -> bool:
         """Return ``True`` once the actor is constructed (used to wait for it)."""
@@ -74,15 +86,15 @@ class SampleStore(BlockStore):
     def _accept(self, block: Mapping[str, Any], meta: BlockMeta, spec: Schema) -> dict[str, Any]:
         for key, ref in block.items():
             if not isinstance(ref, ray.ObjectRef):
-                raise StoreError(f"append: key {key!r}: the Ray store holds ObjectRefs, got "
-                                 f"{type(ref).__name__}")
+                raise StoreError(
+                    f"append: key {key!r}: the Ray store holds ObjectRefs, got {type(ref).__name__}"
+                )
         return dict(block)
 
     def _read(self, handle: dict[str, Any]) -> dict[str, np.ndarray]:
         keys = sorted(handle)
         arrays = ray.get([handle[k] for k in keys])  # the store's only data read (see module doc)
         return {k: np.asarray(a) for k, a in zip(keys, arrays)}
-
 
 
 def appended(ref: Any) -> tuple[np.ndarray, list[str]]:

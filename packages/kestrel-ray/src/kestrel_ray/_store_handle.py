@@ -68,8 +68,14 @@ class StoreHandle:
         return handle
 
     @classmethod
-    def for_buffer(cls, buffer: Any, *, run_dir: str | os.PathLike[str] | None = None,
-                   seed: int | None = None, wait: bool = True) -> StoreHandle:
+    def for_buffer(
+        cls,
+        buffer: Any,
+        *,
+        run_dir: str | os.PathLike[str] | None = None,
+        seed: int | None = None,
+        wait: bool = True,
+    ) -> StoreHandle:
         """Start the store of a run.
 
         Args:
@@ -85,19 +91,25 @@ class StoreHandle:
         """
         kwargs: dict[str, Any] = {}
         if buffer is not None:
+
             def get(name: str, default: Any) -> Any:
                 if isinstance(buffer, Mapping):
                     return buffer.get(name, default)
                 return getattr(buffer, name, default)
 
-            kwargs = {"min_samples": get("min_samples", 0), "max_samples": get("max_samples", 2**62),
-                      "validation_samples": get("validation_samples", 0)}
+            kwargs = {
+                "min_samples": get("min_samples", 0),
+                "max_samples": get("max_samples", 2**62),
+                "validation_samples": get("validation_samples", 0),
+            }
             every = int(get("snapshot_every", 0) or 0)
             if every:
                 if run_dir is None:
                     raise ConfigError("buffer.snapshot_every: snapshots need a run directory")
-                kwargs.update(snapshot_every=every,
-                              snapshot_dir=os.path.join(os.fspath(run_dir), "buffer", "snapshots"))
+                kwargs.update(
+                    snapshot_every=every,
+                    snapshot_dir=os.path.join(os.fspath(run_dir), "buffer", "snapshots"),
+                )
         if seed is not None:
             kwargs["seed"] = int(seed)
         return cls.start(wait=wait, **kwargs)
@@ -126,7 +138,9 @@ class StoreHandle:
         """Whether calls wait through ``ObjectRef.future()``."""
         return self._use_futures
 
-    def with_options(self, *, timeout: float | None = None, use_futures: bool | None = None) -> StoreHandle:
+    def with_options(
+        self, *, timeout: float | None = None, use_futures: bool | None = None
+    ) -> StoreHandle:
         """The same actor, waited on differently (see the constructor)."""
         futures = self._use_futures if use_futures is None else use_futures
         return StoreHandle(self._actor, timeout=timeout, use_futures=futures)
@@ -150,7 +164,11 @@ class StoreHandle:
             if isinstance(cause, KestrelError):
                 raise cause from err
             raise
-        except (ray.exceptions.GetTimeoutError, TimeoutError, concurrent.futures.TimeoutError) as err:
+        except (
+            ray.exceptions.GetTimeoutError,
+            TimeoutError,
+            concurrent.futures.TimeoutError,
+        ) as err:
             raise StoreError(f"the sample store did not answer within {self._timeout} s") from err
         except ray.exceptions.ObjectLostError as err:
             raise StoreError(f"a stored block is lost: {err}") from err
@@ -171,14 +189,22 @@ class StoreHandle:
             warnings.warn(note, StoreWarning, stacklevel=2)
         return ids
 
-    def checkout(self, statuses: Sequence[int], keys: Sequence[str], *, max_samples: int = 0,
-                 held_ids: np.ndarray | None = None) -> Checkout:
+    def checkout(
+        self,
+        statuses: Sequence[int],
+        keys: Sequence[str],
+        *,
+        max_samples: int = 0,
+        held_ids: np.ndarray | None = None,
+    ) -> Checkout:
         """Pin the blocks of the active ids the caller lacks (``reads[i].block``: ``{key: ObjectRef}``).
 
         Raises:
             StoreError: an unknown key (the message lists the schema) or unreadable status.
         """
-        return self.wait(self.submit_checkout(statuses, keys, max_samples=max_samples, held_ids=held_ids))
+        return self.wait(
+            self.submit_checkout(statuses, keys, max_samples=max_samples, held_ids=held_ids)
+        )
 
     def release(self, token: int) -> None:
         """End a checkout (waits for the store).
@@ -242,12 +268,22 @@ class StoreHandle:
         """
         return self.wait(ref)
 
-    def submit_checkout(self, statuses: Sequence[int], keys: Sequence[str], *, max_samples: int = 0,
-                        held_ids: np.ndarray | None = None) -> Any:
+    def submit_checkout(
+        self,
+        statuses: Sequence[int],
+        keys: Sequence[str],
+        *,
+        max_samples: int = 0,
+        held_ids: np.ndarray | None = None,
+    ) -> Any:
         """:meth:`checkout` without waiting: the ObjectRef of the :class:`~kestrel_core.Checkout`."""
         held = None if held_ids is None else np.asarray(held_ids, dtype=np.int64)
-        return self._actor.checkout.remote([int(s) for s in statuses], [str(k) for k in keys],
-                                           max_samples=int(max_samples), held_ids=held)
+        return self._actor.checkout.remote(
+            [int(s) for s in statuses],
+            [str(k) for k in keys],
+            max_samples=int(max_samples),
+            held_ids=held,
+        )
 
     def submit_stats(self) -> Any:
         """:meth:`stats` without waiting: the ObjectRef of the counts."""

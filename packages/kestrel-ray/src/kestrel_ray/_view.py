@@ -50,8 +50,14 @@ class RayBufferView:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (self._store,))
 
-    def fetch(self, statuses: Sequence[int], keys: Sequence[str], *, max_samples: int = 0,
-              held_ids: np.ndarray | None = None) -> Fetch:
+    def fetch(
+        self,
+        statuses: Sequence[int],
+        keys: Sequence[str],
+        *,
+        max_samples: int = 0,
+        held_ids: np.ndarray | None = None,
+    ) -> Fetch:
         """Check out, read and release in one blocking call.
 
         Args:

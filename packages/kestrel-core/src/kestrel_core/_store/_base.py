@@ -53,14 +53,27 @@ class BlockStore:
             are asked for without a directory.
     """
 
-    def __init__(self, *, min_samples: int = 0, max_samples: int = 2**62, validation_samples: int = 0,
-                 snapshot_every: int = 0, snapshot_dir: str | Path | None = None,
-                 seed: int | None = None) -> None:
-        self._index = BlockIndex(min_samples=min_samples, max_samples=max_samples,
-                                 validation_samples=validation_samples, seed=seed)
+    def __init__(
+        self,
+        *,
+        min_samples: int = 0,
+        max_samples: int = 2**62,
+        validation_samples: int = 0,
+        snapshot_every: int = 0,
+        snapshot_dir: str | Path | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self._index = BlockIndex(
+            min_samples=min_samples,
+            max_samples=max_samples,
+            validation_samples=validation_samples,
+            seed=seed,
+        )
         self._snapshot_every = buffer_int(snapshot_every or 0, "snapshot_every", 0)
         if self._snapshot_every and snapshot_dir is None:
-            raise ConfigError(f"buffer.snapshot_every={self._snapshot_every} needs a snapshot directory")
+            raise ConfigError(
+                f"buffer.snapshot_every={self._snapshot_every} needs a snapshot directory"
+            )
         self._snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
         self._schema: Schema | None = None
         self._lock = threading.RLock()
@@ -101,8 +114,9 @@ class BlockStore:
             warnings.warn(note, StoreWarning, stacklevel=2)
         return ids
 
-    def append_blocks(self, blocks: Sequence[tuple[Mapping[str, Any], BlockMeta]]
-                      ) -> tuple[np.ndarray, list[str]]:
+    def append_blocks(
+        self, blocks: Sequence[tuple[Mapping[str, Any], BlockMeta]]
+    ) -> tuple[np.ndarray, list[str]]:
         """Append several ``(block, meta)`` in order, all or nothing; the rules run after each.
 
         Returns:
@@ -136,8 +150,14 @@ class BlockStore:
             return np.concatenate(out), [note] if note else []
 
     # -- checkout / release -----------------------------------------------------------------------
-    def checkout(self, statuses: Sequence[int], keys: Sequence[str], *, max_samples: int = 0,
-                 held_ids: np.ndarray | None = None) -> Checkout:
+    def checkout(
+        self,
+        statuses: Sequence[int],
+        keys: Sequence[str],
+        *,
+        max_samples: int = 0,
+        held_ids: np.ndarray | None = None,
+    ) -> Checkout:
         """Pin and return the blocks holding the active ids the caller does not hold yet.
 
         Args:
@@ -159,13 +179,22 @@ class BlockStore:
             if self._schema is not None:
                 unknown = [k for k in keys if k not in self._schema]
                 if unknown:
-                    raise StoreError(f"checkout: unknown key(s) {unknown}; the store holds "
-                                     f"{sorted(self._schema)}")
-            token, active, new, reads = self._index.checkout(statuses, max_samples=max_samples,
-                                                             held_ids=held_ids)
-        return Checkout(token=token, active_ids=active, new_ids=new,
-                        reads=[BlockRead(block={k: handle[k] for k in keys}, rows=rows, ids=ids)
-                               for handle, rows, ids in reads])
+                    raise StoreError(
+                        f"checkout: unknown key(s) {unknown}; the store holds "
+                        f"{sorted(self._schema)}"
+                    )
+            token, active, new, reads = self._index.checkout(
+                statuses, max_samples=max_samples, held_ids=held_ids
+            )
+        return Checkout(
+            token=token,
+            active_ids=active,
+            new_ids=new,
+            reads=[
+                BlockRead(block={k: handle[k] for k in keys}, rows=rows, ids=ids)
+                for handle, rows, ids in reads
+            ],
+        )
 
     def release(self, token: int) -> None:
         """End a checkout; dead blocks it pinned are dropped.

@@ -18,8 +18,12 @@ from ._protocol import Checkout
 __all__ = ["read_checkout", "gather_rows", "empty_spec"]
 
 
-def read_checkout(checkout: Checkout, keys: Sequence[str], resolve: Callable[[list[Any]], list[Any]],
-                  empty: Callable[[str], tuple[tuple[int, ...], Any]]) -> dict[str, np.ndarray]:
+def read_checkout(
+    checkout: Checkout,
+    keys: Sequence[str],
+    resolve: Callable[[list[Any]], list[Any]],
+    empty: Callable[[str], tuple[tuple[int, ...], Any]],
+) -> dict[str, np.ndarray]:
     """The new rows of a checkout for every key.
 
     Args:
@@ -68,19 +72,23 @@ def gather_rows(key: str, parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int
     pos = 0
     for block, rows in parts:
         if len(rows) and (rows.min() < 0 or rows.max() >= block.shape[0]):
-            raise StoreError(f"key {key!r}: rows {rows.min()}..{rows.max()} outside a stored block "
-                             f"of {block.shape[0]} rows")
+            raise StoreError(
+                f"key {key!r}: rows {rows.min()}..{rows.max()} outside a stored block "
+                f"of {block.shape[0]} rows"
+            )
         if block.dtype == out.dtype:
             # mode="clip" (bounds checked above): with the default "raise" numpy buffers `out`
             # and copies every row twice, four times slower for a block of 128 × 1000 float64
-            np.take(block, rows, axis=0, out=out[pos:pos + len(rows)], mode="clip")
+            np.take(block, rows, axis=0, out=out[pos : pos + len(rows)], mode="clip")
         else:
-            out[pos:pos + len(rows)] = block[rows]
+            out[pos : pos + len(rows)] = block[rows]
         pos += len(rows)
     return out
 
 
-def empty_spec(schema: Mapping[str, tuple[tuple[int, ...], Any]] | None, key: str) -> tuple[tuple[int, ...], Any]:
+def empty_spec(
+    schema: Mapping[str, tuple[tuple[int, ...], Any]] | None, key: str
+) -> tuple[tuple[int, ...], Any]:
     """``(D, dtype)`` of ``key`` in ``schema``; ``((), float64)`` for a key the store has not seen."""
     if schema and key in schema:
         return schema[key]

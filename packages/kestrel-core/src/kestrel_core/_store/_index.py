@@ -51,10 +51,17 @@ class BlockIndex:
         ConfigError: a rule value is not an integer ≥ 0 (``max_samples`` ≥ 1).
     """
 
-    def __init__(self, *, min_samples: int = 0, max_samples: int = 2**62, validation_samples: int = 0,
-                 seed: int | None = None):
-        self._rules = buffer_rules(min_samples=min_samples, max_samples=max_samples,
-                                   validation_samples=validation_samples)
+    def __init__(
+        self,
+        *,
+        min_samples: int = 0,
+        max_samples: int = 2**62,
+        validation_samples: int = 0,
+        seed: int | None = None,
+    ):
+        self._rules = buffer_rules(
+            min_samples=min_samples, max_samples=max_samples, validation_samples=validation_samples
+        )
         self._status = np.zeros(0, np.int8)  # (capacity,), valid up to self._size
         self._block_of = np.zeros(0, np.int64)
         self._size = 0
@@ -87,15 +94,15 @@ class BlockIndex:
         b = self._next_block
         self._next_block += 1
         self._blocks[b] = _Block(handle=handle, start=start, n=n, alive=n)
-        self._status[start:start + n] = Status.VALIDATION
-        self._block_of[start:start + n] = b
+        self._status[start : start + n] = Status.VALIDATION
+        self._block_of[start : start + n] = b
         self._size = start + n
-        window = self._status[self._live_start:self._size]
+        window = self._status[self._live_start : self._size]
         if valid is not None and not np.all(valid):
             window = window.copy()  # the invalid rows die with the rotation's other deaths
-            window[start - self._live_start:][~np.asarray(valid, dtype=bool)] = Status.TOMBSTONE
+            window[start - self._live_start :][~np.asarray(valid, dtype=bool)] = Status.TOMBSTONE
         self._apply(self._live_start, rotate(window, **self._rules))
-        alive = np.flatnonzero(np.isin(self._status[self._live_start:self._size], _LIVE))
+        alive = np.flatnonzero(np.isin(self._status[self._live_start : self._size], _LIVE))
         self._live_start += int(alive[0]) if alive.size else self._size - self._live_start
         return ids
 
@@ -116,9 +123,9 @@ class BlockIndex:
 
     def _apply(self, start: int, new: np.ndarray) -> None:
         """Store new statuses of ids ``start…``; count rows that died per block; release what can go."""
-        old = self._status[start:self._size]
+        old = self._status[start : self._size]
         died = np.flatnonzero(np.isin(old, _LIVE) & ~np.isin(new, _LIVE)) + start
-        self._status[start:self._size] = new
+        self._status[start : self._size] = new
         if died.size:
             blocks, counts = np.unique(self._block_of[died], return_counts=True)
             for b, c in zip(blocks.tolist(), counts.tolist()):
@@ -129,12 +136,13 @@ class BlockIndex:
         for b in candidates:
             blk = self._blocks.get(b)
             if blk is not None and blk.alive == 0 and blk.pins == 0:
-                self._status[blk.start:blk.start + blk.n] = Status.DELETED
+                self._status[blk.start : blk.start + blk.n] = Status.DELETED
                 del self._blocks[b]  # drops the handle: for Ray, the last store ref to its objects
 
     # -- reading ---------------------------------------------------------------------------
-    def checkout(self, statuses: Sequence[int], *, max_samples: int = 0,
-                 held_ids: np.ndarray | None = None) -> tuple[int, np.ndarray, np.ndarray, list[tuple[Any, np.ndarray, np.ndarray]]]:
+    def checkout(
+        self, statuses: Sequence[int], *, max_samples: int = 0, held_ids: np.ndarray | None = None
+    ) -> tuple[int, np.ndarray, np.ndarray, list[tuple[Any, np.ndarray, np.ndarray]]]:
         """Pin the blocks holding the active ids the caller does not hold yet.
 
         Args:
@@ -153,16 +161,21 @@ class BlockIndex:
         """
         wanted = self._check_statuses(statuses)
         max_samples = check_count(max_samples, "max_samples")
-        window = self._status[self._live_start:self._size]
+        window = self._status[self._live_start : self._size]
         active = np.flatnonzero(np.isin(window, wanted)).astype(np.int64) + self._live_start
-        held = np.isin(active, np.asarray(held_ids, dtype=np.int64)) if held_ids is not None and len(held_ids) \
+        held = (
+            np.isin(active, np.asarray(held_ids, dtype=np.int64))
+            if held_ids is not None and len(held_ids)
             else np.zeros(len(active), bool)
+        )
         if 0 < max_samples < len(active):
             # Keep what the caller already holds (up to max_samples), fill up with a random
             # draw of the rest: a capped cache then only fetches what changed.
             kept = active[held][:max_samples]
             fresh = active[~held]
-            extra = self._rng.choice(fresh, size=min(max_samples - len(kept), len(fresh)), replace=False)
+            extra = self._rng.choice(
+                fresh, size=min(max_samples - len(kept), len(fresh)), replace=False
+            )
             active = np.sort(np.concatenate([kept, extra]).astype(np.int64))
             held = np.isin(active, kept)
         new = active[~held]
@@ -237,7 +250,9 @@ class BlockIndex:
         arr = arr.astype(np.int64).ravel()
         bad = arr[(arr < 0) | (arr >= self._size)]
         if bad.size:
-            raise StoreError(f"unknown sample id {int(bad[0])}: the store has ids 0..{self._size - 1}")
+            raise StoreError(
+                f"unknown sample id {int(bad[0])}: the store has ids 0..{self._size - 1}"
+            )
         return arr
 
     @staticmethod
@@ -248,7 +263,7 @@ class BlockIndex:
                 name = Status(s).name if s in Status._value2member_map_ else "unknown"
                 raise StoreError(
                     f"checkout: status {s} ({name}) is not readable; use one of "
-                    + ", ".join(f"{x.name}={int(x)}" for x in LIVE))
+                    + ", ".join(f"{x.name}={int(x)}" for x in LIVE)
+                )
             out.append(s)
         return np.asarray(out, np.int8)
-

@@ -34,7 +34,9 @@ LIVE = (Status.VALIDATION, Status.TRAINING, Status.DISFAVOURED)
 TRAINABLE = (Status.TRAINING, Status.DISFAVOURED)
 
 
-def rotate(status: np.ndarray, *, min_samples: int, max_samples: int, validation_samples: int) -> np.ndarray:
+def rotate(
+    status: np.ndarray, *, min_samples: int, max_samples: int, validation_samples: int
+) -> np.ndarray:
     """Apply the buffer rules after an append; "oldest" means lowest sample id.
 
     1. Validation keeps the newest ``validation_samples``; older VALIDATION becomes TRAINING

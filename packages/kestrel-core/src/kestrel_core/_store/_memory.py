@@ -43,12 +43,24 @@ class InMemoryStore(BlockStore):
             are asked for without a directory.
     """
 
-    def __init__(self, *, min_samples: int, max_samples: int, validation_samples: int,
-                 snapshot_every: int = 0, snapshot_dir: str | Path | None = None,
-                 seed: int | None = None) -> None:
-        super().__init__(min_samples=min_samples, max_samples=max_samples,
-                         validation_samples=validation_samples, snapshot_every=snapshot_every,
-                         snapshot_dir=snapshot_dir, seed=seed)
+    def __init__(
+        self,
+        *,
+        min_samples: int,
+        max_samples: int,
+        validation_samples: int,
+        snapshot_every: int = 0,
+        snapshot_dir: str | Path | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(
+            min_samples=min_samples,
+            max_samples=max_samples,
+            validation_samples=validation_samples,
+            snapshot_every=snapshot_every,
+            snapshot_dir=snapshot_dir,
+            seed=seed,
+        )
         rules = self._index.rules
         self.min_samples = rules["min_samples"]
         self.max_samples = rules["max_samples"]
@@ -57,14 +69,16 @@ class InMemoryStore(BlockStore):
         self.snapshot_dir = self._snapshot_dir
 
     @classmethod
-    def from_config(cls, buffer_config: Any, snapshot_dir: str | Path | None = None, *,
-                    seed: int | None = None) -> InMemoryStore:
+    def from_config(
+        cls, buffer_config: Any, snapshot_dir: str | Path | None = None, *, seed: int | None = None
+    ) -> InMemoryStore:
         """Build from a ``buffer`` config (attributes or mapping keys ``min_samples``,
         ``max_samples``, ``validation_samples`` and optionally ``snapshot_every``).
 
         Raises:
             ConfigError: as the constructor, or a required value is missing.
         """
+
         def get(name: str, default: Any = None) -> Any:
             if isinstance(buffer_config, Mapping):
                 return buffer_config.get(name, default)
@@ -74,8 +88,12 @@ class InMemoryStore(BlockStore):
         for k, v in values.items():
             if v is None:
                 raise ConfigError(f"buffer.{k} is required")
-        return cls(**values, snapshot_every=get("snapshot_every", 0) or 0,
-                   snapshot_dir=snapshot_dir, seed=seed)
+        return cls(
+            **values,
+            snapshot_every=get("snapshot_every", 0) or 0,
+            snapshot_dir=snapshot_dir,
+            seed=seed,
+        )
 
     @property
     def schema(self) -> Schema:
@@ -114,20 +132,26 @@ class InMemoryStore(BlockStore):
             meta = BlockMeta.of(block, check_count(meta))
         return super().append(block, meta)
 
-    def _accept(self, block: Mapping[str, Any], meta: BlockMeta, spec: Schema) -> dict[str, np.ndarray]:
+    def _accept(
+        self, block: Mapping[str, Any], meta: BlockMeta, spec: Schema
+    ) -> dict[str, np.ndarray]:
         out = {}
         for key, value in block.items():
             try:
                 arr = np.asarray(value)
             except (TypeError, ValueError, RuntimeError) as err:
-                raise StoreError(f"append: key {key!r} cannot be converted to an array ({err})") from err
+                raise StoreError(
+                    f"append: key {key!r} cannot be converted to an array ({err})"
+                ) from err
             shape, dtype = tuple(meta.shapes[key][0]), spec[key][1]
             copy = np.array(arr, order="C", copy=True)
             if not copy.dtype.isnative:
                 copy = copy.astype(copy.dtype.newbyteorder("="))
             if copy.shape != shape or copy.dtype != dtype:
-                raise StoreError(f"append: key {key!r} holds an array of shape {arr.shape}, dtype "
-                                 f"{arr.dtype}; its metadata says {shape}, {dtype}")
+                raise StoreError(
+                    f"append: key {key!r} holds an array of shape {arr.shape}, dtype "
+                    f"{arr.dtype}; its metadata says {shape}, {dtype}"
+                )
             copy.flags.writeable = False
             out[key] = copy
         return out

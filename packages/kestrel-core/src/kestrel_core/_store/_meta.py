@@ -46,13 +46,17 @@ def check_block(block: Any, meta: Any, schema: Schema | None) -> Schema:
         CountError: ``meta.n`` is not a non-negative integer.
     """
     if not isinstance(block, Mapping) or not block:
-        raise StoreError(f"append: expected a non-empty mapping flat key → array, got {type(block).__name__}")
+        raise StoreError(
+            f"append: expected a non-empty mapping flat key → array, got {type(block).__name__}"
+        )
     if not isinstance(meta, BlockMeta):
         raise StoreError(f"append: expected a BlockMeta with the block, got {type(meta).__name__}")
     n = check_count(meta.n)
     if set(block) != set(meta.shapes):
-        raise StoreError(f"append: block keys {sorted(block)} differ from the keys of its metadata "
-                         f"{sorted(meta.shapes)}")
+        raise StoreError(
+            f"append: block keys {sorted(block)} differ from the keys of its metadata "
+            f"{sorted(meta.shapes)}"
+        )
     out: Schema = {}
     for key, (shape, dtype) in meta.shapes.items():
         try:
@@ -61,12 +65,16 @@ def check_block(block: Any, meta: Any, schema: Schema | None) -> Schema:
             raise StoreError(f"append: key {key!r} is not a flat key '<node>.<field>'") from err
         shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
         if not shape or shape[0] != n:
-            raise StoreError(f"append: key {key!r} has shape {shape}; expected leading dimension {n}")
+            raise StoreError(
+                f"append: key {key!r} has shape {shape}; expected leading dimension {n}"
+            )
         if dtype.kind not in "biufc":
             raise StoreError(f"append: key {key!r} has non-numeric dtype {dtype}")
         out[key] = (shape[1:], dtype.newbyteorder("=") if not dtype.isnative else dtype)
     if meta.valid is not None and np.shape(meta.valid) != (n,):
-        raise StoreError(f"append: the valid-row mask has shape {np.shape(meta.valid)}; expected ({n},)")
+        raise StoreError(
+            f"append: the valid-row mask has shape {np.shape(meta.valid)}; expected ({n},)"
+        )
     if schema is not None:
         _match(out, schema)
     return out
@@ -75,12 +83,18 @@ def check_block(block: Any, meta: Any, schema: Schema | None) -> Schema:
 def _match(block: Schema, schema: Schema) -> None:
     missing, extra = sorted(set(schema) - set(block)), sorted(set(block) - set(schema))
     if missing or extra:
-        raise StoreError(f"append: block keys do not match the store's schema: missing {missing}, "
-                         f"extra {extra}; the store holds {sorted(schema)}")
+        raise StoreError(
+            f"append: block keys do not match the store's schema: missing {missing}, "
+            f"extra {extra}; the store holds {sorted(schema)}"
+        )
     for key, (shape, dtype) in block.items():
         want, want_dtype = schema[key]
         if shape != want:
-            raise StoreError(f"append: key {key!r} has per-sample shape {shape}; the store's schema "
-                             f"(fixed by the first append) has {want}")
+            raise StoreError(
+                f"append: key {key!r} has per-sample shape {shape}; the store's schema "
+                f"(fixed by the first append) has {want}"
+            )
         if dtype.kind != want_dtype.kind:
-            raise StoreError(f"append: key {key!r} has dtype {dtype}; the store's schema has {want_dtype}")
+            raise StoreError(
+                f"append: key {key!r} has dtype {dtype}; the store's schema has {want_dtype}"
+            )

@@ -54,14 +54,18 @@ class BlockMeta:
             StoreError: ``arrays`` is not a mapping, or a value cannot be converted to an array.
         """
         if not isinstance(arrays, Mapping):
-            raise StoreError(f"append: expected a non-empty mapping flat key → array, got "
-                             f"{type(arrays).__name__}")
+            raise StoreError(
+                f"append: expected a non-empty mapping flat key → array, got "
+                f"{type(arrays).__name__}"
+            )
         shapes = {}
         for key, value in arrays.items():
             try:
                 arr = value if isinstance(value, np.ndarray) else np.asarray(value)
             except (TypeError, ValueError, RuntimeError) as err:
-                raise StoreError(f"append: key {key!r} cannot be converted to an array ({err})") from err
+                raise StoreError(
+                    f"append: key {key!r} cannot be converted to an array ({err})"
+                ) from err
             shapes[key] = (tuple(arr.shape), arr.dtype)
         if n is None:
             first = next(iter(shapes.values()), ((0,), None))[0]

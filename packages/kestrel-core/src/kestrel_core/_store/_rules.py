@@ -31,9 +31,11 @@ def buffer_rules(*, min_samples: Any, max_samples: Any, validation_samples: Any)
     Raises:
         ConfigError: a value is not an integer ≥ 0 (``max_samples`` ≥ 1).
     """
-    return {"min_samples": buffer_int(min_samples, "min_samples", 0),
-            "max_samples": buffer_int(max_samples, "max_samples", 1),
-            "validation_samples": buffer_int(validation_samples, "validation_samples", 0)}
+    return {
+        "min_samples": buffer_int(min_samples, "min_samples", 0),
+        "max_samples": buffer_int(max_samples, "max_samples", 1),
+        "validation_samples": buffer_int(validation_samples, "validation_samples", 0),
+    }
 
 
 def oversized_note(total: int, rules: dict[str, int]) -> str | None:
@@ -41,6 +43,8 @@ def oversized_note(total: int, rules: dict[str, int]) -> str | None:
     keep = rules["max_samples"] + rules["validation_samples"]
     if total <= keep:
         return None
-    return (f"{total} samples appended but max_samples is {rules['max_samples']} "
-            f"(validation_samples {rules['validation_samples']}): the oldest {total - keep} "
-            "become TOMBSTONE at once")
+    return (
+        f"{total} samples appended but max_samples is {rules['max_samples']} "
+        f"(validation_samples {rules['validation_samples']}): the oldest {total - keep} "
+        "become TOMBSTONE at once"
+    )

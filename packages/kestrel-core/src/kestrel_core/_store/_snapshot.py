@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,9 @@ def snapshot_rows(ids: np.ndarray, valid: np.ndarray | None, every: int) -> np.n
     return np.flatnonzero(due)
 
 
-def write_snapshots(directory: str | Path, ids: np.ndarray, rows: np.ndarray,
-                    arrays: Mapping[str, np.ndarray]) -> None:
+def write_snapshots(
+    directory: str | Path, ids: np.ndarray, rows: np.ndarray, arrays: Mapping[str, np.ndarray]
+) -> None:
     """Save rows ``rows`` of a block as ``directory/<ids[row]:06d>.npz`` (directory created).
 
     Args:
@@ -54,4 +56,5 @@ def write_snapshots(directory: str | Path, ids: np.ndarray, rows: np.ndarray,
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for row in np.asarray(rows).tolist():
-        np.savez(directory / f"{int(ids[row]):06d}.npz", **{k: np.asarray(a[row]) for k, a in arrays.items()})
+        sample: dict[str, Any] = {k: np.asarray(a[row]) for k, a in arrays.items()}
+        np.savez(directory / f"{int(ids[row]):06d}.npz", **sample)

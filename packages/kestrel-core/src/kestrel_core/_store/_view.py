@@ -32,8 +32,14 @@ class InMemoryBufferView:
     def __init__(self, store: _SchemaStore) -> None:
         self.store = store
 
-    def fetch(self, statuses: Sequence[int], keys: Sequence[str], *, max_samples: int = 0,
-              held_ids: np.ndarray | None = None) -> Fetch:
+    def fetch(
+        self,
+        statuses: Sequence[int],
+        keys: Sequence[str],
+        *,
+        max_samples: int = 0,
+        held_ids: np.ndarray | None = None,
+    ) -> Fetch:
         """Checkout, copy the new rows of every key, release.
 
         Returns:
@@ -47,8 +53,12 @@ class InMemoryBufferView:
         keys = list(keys)
         checkout = self.store.checkout(statuses, keys, max_samples=max_samples, held_ids=held_ids)
         try:
-            arrays = read_checkout(checkout, keys, lambda values: values,
-                                   lambda key: empty_spec(self.store.schema, key))
+            arrays = read_checkout(
+                checkout,
+                keys,
+                lambda values: values,
+                lambda key: empty_spec(self.store.schema, key),
+            )
         finally:
             self.store.release(checkout.token)
         return Fetch(active_ids=checkout.active_ids, new_ids=checkout.new_ids, arrays=arrays)
