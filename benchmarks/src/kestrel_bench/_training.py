@@ -4,7 +4,7 @@ What is measured: optimizer steps of example 05's :class:`~kestrel_torch.Gaussia
 (``SignalProjection`` embedding on ``x`` with scaffold ``mu``, batch 128) through the
 estimator's own training step (``StepwiseEstimator._train_step``: finite-row mask, embedding,
 loss with the proposal correction, backward, Adam step). The loop around it is the one of
-``StepwiseEstimator._epochs`` without validation and end-of-epoch refit (the same in both
+``kestrel_torch._fit.fit`` without validation and end-of-epoch refit (the same in both
 arms and independent of where data comes from): a ``sync()`` of the cache every epoch
 (``count // batch_size`` steps) and ``sample_batch`` before every step.
 
@@ -76,7 +76,7 @@ def train_steps(estimator: Any, source: Any, steps: int, *, sync: bool, duration
         if sync and step % epoch == 0:
             source.sync()
             epoch = max(1, source.count // batch_size)
-        loss = estimator._train_step(source.sample_batch(batch_size, estimator._batch_gen))
+        loss = estimator._train_step(source.sample_batch(batch_size, estimator._binding.batch_generator))
         good += loss is not None
         if durations is not None:
             durations.append(clock() - start)
@@ -86,7 +86,7 @@ def train_steps(estimator: Any, source: Any, steps: int, *, sync: bool, duration
 def tensor_set(estimator: Any, arrays: dict, device: Any) -> Any:
     """The baseline's in-memory tensors: ``arrays`` as the loader would cache them.
 
-    θ goes through the estimator's own loader transform (``_to_latent``: z and log|det|), every
+    θ goes through the estimator's own loader transform (``Columns.to_latent``: z and log|det|), every
     key is float64 as in the loader's cache.
     """
     import numpy as np
@@ -97,7 +97,7 @@ def tensor_set(estimator: Any, arrays: dict, device: Any) -> Any:
     theta_key = "theta.value"
     out = {}
     for key, value in arrays.items():
-        value = estimator._to_latent(value) if key == theta_key else np.asarray(value)
+        value = estimator._binding.columns.to_latent(value) if key == theta_key else np.asarray(value)
         out[key] = torch.as_tensor(np.ascontiguousarray(value), dtype=torch.float64).to(device)
     return TensorSet(out)
 
