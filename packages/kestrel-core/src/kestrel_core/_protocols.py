@@ -77,10 +77,14 @@ class EstimatorContext:
 class Estimator(Protocol):
     """A trainable conditional density for one latent node.
 
-    Built as ``cls(**config_kwargs)`` then :meth:`setup`. Sampling methods return a
-    :data:`Record` ``{"value": float64 (n, D), "log_prob": float64 (n,)}`` where ``log_prob`` is
-    the density of the drawn value under the distribution it was drawn from. ``conditions``
-    maps node names to arrays of leading dimension ``n`` or ``1`` (broadcast).
+    Built as ``cls(**config_kwargs)`` then :meth:`setup`. Construction validates the keyword
+    arguments and does nothing else (no model, device or data): the driver's preflight
+    constructs each configured estimator once, so a bad option fails before any actor starts
+    (``TypeError`` for an unknown keyword, :class:`ConfigError` for a bad value). Sampling
+    methods return a :data:`Record` ``{"value": float64 (n, D), "log_prob": float64 (n,)}``
+    where ``log_prob`` is the density of the drawn value under the distribution it was drawn
+    from. ``conditions`` maps node names to arrays of leading dimension ``n`` or ``1``
+    (broadcast).
     """
 
     def setup(self, context: EstimatorContext) -> None: ...
