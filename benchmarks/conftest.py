@@ -1,7 +1,8 @@
 """Shared fixtures of the Kestrel benchmarks.
 
 * One local Ray (``num_cpus=2``) for the whole session, started by the first benchmark that
-  needs it and shut down at the end; actors a benchmark starts are killed by ``track``.
+  needs it and shut down at the end; actors a benchmark starts are killed by ``track`` (both
+  fixtures come from the ``kestrel_ray.testing`` plugin, installed with kestrel-ray).
 * torch runs with one intra-op thread: that is what the estimator gets inside its Ray actor
   (Ray sets ``OMP_NUM_THREADS=1`` there), and on a 2-core machine shared with Ray's processes
   and the loader's thread, two OpenMP threads stall each other and make every figure noise.
@@ -19,35 +20,6 @@ import torch  # noqa: E402
 
 TORCH_THREADS = 1
 torch.set_num_threads(TORCH_THREADS)
-
-
-@pytest.fixture(scope="session")
-def ray_session():
-    """A local Ray with 2 CPUs for the session (reused if one is already running)."""
-    import ray
-    from kestrel_ray import init_ray
-
-    started = not ray.is_initialized()
-    init_ray(num_cpus=2)
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture
-def track(ray_session):
-    """``track(handle)`` registers an actor to be killed when the benchmark ends."""
-    import ray
-
-    handles = []
-
-    def add(handle):
-        handles.append(handle)
-        return handle
-
-    yield add
-    for handle in handles:
-        ray.kill(handle)
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,11 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 def main() -> None:
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, connect=False,
-                      head_node_args={"num_cpus": 1, "include_dashboard": False})
+    cluster = Cluster(
+        initialize_head=True,
+        connect=False,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
     try:
         worker = cluster.add_node(num_cpus=1, resources={"sim": 2})
         cluster.wait_for_nodes()

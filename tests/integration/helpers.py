@@ -1,11 +1,16 @@
-"""Helpers of the end-to-end tests (paths, tiny budgets, subprocess ``kestrel``)."""
+"""Helpers of the end-to-end tests (paths, tiny budgets, subprocess ``kestrel``).
+
+In-process launches share the session's Ray (``ray_session`` of the ``kestrel_ray.testing``
+plugin; ``no_leaked_actors`` fails a test that leaves an actor alive). Tests that need a fresh
+process (Ctrl-C, a new process loading weights, a cluster) run ``kestrel`` in a subprocess,
+which starts and stops its own Ray.
+"""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -38,23 +43,6 @@ def tiny(config, epochs: int = 2) -> list[str]:
     return TINY + [f"graph.{m}.estimator.max_epochs={epochs}" for m in cfg.graph.latents]
 
 
-def alive_actors() -> set[str]:
-    """Ids of the ALIVE actors of the session's Ray."""
-    import ray
-
-    return {k for k, v in ray._private.state.actors().items() if v["State"] == "ALIVE"}
-
-
-def wait_dead(ids: set[str], timeout: float = 10.0) -> set[str]:
-    """Wait until none of ``ids`` is alive; return those still alive after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    left = ids & alive_actors()
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = ids & alive_actors()
-    return left
-
-
 def kestrel_env(**extra: str) -> dict[str, str]:
     """The environment of a ``kestrel`` subprocess: no inherited cluster address."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -62,10 +50,18 @@ def kestrel_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_kestrel(*args: str, timeout: float = 240, env: dict | None = None) -> subprocess.CompletedProcess:
+def run_kestrel(
+    *args: str, timeout: float = 240, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """``kestrel ARGS`` in a subprocess (it starts and stops its own Ray), output as text."""
-    return subprocess.run([*KESTREL, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                          env=env or kestrel_env(), cwd=str(REPO))
+    return subprocess.run(
+        [*KESTREL, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or kestrel_env(),
+        cwd=str(REPO),
+    )
 
 
 def analytic_05() -> tuple[np.ndarray, np.ndarray]:

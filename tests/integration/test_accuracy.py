@@ -40,8 +40,14 @@ def two_node_cluster():
 
     Yields ``(address, worker node id)``; the cluster's own processes are stopped afterwards.
     """
-    proc = subprocess.Popen([sys.executable, "-m", "tests.integration.cluster"], cwd=str(REPO), env=kestrel_env(),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.cluster"],
+        cwd=str(REPO),
+        env=kestrel_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     info = {}
     try:
         for line in proc.stdout:
@@ -68,8 +74,22 @@ def test_05_posterior_on_a_two_node_cluster(two_node_cluster, tmp_path):
     run = tmp_path / "run"
     sim = ["graph.mu.ray.resources.sim=1", "graph.x.ray.resources.sim=1"]
     overrides, cap = BUDGET["05_linear_regression"]
-    done = run_kestrel("launch", "-c", example("05_linear_regression"), "-o", run, "--address", address,
-                       "--seed", "5", "--timeout", str(cap), *sim, *overrides, timeout=cap + 240)
+    done = run_kestrel(
+        "launch",
+        "-c",
+        example("05_linear_regression"),
+        "-o",
+        run,
+        "--address",
+        address,
+        "--seed",
+        "5",
+        "--timeout",
+        str(cap),
+        *sim,
+        *overrides,
+        timeout=cap + 240,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     status = json.loads((run / "status.json").read_text())
     assert status["status"] in ("completed", "interrupted")  # interrupted: CI's time cap
@@ -88,22 +108,36 @@ def test_05_posterior_on_a_two_node_cluster(two_node_cluster, tmp_path):
 @pytest.mark.slow
 def test_04_posterior_widths(tmp_path, no_leaked_actors):
     overrides, cap = BUDGET["04_gaussian"]
-    result = launch(example("04_gaussian"), tmp_path / "run", overrides=overrides, seed=4, timeout=cap,
-                    progress=False)
+    result = launch(
+        example("04_gaussian"),
+        tmp_path / "run",
+        overrides=overrides,
+        seed=4,
+        timeout=cap,
+        progress=False,
+    )
     z = posterior(result.samples["posterior"])["z"]
     with np.load(EXAMPLES / "04_gaussian" / "data" / "obs.npz") as obs:
         mean, std = obs["posterior_mean"], obs["posterior_std"]
     ratio = z.std(0, ddof=1) / std
     assert np.all((ratio >= 0.8) & (ratio <= 1.25)), f"σ ratios: {ratio}"
-    assert np.all(np.abs(z.mean(0) - mean) <= 0.5 * std), f"mean errors in σ: {(z.mean(0) - mean) / std}"
+    assert np.all(np.abs(z.mean(0) - mean) <= 0.5 * std), (
+        f"mean errors in σ: {(z.mean(0) - mean) / std}"
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_01_posterior_means(tmp_path, no_leaked_actors):
     overrides, cap = BUDGET["01_minimal"]
-    result = launch(example("01_minimal"), tmp_path / "run", overrides=overrides, seed=1, timeout=cap,
-                    progress=False)
+    result = launch(
+        example("01_minimal"),
+        tmp_path / "run",
+        overrides=overrides,
+        seed=1,
+        timeout=cap,
+        progress=False,
+    )
     z = posterior(result.samples["posterior"])["z"]
     with np.load(EXAMPLES / "01_minimal" / "data" / "obs.npz") as obs:
         x_o = obs["x"]

@@ -9,8 +9,8 @@ import time
 
 import numpy as np
 import pytest
-from kestrel_core import load_config
 
+from kestrel_core import load_config
 from kestrel_ray import RunDir
 
 from .helpers import KESTREL, REPO, example, kestrel_env, run_kestrel, tiny
@@ -29,9 +29,26 @@ def epochs_logged(run) -> int:
 
 def start_launch(run, *overrides: str) -> subprocess.Popen:
     config = example("01_minimal")
-    args = [*KESTREL, "launch", "-c", str(config), "-o", str(run), "--seed", "3", *tiny(config), *overrides]
-    return subprocess.Popen(args, cwd=str(REPO), env=kestrel_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    args = [
+        *KESTREL,
+        "launch",
+        "-c",
+        str(config),
+        "-o",
+        str(run),
+        "--seed",
+        "3",
+        *tiny(config),
+        *overrides,
+    ]
+    return subprocess.Popen(
+        args,
+        cwd=str(REPO),
+        env=kestrel_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_for_epoch(proc: subprocess.Popen, run, epoch: int, timeout: float = 180.0) -> None:
@@ -50,11 +67,22 @@ def test_k14_launch_sample_on_cpu_resume_and_ctrl_c(tmp_path):
     config = example("01_minimal")
     done = run_kestrel("launch", "-c", config, "-o", run, "--seed", "1", *tiny(config, epochs=3))
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "completed" in done.stdout and json.loads((run / "status.json").read_text())["epochs"] == {"z": 3}
+    assert "completed" in done.stdout and json.loads((run / "status.json").read_text())[
+        "epochs"
+    ] == {"z": 3}
 
     # a new process without CUDA loads the weights and samples the posterior
-    sampled = run_kestrel("sample", "posterior", "-o", run, "-n", "11", "--seed", "2",
-                          env=kestrel_env(CUDA_VISIBLE_DEVICES=""))
+    sampled = run_kestrel(
+        "sample",
+        "posterior",
+        "-o",
+        run,
+        "-n",
+        "11",
+        "--seed",
+        "2",
+        env=kestrel_env(CUDA_VISIBLE_DEVICES=""),
+    )
     assert sampled.returncode == 0, sampled.stdout + sampled.stderr
     with np.load(run / "samples" / "posterior" / "000001.npz") as data:
         assert data["z"].shape == (11, 3)
@@ -99,20 +127,33 @@ def test_a_second_ctrl_c_aborts(tmp_path):
 
 def test_k16_cli_gpu_request_fails_with_the_node_and_counts(tmp_path):
     config = example("01_minimal")
-    done = run_kestrel("launch", "-c", config, "-o", tmp_path / "run", *tiny(config), "graph.x.ray.num_gpus=2",
-                       timeout=120)
+    done = run_kestrel(
+        "launch",
+        "-c",
+        config,
+        "-o",
+        tmp_path / "run",
+        *tiny(config),
+        "graph.x.ray.num_gpus=2",
+        timeout=120,
+    )
     assert done.returncode == 1
     assert "node 'x' requests 2 GPUs; the cluster has 0" in done.stderr
 
 
-@pytest.mark.parametrize("override, expected", [
-    ("buffer.max_sample=1000", "did you mean 'max_samples'"),
-    ("graph.z.estimator.num_epochs=10", "did you mean 'max_epochs'"),
-    ("ray.num_gpu=1", "did you mean 'num_gpus'"),
-    ("graph.x.simulator.sigmaa=0.1", "did you mean 'sigma'"),
-])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("buffer.max_sample=1000", "did you mean 'max_samples'"),
+        ("graph.z.estimator.num_epochs=10", "did you mean 'max_epochs'"),
+        ("ray.num_gpu=1", "did you mean 'num_gpus'"),
+        ("graph.x.simulator.sigmaa=0.1", "did you mean 'sigma'"),
+    ],
+)
 def test_k17_cli_config_errors_before_ray(override, expected, tmp_path):
-    done = run_kestrel("launch", "-c", example("01_minimal"), "-o", tmp_path / "run", override, timeout=60)
+    done = run_kestrel(
+        "launch", "-c", example("01_minimal"), "-o", tmp_path / "run", override, timeout=60
+    )
     assert done.returncode == 1
     assert done.stderr.startswith("kestrel launch: error:") and expected in done.stderr
     assert "ray:" not in done.stdout  # Ray never started

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from kestrel_core import load_config
 
+from kestrel_core import load_config
 from kestrel_ray import launch
 
 from .helpers import example, tiny
@@ -46,7 +46,10 @@ def test_example_launches_with_a_tiny_budget(name, tmp_path, no_leaked_actors):
     assert [f.name for f in files] == ["000000.npz"]
     with np.load(files[0]) as data:
         assert sorted(data.files) == sorted(cfg.graph.latents)
-        prior_draws = {m: cfg.graph[m].simulator.build().sample(1, np.random.default_rng(0)) for m in data.files}
+        prior_draws = {
+            m: cfg.graph[m].simulator.build().sample(1, np.random.default_rng(0))
+            for m in data.files
+        }
         for m in data.files:
             assert data[m].shape == (7, *prior_draws[m].shape[1:])
             assert np.isfinite(data[m]).all()

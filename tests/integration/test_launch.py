@@ -8,9 +8,9 @@ import os
 
 import numpy as np
 import pytest
-from kestrel_core import ConfigError, GraphError, KestrelError, SimulatorError
 
 import kestrel_ray.run._session
+from kestrel_core import ConfigError, GraphError, KestrelError, SimulatorError
 from kestrel_ray import RunError, launch, sample_run
 
 from .helpers import example, tiny
@@ -23,12 +23,24 @@ def toy(tmp_path, x=f"{MODELS}.Noisy", estimator=None, **buffer):
     obs = tmp_path / "obs.npy"
     np.save(obs, np.array([0.4, 0.6]))
     return {
-        "buffer": {"min_samples": 64, "max_samples": 128, "validation_samples": 16, "simulate_count": 16,
-                   "simulate_interval": 0.05, **buffer},
+        "buffer": {
+            "min_samples": 64,
+            "max_samples": 128,
+            "validation_samples": 16,
+            "simulate_count": 16,
+            "simulate_interval": 0.05,
+            **buffer,
+        },
         "graph": {
-            "z": {"simulator": {"_target_": "kestrel_core.Product", "priors": [["uniform", 0.0, 1.0]] * 2},
-                  "evidence": ["x"],
-                  "estimator": estimator or {"_target_": "kestrel_torch.GaussianPosterior", "max_epochs": 2}},
+            "z": {
+                "simulator": {
+                    "_target_": "kestrel_core.Product",
+                    "priors": [["uniform", 0.0, 1.0]] * 2,
+                },
+                "evidence": ["x"],
+                "estimator": estimator
+                or {"_target_": "kestrel_torch.GaussianPosterior", "max_epochs": 2},
+            },
             "x": {"simulator": {"_target_": x}, "parents": ["z"], "observed": str(obs)},
         },
         "sample": {"posterior": {"n": 5}, "prior": {"n": 9}},
@@ -62,7 +74,9 @@ def test_k15_two_launches_in_one_process(tmp_path, no_leaked_actors):
 
 
 def test_k09_nonfinite_simulations_are_dropped_and_counted(tmp_path, no_leaked_actors):
-    result = launch(toy(tmp_path, x=f"{MODELS}.SometimesNaN"), tmp_path / "run", seed=3, progress=False)
+    result = launch(
+        toy(tmp_path, x=f"{MODELS}.SometimesNaN"), tmp_path / "run", seed=3, progress=False
+    )
 
     assert result.status == "completed"
     assert result.nonfinite["x"] > 0 and result.nonfinite.get("z", 0) == 0
@@ -120,7 +134,6 @@ def test_k14_resume_continues_the_epoch_counter(tmp_path, no_leaked_actors):
 
 def test_k15_resume_only_when_model_files_exist(tmp_path, no_leaked_actors):
     from kestrel_core import load_config
-
     from kestrel_ray import RunDir
 
     run = RunDir(tmp_path / "run")
@@ -143,7 +156,10 @@ def test_seeded_launches_repeat_their_prior_samples(tmp_path, no_leaked_actors):
             np.testing.assert_array_equal(a[key], b[key])
     other = toy(tmp_path, snapshot_every=1)
     launch(other, tmp_path / "c", seed=10, progress=False)
-    with np.load(snaps[0] / "000000.npz") as a, np.load(tmp_path / "c" / "buffer" / "snapshots" / "000000.npz") as c:
+    with (
+        np.load(snaps[0] / "000000.npz") as a,
+        np.load(tmp_path / "c" / "buffer" / "snapshots" / "000000.npz") as c,
+    ):
         assert not np.array_equal(a["z.value"], c["z.value"])
 
 
@@ -158,8 +174,12 @@ def test_sample_run_writes_every_mode(tmp_path, no_leaked_actors):
         with np.load(result.path) as data:
             shapes[mode] = {k: data[k].shape for k in data.files}
         assert result.path == str(run / "samples" / mode / "000000.npz")
-    assert shapes == {"prior": {"z": (6, 2), "x": (6, 2)}, "posterior": {"z": (6, 2)},
-                      "proposal": {"z": (6, 2)}, "ppd": {"z": (6, 2), "x": (6, 2)}}
+    assert shapes == {
+        "prior": {"z": (6, 2), "x": (6, 2)},
+        "posterior": {"z": (6, 2)},
+        "proposal": {"z": (6, 2)},
+        "ppd": {"z": (6, 2), "x": (6, 2)},
+    }
     # the same seed repeats the draws; numbering continues; n from the config
     again = sample_run(run, "prior", n=6, seed=1)
     assert again.path.endswith("000001.npz")
@@ -173,20 +193,41 @@ def test_sample_run_writes_every_mode(tmp_path, no_leaked_actors):
 def test_sample_n_missing_from_flag_and_config_is_an_error(tmp_path, no_leaked_actors, monkeypatch):
     run = tmp_path / "run"
     launch(toy(tmp_path), run, seed=12, progress=False, auto_sample=False)
-    monkeypatch.setattr(kestrel_ray.run._session, "DeployedGraph", None)  # must fail before deploying
+    monkeypatch.setattr(
+        kestrel_ray.run._session, "DeployedGraph", None
+    )  # must fail before deploying
     with pytest.raises(ConfigError, match=r"sample\.proposal\.n"):
         sample_run(run, "proposal")
 
 
 def test_sample_without_weights_is_an_error(tmp_path):
     from kestrel_core import load_config
-
     from kestrel_ray import RunDir
 
     run = RunDir(tmp_path / "run")
     run.write_config(load_config(toy(tmp_path), run_dir=run.root))
     with pytest.raises(KestrelError, match="node 'z': no saved weights"):
         sample_run(run.root, "posterior", n=3)
+
+
+def test_initial_samples_from_disk_fill_the_buffer(tmp_path, no_leaked_actors):
+    rng = np.random.default_rng(0)
+    z = rng.uniform(size=(80, 2))
+    np.savez(tmp_path / "prior.npz", z=z, x=z + 0.1 * rng.normal(size=(80, 2)))
+    result = launch(
+        toy(tmp_path, initial_samples_path=str(tmp_path / "prior.npz")),
+        tmp_path / "run",
+        seed=17,
+        progress=False,
+    )
+    assert (
+        result.status == "completed" and result.simulated > 80
+    )  # 80 loaded, then resimulation rounds
+    log = (tmp_path / "run" / "graph" / "driver" / "output.log").read_text()
+    assert (
+        "initial samples: 80 loaded" in log
+        and "initial simulation: 0 samples from the prior" in log
+    )
 
 
 def test_simulate_when_full_false_stops_simulating_at_max_samples(tmp_path, no_leaked_actors):
@@ -198,8 +239,13 @@ def test_simulate_when_full_false_stops_simulating_at_max_samples(tmp_path, no_l
 
 def test_timeout_stops_gracefully(tmp_path, no_leaked_actors):
     config = example("01_minimal")
-    overrides = tiny(config) + ["graph.z.estimator.max_epochs=1000000", "graph.z.estimator.early_stop_patience=1000000"]
-    result = launch(config, tmp_path / "run", overrides=overrides, seed=14, timeout=8, progress=False)
+    overrides = tiny(config) + [
+        "graph.z.estimator.max_epochs=1000000",
+        "graph.z.estimator.early_stop_patience=1000000",
+    ]
+    result = launch(
+        config, tmp_path / "run", overrides=overrides, seed=14, timeout=8, progress=False
+    )
     assert result.status == "interrupted" and "timeout" in result.reason
     assert 0 < result.epochs["z"] < 1_000_000
     assert (tmp_path / "run" / "graph" / "z" / "saved.json").is_file()
@@ -209,13 +255,27 @@ def test_timeout_stops_gracefully(tmp_path, no_leaked_actors):
 
 K17_CASES = {
     "misspelt buffer key": (["buffer.max_sample=1000"], ConfigError, "did you mean 'max_samples'"),
-    "misspelt estimator kwarg": (["graph.z.estimator.num_epochs=10"], ConfigError,
-                                 r"graph\.z\.estimator.*num_epochs.*did you mean 'max_epochs'"),
-    "misspelt ray.init kwarg": (["ray.num_gpu=1"], ConfigError, r"ray\.num_gpu.*did you mean 'num_gpus'"),
-    "prior low >= high": (["graph.z.simulator.priors[0]=[uniform,1.0,0.0]"], ConfigError,
-                          r"graph\.z\.simulator\.priors\[0\].*low"),
+    "misspelt estimator kwarg": (
+        ["graph.z.estimator.num_epochs=10"],
+        ConfigError,
+        r"graph\.z\.estimator.*num_epochs.*did you mean 'max_epochs'",
+    ),
+    "misspelt ray.init kwarg": (
+        ["ray.num_gpu=1"],
+        ConfigError,
+        r"ray\.num_gpu.*did you mean 'num_gpus'",
+    ),
+    "prior low >= high": (
+        ["graph.z.simulator.priors[0]=[uniform,1.0,0.0]"],
+        ConfigError,
+        r"graph\.z\.simulator\.priors\[0\].*low",
+    ),
     "unknown parent": (["graph.x.parents=[thta]"], GraphError, "thta"),
-    "misspelt simulator kwarg": (["graph.x.simulator.sigmaa=0.1"], ConfigError, "did you mean 'sigma'"),
+    "misspelt simulator kwarg": (
+        ["graph.x.simulator.sigmaa=0.1"],
+        ConfigError,
+        "did you mean 'sigma'",
+    ),
 }
 
 
@@ -234,13 +294,22 @@ def test_k17_bad_config_is_caught_before_ray_starts(case, tmp_path, monkeypatch)
 
 def test_k17_embedding_null_is_the_identity(tmp_path, no_leaked_actors):
     config = example("01_minimal")
-    result = launch(config, tmp_path / "run", overrides=tiny(config) + ["graph.z.estimator.embedding=null"],
-                    seed=15, progress=False)
+    result = launch(
+        config,
+        tmp_path / "run",
+        overrides=tiny(config) + ["graph.z.estimator.embedding=null"],
+        seed=15,
+        progress=False,
+    )
     assert result.status == "completed"
 
 
-def test_k16_a_node_that_cannot_start_names_the_node_and_the_original_error(tmp_path, no_leaked_actors):
-    with pytest.raises(SimulatorError, match=r"node 'x'.*TypeError: BadInit\(\) got a sigma it cannot use"):
+def test_k16_a_node_that_cannot_start_names_the_node_and_the_original_error(
+    tmp_path, no_leaked_actors
+):
+    with pytest.raises(
+        SimulatorError, match=r"node 'x'.*TypeError: BadInit\(\) got a sigma it cannot use"
+    ):
         launch(toy(tmp_path, x=f"{MODELS}.BadInit"), tmp_path / "run", seed=16, progress=False)
 
 

@@ -10,10 +10,13 @@ import ray
 
 from kestrel_core import (
     TRAINABLE,
-    Spec,
     ConfigError,
     CountError,
     EstimatorError,
+    GraphError,
+    OutputTypeError,
+    ShapeError,
+    Spec,
     StoreError,
     load_config,
     sample_forward,
@@ -23,11 +26,13 @@ from kestrel_ray import DeployedGraph, RayBufferView, init_ray
 from .fakes import CrashOnce
 from .helpers import chain_graph, estimator_graph, variant
 
-EXAMPLE_05 = Path(__file__).resolve().parents[2] / "examples" / "05_linear_regression" / "config.yml"
+EXAMPLE_05 = (
+    Path(__file__).resolve().parents[2] / "examples" / "05_linear_regression" / "config.yml"
+)
 
 
 def held_refs(dg):
-    return ray.get(dg.store.held_refs.remote())
+    return dg.store.held_refs()
 
 
 def calls(dg, name):
@@ -46,7 +51,7 @@ def test_forward_sampling_05_equals_kestrel_simulate_and_stores_blocks(deployed)
         assert arrays[key].shape == value.shape and arrays[key].dtype == value.dtype
         np.testing.assert_array_equal(arrays[key], value)  # same seed scheme: bit for bit
     dg.append(trace)
-    assert ray.get(dg.store.stats.remote())["total"] == 1024
+    assert dg.store.stats()["total"] == 1024
     assert held_refs(dg) == 1 * len(expected)  # chunks × keys, not samples × keys
     with pytest.raises(EstimatorError, match="node 'theta' has evidence but no estimator"):
         dg.sample_posterior(4)  # never prior draws passed off as a posterior
@@ -118,8 +123,8 @@ def test_k15_two_graphs_in_one_process(deployed):
     assert init_ray() is None  # Ray is reused, not initialised twice
     first.append(first.sample(4))
     second.append(second.sample(6))
-    assert ray.get(first.store.stats.remote())["total"] == 4
-    assert ray.get(second.store.stats.remote())["total"] == 6
+    assert first.store.stats()["total"] == 4
+    assert second.store.stats()["total"] == 6
     actors = first.actors
     assert len(actors) == 3  # two nodes and the store
     first.shutdown()
@@ -136,7 +141,7 @@ def test_k06_trace_without_a_key_is_rejected_at_append(deployed):
     partial = dg.sample(4).select(["n0.value", "n1.value"])
     with pytest.raises(StoreError, match=r"missing \['n0\.log_prob'\]"):
         dg.append(partial)
-    assert ray.get(dg.store.stats.remote())["total"] == 4
+    assert dg.store.stats()["total"] == 4
 
 
 def test_inference_methods_and_resimulation(deployed):
@@ -150,11 +155,13 @@ def test_inference_methods_and_resimulation(deployed):
     np.testing.assert_array_equal(other["theta.value"], np.full((4, 2), 5.0))
     ppd = dg.to_arrays(dg.sample_ppd(16))
     assert sorted(ppd) == ["s.value", "theta.log_prob", "theta.value", "x.value"]
-    np.testing.assert_allclose(ppd["s.value"], ppd["theta.value"], atol=1.0)  # s simulated from theta
+    np.testing.assert_allclose(
+        ppd["s.value"], ppd["theta.value"], atol=1.0
+    )  # s simulated from theta
     assert not np.allclose(ppd["x.value"], [1.0, 2.0])  # x re-simulated, not the observation
     joint = dg.simulate_from_proposal(16)
     dg.append(joint)
-    assert ray.get(dg.store.stats.remote())["total"] == 16
+    assert dg.store.stats()["total"] == 16
 
 
 def test_estimator_nodes_cannot_be_multiplexed():
@@ -171,11 +178,37 @@ def test_sampling_before_deploy_is_an_error():
 
 
 def test_crashed_simulator_actor_is_restarted_and_its_call_retried(deployed, tmp_path):
-    graph = chain_graph(2).add_node("y", Spec(CrashOnce, {"marker": tmp_path / "crashed"}),
-                                    parents=["n1"])
+    graph = chain_graph(2).add_node(
+        "y", Spec(CrashOnce, {"marker": tmp_path / "crashed"}), parents=["n1"]
+    )
     dg = deployed(graph, seed=10)
     arrays = dg.to_arrays(dg.sample(8))  # y's actor dies in this call, restarts, runs it again
     assert (tmp_path / "crashed").exists()
     np.testing.assert_array_equal(arrays["y.value"], arrays["n1.value"])
     expected = sample_forward(chain_graph(2), 8, seed=10)  # y is last in forward order
     np.testing.assert_array_equal(arrays["n1.value"], expected["n1.value"])
+
+
+def test_given_samples_are_checked_and_scored_by_the_node_actors(deployed):
+    dg = deployed(chain_graph(3, num_actors=2, chunk=100), seed=10)
+    drawn = dg.to_arrays(dg.sample(250))
+    values = {m: drawn[f"{m}.value"] for m in ("n0", "n1", "n2")}
+    trace = dg.ingest(values)
+    assert trace.keys() == [
+        "n0.value",
+        "n0.log_prob",
+        "n1.value",
+        "n2.value",
+    ]  # a prior simulation's keys
+    again = dg.to_arrays(trace)
+    for key, value in drawn.items():  # values as given; the prior's log_prob as when simulated
+        np.testing.assert_array_equal(again[key], value)
+    dg.append(trace)
+    assert dg.store.stats()["total"] == 250
+    with pytest.raises(OutputTypeError, match="node 'n1'"):
+        dg.ingest({**values, "n1": np.full((250, 2), "a")})  # checked as a simulator's output is
+    with pytest.raises(ShapeError, match="different numbers of samples"):
+        dg.ingest({**values, "n2": values["n2"][:5]})
+    with pytest.raises(GraphError, match="no values for node 'n2'"):
+        dg.ingest({"n0": values["n0"], "n1": values["n1"]})
+    assert dg.ingest({m: v[:0] for m, v in values.items()}).n == 0

@@ -20,24 +20,32 @@ def refuses(graph, match):
 
 
 def test_k16_more_gpus_than_the_cluster_has():
-    refuses(variant(chain_graph(2), n1={"ray": {"num_gpus": 2}}),
-            r"node 'n1' requests 2 GPUs; the cluster has 0")
+    refuses(
+        variant(chain_graph(2), n1={"ray": {"num_gpus": 2}}),
+        r"node 'n1' requests 2 GPUs; the cluster has 0",
+    )
 
 
 def test_k16_custom_resource_nobody_offers():
-    refuses(variant(chain_graph(2), n1={"ray": {"resources": {"tpu_pod": 1}}}),
-            r"node 'n1' requests 1 of resource 'tpu_pod'; the cluster has 0")
+    refuses(
+        variant(chain_graph(2), n1={"ray": {"resources": {"tpu_pod": 1}}}),
+        r"node 'n1' requests 1 of resource 'tpu_pod'; the cluster has 0",
+    )
 
 
 def test_k16_replicas_together_ask_for_more_than_the_cluster():
-    refuses(variant(chain_graph(2), n1={"ray": {"num_cpus": 1.5}, "num_actors": 2}),
-            r"request 3 CPUs in total \(n1: 2 × 1\.5\); the cluster has 2")
+    refuses(
+        variant(chain_graph(2), n1={"ray": {"num_cpus": 1.5}, "num_actors": 2}),
+        r"request 3 CPUs in total \(n1: 2 × 1\.5\); the cluster has 2",
+    )
 
 
 def test_k16_simulator_kwarg_typo_names_node_and_original_error():
     graph = chain_graph(1).add_node("x", Spec(Noise, {"sigmaa": 0.1}), parents=["n0"])
     dg = DeployedGraph(graph)
-    with pytest.raises(KestrelError, match=r"node 'x'.*TypeError.*unexpected keyword argument 'sigmaa'"):
+    with pytest.raises(
+        KestrelError, match=r"node 'x'.*TypeError.*unexpected keyword argument 'sigmaa'"
+    ):
         dg.deploy()
     assert dg.actors == []
 
@@ -47,7 +55,9 @@ def test_actor_dying_in_its_constructor_is_reported_with_its_error():
         wrapper_cls = DyingWrapper
 
     dg = Dying(chain_graph(1))
-    with pytest.raises(KestrelError, match=r"node 'n0'.*RuntimeError: boom in the actor constructor"):
+    with pytest.raises(
+        KestrelError, match=r"node 'n0'.*RuntimeError: boom in the actor constructor"
+    ):
         dg.deploy()
     assert dg.actors == []
 

@@ -44,15 +44,22 @@ def check_deployable(graph: Graph) -> None:
     nodes = graph.nodes
     for name, node in nodes.items():
         if node.estimator is not None and node.num_actors > 1:
-            raise ConfigError(f"graph.{name}.num_actors: node {name!r} has an estimator and "
-                              f"num_actors={node.num_actors}; estimator nodes cannot be "
-                              "multiplexed (set num_actors: 1)")
+            raise ConfigError(
+                f"graph.{name}.num_actors: node {name!r} has an estimator and "
+                f"num_actors={node.num_actors}; estimator nodes cannot be "
+                "multiplexed (set num_actors: 1)"
+            )
     check_resources([(name, node.num_actors, actor_options(node)) for name, node in nodes.items()])
 
 
-def start_node_actors(graph: Graph, seeds: dict[str, np.random.SeedSequence], wrapper_cls: type, *,
-                      estimators: bool = True, ready_timeout: float = 60.0
-                      ) -> dict[str, NodeHandle | MultiplexNodeWrapper]:
+def start_node_actors(
+    graph: Graph,
+    seeds: dict[str, np.random.SeedSequence],
+    wrapper_cls: type,
+    *,
+    estimators: bool = True,
+    ready_timeout: float = 60.0,
+) -> dict[str, NodeHandle | MultiplexNodeWrapper]:
     """Start every node's actor(s) and wait until each is ready.
 
     Args:
@@ -80,7 +87,11 @@ def start_node_actors(graph: Graph, seeds: dict[str, np.random.SeedSequence], wr
             base = seeds[name].generate_state(2)
             for i in range(node.num_actors):
                 actor = cls.options(**actor_options(node)).remote(
-                    blob, seed=np.random.SeedSequence([*base.tolist(), i]), import_paths=paths, replica=i)
+                    blob,
+                    seed=np.random.SeedSequence([*base.tolist(), i]),
+                    import_paths=paths,
+                    replica=i,
+                )
                 started.append((name, i, actor))
         infos = _wait_ready(started, ready_timeout)
     except BaseException:
@@ -89,22 +100,32 @@ def start_node_actors(graph: Graph, seeds: dict[str, np.random.SeedSequence], wr
         raise
     handles: dict[str, NodeHandle | MultiplexNodeWrapper] = {}
     for name in graph.nodes:
-        reps = [NodeHandle(name, actor, infos[(name, i)]["fields"]) for (m, i, actor) in started if m == name]
+        reps = [
+            NodeHandle(name, actor, infos[(name, i)]["fields"])
+            for (m, i, actor) in started
+            if m == name
+        ]
         handles[name] = reps[0] if len(reps) == 1 else MultiplexNodeWrapper(name, reps)
     return handles
 
 
-def _wait_ready(started: Sequence[tuple[str, int, Any]], timeout: float) -> dict[tuple[str, int], dict]:
+def _wait_ready(
+    started: Sequence[tuple[str, int, Any]], timeout: float
+) -> dict[tuple[str, int], dict]:
     ready_refs = {actor.ready.remote(): (name, i) for name, i, actor in started}
     deadline = time.monotonic() + timeout
     infos: dict[tuple[str, int], dict] = {}
     left_refs = list(ready_refs)
     while left_refs:
-        done_refs, left_refs = ray.wait(left_refs, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        done_refs, left_refs = ray.wait(
+            left_refs, num_returns=1, timeout=max(0.0, deadline - time.monotonic())
+        )
         if not done_refs:
             names = sorted({ready_refs[r][0] for r in left_refs})
-            raise KestrelError(f"node actor(s) {names} did not start within {timeout:g} s "
-                               "(resources taken by other work?)")
+            raise KestrelError(
+                f"node actor(s) {names} did not start within {timeout:g} s "
+                "(resources taken by other work?)"
+            )
         name, i = ready_refs[done_refs[0]]
         try:
             infos[(name, i)] = ray.get(done_refs[0])

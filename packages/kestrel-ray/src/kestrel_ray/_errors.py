@@ -66,7 +66,10 @@ def unwrap_error(err: BaseException, node: str, what: str) -> BaseException:
 
     if isinstance(err, ray.exceptions.RayTaskError):
         cause = getattr(err, "cause", None)
-        while isinstance(cause, ray.exceptions.RayTaskError) and getattr(cause, "cause", None) is not None:
+        while (
+            isinstance(cause, ray.exceptions.RayTaskError)
+            and getattr(cause, "cause", None) is not None
+        ):
             cause = cause.cause
         if isinstance(cause, KestrelError):
             return cause
@@ -82,7 +85,9 @@ def unwrap_error(err: BaseException, node: str, what: str) -> BaseException:
     return SimulatorError(f"node {node!r}: {what} failed: {type(err).__name__}: {err}")
 
 
-def describe_failure(err: BaseException, *, remote: BaseException | None = None, node: str | None = None) -> str:
+def describe_failure(
+    err: BaseException, *, remote: BaseException | None = None, node: str | None = None
+) -> str:
     """A failed node call as text: the error, its notes, the traceback recorded in the actor.
 
     Args:

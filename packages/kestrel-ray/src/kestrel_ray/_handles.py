@@ -72,7 +72,9 @@ def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
         trace.nonfinite[name] = sum(int(m["nonfinite"]) for m in metas)
         masks = [np.asarray(ok, dtype=bool) for m in metas for ok in m.get("finite") or ()]
         if masks and sum(len(ok) for ok in masks) == n:
-            trace.finite[name] = np.concatenate(masks)  # chunks in row order: the store's valid rows
+            trace.finite[name] = np.concatenate(
+                masks
+            )  # chunks in row order: the store's valid rows
     return trace
 
 
@@ -127,8 +129,14 @@ class NodeHandle(ActorGroup):
             raise ValueError(f"method must be 'save' or 'load', got {method!r}")
         return getattr(self.actor, method).remote(directory)
 
-    def submit(self, method: str, n: int, conditions: Mapping[str, Column], chunks: Sequence[int],
-               seeds: Sequence[Any] | None = None) -> Pending:
+    def submit(
+        self,
+        method: str,
+        n: int,
+        conditions: Mapping[str, Column],
+        chunks: Sequence[int],
+        seeds: Sequence[Any] | None = None,
+    ) -> Pending:
         """Call ``method`` for ``n`` samples; returns at once with the result refs.
 
         Args:
@@ -147,9 +155,14 @@ class NodeHandle(ActorGroup):
             return Pending(self.name, 0, {f: Column() for f in fields})
         payload = {name: col.payload() for name, col in conditions.items()}
         k = len(chunks) * len(fields) + 1
-        refs = getattr(self.actor, method).options(num_returns=k).remote(
-            n, payload, list(chunks), None if seeds is None else list(seeds))
+        refs = (
+            getattr(self.actor, method)
+            .options(num_returns=k)
+            .remote(n, payload, list(chunks), None if seeds is None else list(seeds))
+        )
         refs = list(refs)
-        columns = {f: Column.whole((refs[i * len(fields) + j], c) for i, c in enumerate(chunks))
-                   for j, f in enumerate(fields)}
+        columns = {
+            f: Column.whole((refs[i * len(fields) + j], c) for i, c in enumerate(chunks))
+            for j, f in enumerate(fields)
+        }
         return Pending(self.name, n, columns, [refs[-1]])

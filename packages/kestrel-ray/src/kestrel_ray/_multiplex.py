@@ -47,8 +47,14 @@ class MultiplexNodeWrapper(ActorGroup):
         edges = [int(i * n / k) for i in range(k)] + [n]
         return [(i, a, b) for i, (a, b) in enumerate(zip(edges, edges[1:])) if b > a]
 
-    def submit(self, method: str, n: int, conditions: Mapping[str, Column], chunks: Sequence[int],
-               seeds: Sequence[Any] | None = None) -> Pending:
+    def submit(
+        self,
+        method: str,
+        n: int,
+        conditions: Mapping[str, Column],
+        chunks: Sequence[int],
+        seeds: Sequence[Any] | None = None,
+    ) -> Pending:
         """As :meth:`NodeHandle.submit`, spread over the replicas; columns come back in row order.
 
         Raises:
@@ -60,10 +66,14 @@ class MultiplexNodeWrapper(ActorGroup):
         for i, a, b in self.slices(n):
             sub_chunks = split_chunks(chunks, a, b)
             sub_seeds = None  # grid not cut at this replica's rows: the replica seeds its chunks
-            if seeds is not None and sub_chunks == [c for s, c in zip(starts, chunks) if a <= s < b]:
+            if seeds is not None and sub_chunks == [
+                c for s, c in zip(starts, chunks) if a <= s < b
+            ]:
                 sub_seeds = [sd for s, sd in zip(starts, seeds) if a <= s < b]
-            sub = {name: (col if col.is_broadcast(n) else col.slice(a, b))
-                   for name, col in conditions.items()}
+            sub = {
+                name: (col if col.is_broadcast(n) else col.slice(a, b))
+                for name, col in conditions.items()
+            }
             part = self.replicas[i].submit(method, b - a, sub, sub_chunks, sub_seeds)
             for f, col in part.columns.items():
                 out.columns[f] = out.columns[f] + col

@@ -36,13 +36,17 @@ def inference_plan(graph: Graph, method: str, observed: Iterable[str] = ()) -> P
     return [(name, method) for name in graph.inference_order if name not in skip]
 
 
-def resimulation_plan(graph: Graph, method: str, latents: Collection[str], observed: Iterable[str] = ()) -> Plan:
+def resimulation_plan(
+    graph: Graph, method: str, latents: Collection[str], observed: Iterable[str] = ()
+) -> Plan:
     """The latents by ``method`` (inference order), then every other node simulated from them."""
     plan = inference_plan(graph, method, observed)
     return plan + [(name, "sample") for name in graph.forward_order if name not in latents]
 
 
-def call_conditions(graph: Graph, name: str, method: str, *, latent: bool, known: Mapping[str, C]) -> dict[str, C]:
+def call_conditions(
+    graph: Graph, name: str, method: str, *, latent: bool, known: Mapping[str, C]
+) -> dict[str, C]:
     """The conditions of one planned call, taken from the columns ``known`` so far.
 
     Args:
@@ -63,12 +67,16 @@ def call_conditions(graph: Graph, name: str, method: str, *, latent: bool, known
     node = graph[name]
     estimating = method != "sample" and latent
     if method != "sample" and node.evidence and not estimating:
-        raise EstimatorError(f"node {name!r} has evidence but no estimator deployed; {method} cannot draw it")
+        raise EstimatorError(
+            f"node {name!r} has evidence but no estimator deployed; {method} cannot draw it"
+        )
     need = node.evidence if estimating else node.parents
     lacking = [c for c in need if c not in known]
     if lacking:
-        raise GraphError(f"node {name!r}: {method} needs {lacking[0]!r}, which has no value here "
-                         f"(observed: {sorted(graph.observations)})")
+        raise GraphError(
+            f"node {name!r}: {method} needs {lacking[0]!r}, which has no value here "
+            f"(observed: {sorted(graph.observations)})"
+        )
     conds = {c: known[c] for c in need}
     if estimating:
         conds.update({c: known[c] for c in node.scaffolds if c in known})

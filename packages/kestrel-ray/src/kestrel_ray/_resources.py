@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import ray
+
 from kestrel_core import ConfigError
 
 __all__ = ["actor_options", "check_resources", "SIMULATOR_RESTARTS"]
@@ -46,8 +47,11 @@ def actor_options(node: Any) -> dict[str, Any]:
 
 
 def _demand(opts: Mapping[str, Any]) -> dict[str, float]:
-    out = {"CPU": float(opts.get("num_cpus") or 0), "GPU": float(opts.get("num_gpus") or 0),
-           "memory": float(opts.get("memory") or 0)}
+    out = {
+        "CPU": float(opts.get("num_cpus") or 0),
+        "GPU": float(opts.get("num_gpus") or 0),
+        "memory": float(opts.get("memory") or 0),
+    }
     for name, amount in dict(opts.get("resources") or {}).items():
         out[str(name)] = float(amount)
     return {k: v for k, v in out.items() if v > 0}
@@ -79,13 +83,16 @@ def check_resources(requests: Iterable[tuple[str, int, Mapping[str, Any]]]) -> N
             best = max((float(r.get(resource, 0)) for r in nodes), default=0.0)
             if amount > best:
                 where = "the cluster has" if len(nodes) <= 1 else "the largest cluster node has"
-                raise ConfigError(f"node {name!r} requests {_fmt(amount, resource)}; {where} "
-                                  f"{best:g}")
+                raise ConfigError(
+                    f"node {name!r} requests {_fmt(amount, resource)}; {where} {best:g}"
+                )
             summed.setdefault(resource, []).append((name, count, amount))
     for resource, parts in summed.items():
         need = sum(count * amount for _, count, amount in parts)
         have = float(total.get(resource, 0))
         if need > have + 1e-9:
             detail = ", ".join(f"{name}: {count} × {amount:g}" for name, count, amount in parts)
-            raise ConfigError(f"the graph's actors request {_fmt(need, resource)} in total "
-                              f"({detail}); the cluster has {have:g}")
+            raise ConfigError(
+                f"the graph's actors request {_fmt(need, resource)} in total "
+                f"({detail}); the cluster has {have:g}"
+            )

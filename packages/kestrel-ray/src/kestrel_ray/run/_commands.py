@@ -25,22 +25,46 @@ _MODES = ("prior", "posterior", "proposal", "ppd")
 def launch_command(subparsers: Any) -> None:
     """Register ``kestrel launch``."""
     p = subparsers.add_parser(
-        "launch", help="train the estimators (adaptive simulation on Ray), save, sample the posterior",
+        "launch",
+        help="train the estimators (adaptive simulation on Ray), save, sample the posterior",
         description="Train every estimator of the graph while simulations from the current proposal keep "
         "arriving; save the weights under RUN/graph/<node>/ and draw sample.posterior.n posterior samples "
         "to RUN/samples/posterior/. On an existing RUN with saved weights the run is resumed (with "
-        "RUN/config.yml). Ctrl-C stops gracefully; a second Ctrl-C aborts.")
+        "RUN/config.yml). Ctrl-C stops gracefully; a second Ctrl-C aborts.",
+    )
     add_config_arguments(p)
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
-    p.add_argument("--address", default=None, metavar="ADDR",
-                   help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
-    p.add_argument("--seed", type=non_negative_int, default=None, help="seed (default: fresh entropy, recorded)")
-    p.add_argument("--timeout", type=positive_float, default=None, metavar="SEC",
-                   help="stop gracefully after SEC seconds, as on Ctrl-C")
-    p.add_argument("--no-auto-sample", dest="auto_sample", action="store_false",
-                   help="do not sample the posterior after training")
-    p.add_argument("--progress", choices=("auto", "live", "log", "none"), default="auto",
-                   help="live table (terminal), log lines, or nothing (default: live on a terminal)")
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)",
+    )
+    p.add_argument(
+        "--seed",
+        type=non_negative_int,
+        default=None,
+        help="seed (default: fresh entropy, recorded)",
+    )
+    p.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=None,
+        metavar="SEC",
+        help="stop gracefully after SEC seconds, as on Ctrl-C",
+    )
+    p.add_argument(
+        "--no-auto-sample",
+        dest="auto_sample",
+        action="store_false",
+        help="do not sample the posterior after training",
+    )
+    p.add_argument(
+        "--progress",
+        choices=("auto", "live", "log", "none"),
+        default="auto",
+        help="live table (terminal), log lines, or nothing (default: live on a terminal)",
+    )
     p.set_defaults(func=_run_launch)
 
 
@@ -52,10 +76,20 @@ def _run_launch(args: argparse.Namespace) -> int:
     progress = {"auto": None, "live": True, "log": 10.0, "none": False}[args.progress]
     # an existing run's own config.yml wins over -c (resume)
     config = None if os.path.isfile(os.path.join(args.output, "config.yml")) else args.config
-    result = launch(config, args.output, overrides=args.overrides, seed=args.seed, timeout=args.timeout,
-                    address=args.address, auto_sample=args.auto_sample, progress=progress)
-    print(f"kestrel launch: {result.status} in {result.wall_time:.1f} s (seed {result.seed}); "
-          f"epochs {result.epochs}; run {result.run_dir}")
+    result = launch(
+        config,
+        args.output,
+        overrides=args.overrides,
+        seed=args.seed,
+        timeout=args.timeout,
+        address=args.address,
+        auto_sample=args.auto_sample,
+        progress=progress,
+    )
+    print(
+        f"kestrel launch: {result.status} in {result.wall_time:.1f} s (seed {result.seed}); "
+        f"epochs {result.epochs}; run {result.run_dir}"
+    )
     for mode, path in result.samples.items():
         print(f"  {mode} samples: {path}")
     return 0
@@ -64,17 +98,30 @@ def _run_launch(args: argparse.Namespace) -> int:
 def sample_command(subparsers: Any) -> None:
     """Register ``kestrel sample``."""
     p = subparsers.add_parser(
-        "sample", help="draw prior / posterior / proposal / ppd samples of a run",
+        "sample",
+        help="draw prior / posterior / proposal / ppd samples of a run",
         description="Load a run (RUN/config.yml and the saved weights) and write n samples to "
         "RUN/samples/<mode>/NNNNNN.npz, one array per node of shape (n, ...). n comes from -n or "
-        "from sample.<mode>.n in the run's config.")
+        "from sample.<mode>.n in the run's config.",
+    )
     p.add_argument("mode", choices=_MODES, help="what to sample")
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
-    p.add_argument("-n", type=positive_int, default=None, metavar="N",
-                   help="number of samples (default: sample.<mode>.n of the run's config)")
-    p.add_argument("--seed", type=non_negative_int, default=None, help="seed (default: fresh entropy, printed)")
-    p.add_argument("--address", default=None, metavar="ADDR",
-                   help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)")
+    p.add_argument(
+        "-n",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="number of samples (default: sample.<mode>.n of the run's config)",
+    )
+    p.add_argument(
+        "--seed", type=non_negative_int, default=None, help="seed (default: fresh entropy, printed)"
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)",
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (not saved)")
     p.set_defaults(func=_run_sample)
 
@@ -82,8 +129,16 @@ def sample_command(subparsers: Any) -> None:
 def _run_sample(args: argparse.Namespace) -> int:
     from ._sampling import sample_run
 
-    result = sample_run(args.output, args.mode, n=args.n, seed=args.seed, overrides=args.overrides,
-                        address=args.address)
+    result = sample_run(
+        args.output,
+        args.mode,
+        n=args.n,
+        seed=args.seed,
+        overrides=args.overrides,
+        address=args.address,
+    )
     shapes = ", ".join(f"{m} {s}" for m, s in result.shapes.items())
-    print(f"kestrel sample: {result.n} {result.mode} samples (seed {result.seed}) → {result.path}: {shapes}")
+    print(
+        f"kestrel sample: {result.n} {result.mode} samples (seed {result.seed}) → {result.path}: {shapes}"
+    )
     return 0

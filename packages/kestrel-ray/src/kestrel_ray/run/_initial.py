@@ -63,13 +63,20 @@ def append_initial_samples(dg: Any, path: str, append: Callable[[RefTrace], Any]
     for file, arrays in read_initial_samples(path):
         missing = [m for m in graph.forward_order if m not in arrays]
         if missing:
-            raise ConfigError(f"buffer.initial_samples_path: {file!r} has no array for node {missing[0]!r} "
-                              f"(it holds {sorted(arrays)}; every node is needed)")
-        counts = {m: int(np.shape(arrays[m])[0]) if np.ndim(arrays[m]) else -1 for m in graph.forward_order}
+            raise ConfigError(
+                f"buffer.initial_samples_path: {file!r} has no array for node {missing[0]!r} "
+                f"(it holds {sorted(arrays)}; every node is needed)"
+            )
+        counts = {
+            m: int(np.shape(arrays[m])[0]) if np.ndim(arrays[m]) else -1
+            for m in graph.forward_order
+        }
         n = counts[graph.forward_order[0]]
         if any(c != n for c in counts.values()):
-            raise ConfigError(f"buffer.initial_samples_path: {file!r}: the nodes hold different numbers of "
-                              f"samples: {counts}")
+            raise ConfigError(
+                f"buffer.initial_samples_path: {file!r}: the nodes hold different numbers of "
+                f"samples: {counts}"
+            )
         if n == 0:
             continue
         append(dg.ingest({m: arrays[m] for m in graph.forward_order}))

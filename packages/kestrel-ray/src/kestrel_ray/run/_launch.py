@@ -21,9 +21,17 @@ from ._stop import StopControl
 __all__ = ["launch"]
 
 
-def launch(config: Any, run_dir: str | os.PathLike[str], *, overrides: Iterable[str] = (),
-           seed: int | None = None, timeout: float | None = None, address: str | None = None,
-           auto_sample: bool = True, progress: Any = None) -> RunResult:
+def launch(
+    config: Any,
+    run_dir: str | os.PathLike[str],
+    *,
+    overrides: Iterable[str] = (),
+    seed: int | None = None,
+    timeout: float | None = None,
+    address: str | None = None,
+    auto_sample: bool = True,
+    progress: Any = None,
+) -> RunResult:
     """Train the graph's estimators with adaptive re-simulation; save; sample the posterior.
 
     Args:
@@ -57,7 +65,9 @@ def launch(config: Any, run_dir: str | os.PathLike[str], *, overrides: Iterable[
             log.info("run %s: continuing with its config.yml", session.run.root)
         reporter = make_progress(progress, log)
         with StopControl(timeout) as stop, session.ray(address, log):
-            launcher = Launcher(session, stop=stop, log=log, on_progress=reporter.update, auto_sample=auto_sample)
+            launcher = Launcher(
+                session, stop=stop, log=log, on_progress=reporter.update, auto_sample=auto_sample
+            )
             reporter.start()
             try:
                 return launcher.run()

@@ -27,7 +27,15 @@ from .._wrapper import NodeWrapper
 __all__ = ["RunNodeWrapper", "METRIC_COLUMNS"]
 
 #: columns of ``metrics.csv``
-METRIC_COLUMNS = ("epoch", "walltime", "train_loss", "val_loss", "best_val_loss", "lr", "samples_seen")
+METRIC_COLUMNS = (
+    "epoch",
+    "walltime",
+    "train_loss",
+    "val_loss",
+    "best_val_loss",
+    "lr",
+    "samples_seen",
+)
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
@@ -71,7 +79,9 @@ class RunNodeWrapper(NodeWrapper):
         to_file.setFormatter(logging.Formatter(_FORMAT))
         to_console = logging.StreamHandler(sys.stderr)
         to_console.setLevel(logging.WARNING)
-        to_console.setFormatter(logging.Formatter(f"node {self._name}: %(levelname)s %(name)s: %(message)s"))
+        to_console.setFormatter(
+            logging.Formatter(f"node {self._name}: %(levelname)s %(name)s: %(message)s")
+        )
         handlers: list[logging.Handler] = [to_file, to_console]
         if self._estimator is not None:
             self._metrics_path = os.path.join(directory, f"metrics{suffix}.csv")
@@ -90,8 +100,13 @@ class RunNodeWrapper(NodeWrapper):
         import ray
 
         node_id = ray.get_runtime_context().get_node_id()
-        logging.getLogger("kestrel_ray").info("node %s: actor pid %d on Ray node %s logging to %s", self._name,
-                                              os.getpid(), node_id, path)
+        logging.getLogger("kestrel_ray").info(
+            "node %s: actor pid %d on Ray node %s logging to %s",
+            self._name,
+            os.getpid(),
+            node_id,
+            path,
+        )
         return {"log": path, "pid": os.getpid(), "node_id": node_id}
 
     async def load(self, directory: str) -> None:
@@ -99,8 +114,12 @@ class RunNodeWrapper(NodeWrapper):
         await super().load(directory)
         if self._estimator is not None:
             self._last_epoch = int(self._estimator.status().get("epoch") or 0)
-            logging.getLogger("kestrel_ray").info("node %s: loaded weights from %s (epoch %d)",
-                                                  self._name, directory, self._last_epoch)
+            logging.getLogger("kestrel_ray").info(
+                "node %s: loaded weights from %s (epoch %d)",
+                self._name,
+                directory,
+                self._last_epoch,
+            )
 
     async def train(self, store: Any) -> dict[str, Any]:
         """Train (see :meth:`NodeWrapper.train`), then write the last epoch's metrics row."""

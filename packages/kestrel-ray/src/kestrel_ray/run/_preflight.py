@@ -29,8 +29,11 @@ def ray_init_problems(ray_kwargs: dict[str, Any]) -> list[str]:
     else:
         known = list(params)
     # ray.init takes private ``_name`` options through **kwargs
-    return [f"ray.{key}: {unknown('ray.init argument', key, known)}" for key in ray_kwargs
-            if key not in known and not str(key).startswith("_")]
+    return [
+        f"ray.{key}: {unknown('ray.init argument', key, known)}"
+        for key in ray_kwargs
+        if key not in known and not str(key).startswith("_")
+    ]
 
 
 def estimator_problems(config: Any) -> list[str]:
@@ -55,4 +58,6 @@ def preflight(config: Any) -> None:
     if len(problems) == 1:
         raise ConfigError(problems[0])
     if problems:
-        raise ConfigError(f"{len(problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in problems))
+        raise ConfigError(
+            f"{len(problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in problems)
+        )

@@ -21,7 +21,15 @@ from typing import Any, Protocol
 
 from ._states import Phase
 
-__all__ = ["ProgressState", "Progress", "LiveProgress", "LogProgress", "NullProgress", "make_progress", "recent_rate"]
+__all__ = [
+    "ProgressState",
+    "Progress",
+    "LiveProgress",
+    "LogProgress",
+    "NullProgress",
+    "make_progress",
+    "recent_rate",
+]
 
 
 @dataclass
@@ -76,8 +84,10 @@ def _epochs(status: Mapping[str, Any]) -> str:
 def _buffer(buf: Mapping[str, int]) -> str:
     if not buf:
         return "buffer: —"
-    return (f"buffer: {buf.get('training', 0)} train, {buf.get('validation', 0)} validation, "
-            f"{buf.get('disfavoured', 0)} disfavoured")
+    return (
+        f"buffer: {buf.get('training', 0)} train, {buf.get('validation', 0)} validation, "
+        f"{buf.get('disfavoured', 0)} disfavoured"
+    )
 
 
 class NullProgress:
@@ -115,12 +125,24 @@ class LogProgress:
         if state.phase == self._phase and now - self._last < self._every:
             return
         self._last, self._phase = now, state.phase
-        self._log.info("[%6.1f s] %s; %s; %d simulated (%.0f/s)", state.elapsed, state.phase,
-                       _buffer(state.buffer), state.simulated, state.rate)
+        self._log.info(
+            "[%6.1f s] %s; %s; %d simulated (%.0f/s)",
+            state.elapsed,
+            state.phase,
+            _buffer(state.buffer),
+            state.simulated,
+            state.rate,
+        )
         for node, st in state.nodes.items():
-            self._log.info("  node %s: %s epoch %s, train loss %s, val loss %s, %s samples seen",
-                           node, st.get("state", "?"), _epochs(st), _loss(st.get("train_loss")),
-                           _loss(st.get("val_loss")), st.get("samples_seen", 0))
+            self._log.info(
+                "  node %s: %s epoch %s, train loss %s, val loss %s, %s samples seen",
+                node,
+                st.get("state", "?"),
+                _epochs(st),
+                _loss(st.get("train_loss")),
+                _loss(st.get("val_loss")),
+                st.get("samples_seen", 0),
+            )
 
     def stop(self) -> None:
         pass
@@ -135,8 +157,13 @@ class LiveProgress:
 
         self._title = title
         self._console = Console()
-        self._live = Live(console=self._console, refresh_per_second=4, transient=False,
-                          redirect_stdout=True, redirect_stderr=True)
+        self._live = Live(
+            console=self._console,
+            refresh_per_second=4,
+            transient=False,
+            redirect_stdout=True,
+            redirect_stderr=True,
+        )
 
     def start(self) -> None:
         self._live.start()
@@ -144,12 +171,20 @@ class LiveProgress:
     def update(self, state: ProgressState) -> None:
         from rich.table import Table
 
-        table = Table(title=f"{self._title} — {state.phase} — {state.elapsed:.0f} s", title_justify="left")
+        table = Table(
+            title=f"{self._title} — {state.phase} — {state.elapsed:.0f} s", title_justify="left"
+        )
         for col in ("node", "state", "epoch", "train loss", "val loss", "samples seen"):
             table.add_column(col, justify="left" if col in ("node", "state") else "right")
         for node, st in state.nodes.items():
-            table.add_row(node, str(st.get("state", "?")), _epochs(st), _loss(st.get("train_loss")),
-                          _loss(st.get("val_loss")), str(st.get("samples_seen", 0)))
+            table.add_row(
+                node,
+                str(st.get("state", "?")),
+                _epochs(st),
+                _loss(st.get("train_loss")),
+                _loss(st.get("val_loss")),
+                str(st.get("samples_seen", 0)),
+            )
         bad = {k: v for k, v in state.nonfinite.items() if v}
         caption = f"{_buffer(state.buffer)} · {state.simulated} simulated · {state.rate:.0f} sim/s"
         if bad:
@@ -180,6 +215,8 @@ def make_progress(progress: Any, logger: logging.Logger) -> Progress:
         return LogProgress(logger, float(progress))
     for method in ("start", "update", "stop"):
         if not callable(getattr(progress, method, None)):
-            raise TypeError(f"progress: expected None, a bool, a number of seconds or an object with "
-                            f"start/update/stop; got {type(progress).__name__}")
+            raise TypeError(
+                f"progress: expected None, a bool, a number of seconds or an object with "
+                f"start/update/stop; got {type(progress).__name__}"
+            )
     return progress

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
 from kestrel_core import ConfigError
 from kestrel_core._npz import save_npz
 
@@ -137,7 +138,9 @@ class RunDir:
         Returns:
             The path written.
         """
-        existing = [int(_SAMPLE_FILE.match(os.path.basename(p)).group(1)) for p in self.sample_files(mode)]
+        existing = [
+            int(_SAMPLE_FILE.match(os.path.basename(p)).group(1)) for p in self.sample_files(mode)
+        ]
         index = max(existing) + 1 if existing else 0
         return save_npz(os.path.join(self.samples, mode, f"{index:06d}.npz"), arrays)
 
@@ -149,8 +152,10 @@ class RunDir:
         """
         files = self.sample_files(mode)
         if not files:
-            raise ConfigError(f"{os.path.join(self.samples, mode)}: no {mode} samples in this run; "
-                              f"run `kestrel sample {mode} -o {self.root}` first")
+            raise ConfigError(
+                f"{os.path.join(self.samples, mode)}: no {mode} samples in this run; "
+                f"run `kestrel sample {mode} -o {self.root}` first"
+            )
         parts: dict[str, list[np.ndarray]] = {}
         for path in files:
             with np.load(path) as data:

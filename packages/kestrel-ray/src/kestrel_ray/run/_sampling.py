@@ -72,11 +72,16 @@ def select_nodes(dg: DeployedGraph, mode: str, produced: Sequence[str], entry: A
         ConfigError: an ``add_keys``/``exclude_keys`` name is not a node the call produced.
     """
     nodes = _default_nodes(dg, mode, produced)
-    for key, names in (("exclude_keys", getattr(entry, "exclude_keys", ())), ("add_keys", getattr(entry, "add_keys", ()))):
+    for key, names in (
+        ("exclude_keys", getattr(entry, "exclude_keys", ())),
+        ("add_keys", getattr(entry, "add_keys", ())),
+    ):
         for name in names:
             if name not in produced:
-                raise ConfigError(f"sample.{mode}.{key}: node {name!r} is not produced by {mode} sampling "
-                                  f"(produced: {', '.join(produced)})")
+                raise ConfigError(
+                    f"sample.{mode}.{key}: node {name!r} is not produced by {mode} sampling "
+                    f"(produced: {', '.join(produced)})"
+                )
     nodes = [m for m in nodes if m not in set(getattr(entry, "exclude_keys", ()))]
     nodes += [m for m in getattr(entry, "add_keys", ()) if m not in nodes]
     return [m for m in produced if m in nodes]
@@ -100,8 +105,12 @@ def draw_samples(dg: DeployedGraph, mode: str, n: int, entry: Any = None) -> dic
     """
     _check_mode(mode)
     n = check_count(n, "n")
-    call = {"prior": dg.sample, "posterior": dg.sample_posterior, "proposal": dg.sample_proposal,
-            "ppd": dg.sample_ppd}[mode]
+    call = {
+        "prior": dg.sample,
+        "posterior": dg.sample_posterior,
+        "proposal": dg.sample_proposal,
+        "ppd": dg.sample_ppd,
+    }[mode]
     parts: dict[str, list[np.ndarray]] = {}
     nodes: list[str] | None = None
     done = 0
@@ -117,8 +126,15 @@ def draw_samples(dg: DeployedGraph, mode: str, n: int, entry: Any = None) -> dic
     return {m: (v[0] if len(v) == 1 else np.concatenate(v)) for m, v in parts.items()}
 
 
-def sample_run(run_dir: str | os.PathLike[str], mode: str, *, n: int | None = None, seed: int | None = None,
-               overrides: Iterable[str] = (), address: str | None = None) -> SampleResult:
+def sample_run(
+    run_dir: str | os.PathLike[str],
+    mode: str,
+    *,
+    n: int | None = None,
+    seed: int | None = None,
+    overrides: Iterable[str] = (),
+    address: str | None = None,
+) -> SampleResult:
     """Load a run, draw samples of ``mode`` and write ``RUN/samples/<mode>/NNNNNN.npz``.
 
     Everything that can be checked without Ray (the run's config, the count, saved weights)
@@ -155,7 +171,9 @@ def sample_run(run_dir: str | os.PathLike[str], mode: str, *, n: int | None = No
             session.load_weights(dg, config.graph.latents)
         arrays = draw_samples(dg, mode, n, entry)
     path = session.run.write_samples(mode, arrays)
-    return SampleResult(path, mode, n, session.seed, {m: tuple(a.shape[1:]) for m, a in arrays.items()})
+    return SampleResult(
+        path, mode, n, session.seed, {m: tuple(a.shape[1:]) for m, a in arrays.items()}
+    )
 
 
 def shapes_text(arrays: Mapping[str, np.ndarray]) -> str:

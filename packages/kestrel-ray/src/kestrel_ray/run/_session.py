@@ -56,7 +56,14 @@ class RunSession:
             ``node_logs=True``).
     """
 
-    def __init__(self, run: RunDir, config: RunConfig, *, seed: int | None = None, config_from_run: bool = False):
+    def __init__(
+        self,
+        run: RunDir,
+        config: RunConfig,
+        *,
+        seed: int | None = None,
+        config_from_run: bool = False,
+    ):
         self.run = RunDir(run.root, config)
         self.config = config
         self.seed = int(seed_sequence(seed).entropy)
@@ -64,8 +71,14 @@ class RunSession:
         self.placement: dict[str, list[str]] = {}
 
     @classmethod
-    def for_launch(cls, config: Any, run_dir: str | os.PathLike[str], *, overrides: Iterable[str] = (),
-                   seed: int | None = None) -> RunSession:
+    def for_launch(
+        cls,
+        config: Any,
+        run_dir: str | os.PathLike[str],
+        *,
+        overrides: Iterable[str] = (),
+        seed: int | None = None,
+    ) -> RunSession:
         """The session of ``launch``: ``RUN/config.yml`` when it exists, else ``config``.
 
         Args:
@@ -82,20 +95,31 @@ class RunSession:
         from_run = run.has_config()
         source = run.config_file if from_run else config
         if source is None:
-            raise ConfigError("launch: give a config (path, mapping or RunConfig) or an existing run directory")
+            raise ConfigError(
+                "launch: give a config (path, mapping or RunConfig) or an existing run directory"
+            )
         cfg = load_config(source, overrides, run_dir=run.root, check_targets=_TARGETS)
         if cfg.buffer is None:
-            raise ConfigError("buffer: kestrel launch needs a buffer section (min_samples, max_samples, "
-                              "validation_samples)")
+            raise ConfigError(
+                "buffer: kestrel launch needs a buffer section (min_samples, max_samples, "
+                "validation_samples)"
+            )
         if not cfg.graph.latents:
-            raise ConfigError("graph: no node has an estimator; kestrel launch trains estimators (use "
-                              "`kestrel simulate` for forward simulation only)")
+            raise ConfigError(
+                "graph: no node has an estimator; kestrel launch trains estimators (use "
+                "`kestrel simulate` for forward simulation only)"
+            )
         preflight(cfg)
         return cls(run, cfg, seed=seed, config_from_run=from_run)
 
     @classmethod
-    def for_sample(cls, run_dir: str | os.PathLike[str], *, overrides: Iterable[str] = (),
-                   seed: int | None = None) -> RunSession:
+    def for_sample(
+        cls,
+        run_dir: str | os.PathLike[str],
+        *,
+        overrides: Iterable[str] = (),
+        seed: int | None = None,
+    ) -> RunSession:
         """The session of ``sample``: a run directory written by a launch, with its config.
 
         Args:
@@ -107,8 +131,10 @@ class RunSession:
         """
         run = RunDir(run_dir)
         if not run.has_config():
-            raise ConfigError(f"{run.root}: not a run directory (no {os.path.basename(run.config_file)}); "
-                              f"start a run with `kestrel launch -c CONFIG -o {run.root}`")
+            raise ConfigError(
+                f"{run.root}: not a run directory (no {os.path.basename(run.config_file)}); "
+                f"start a run with `kestrel launch -c CONFIG -o {run.root}`"
+            )
         cfg = load_config(run.config_file, overrides, run_dir=run.root, check_targets=_TARGETS)
         preflight(cfg)
         return cls(run, cfg, seed=seed, config_from_run=True)
@@ -132,12 +158,15 @@ class RunSession:
         """
         missing = [m for m in self.config.graph.latents if not self.run.has_weights(m)]
         if missing:
-            raise EstimatorError(f"node {missing[0]!r}: no saved weights in {self.run.node_dir(missing[0])}; "
-                                 f"{purpose} needs a trained estimator (run `kestrel launch -o {self.run.root}`)")
+            raise EstimatorError(
+                f"node {missing[0]!r}: no saved weights in {self.run.node_dir(missing[0])}; "
+                f"{purpose} needs a trained estimator (run `kestrel launch -o {self.run.root}`)"
+            )
 
     # -- Ray and the actors --------------------------------------------------------------------
-    def ray(self, address: str | None = None, log: logging.Logger | None = None
-            ) -> contextlib.AbstractContextManager[bool]:
+    def ray(
+        self, address: str | None = None, log: logging.Logger | None = None
+    ) -> contextlib.AbstractContextManager[bool]:
         """Ray for the command (see :func:`ray_for_run`, with the config's ``ray`` section)."""
         return ray_for_run(address, self.config.ray, log)
 
@@ -154,14 +183,20 @@ class RunSession:
         Raises:
             As :meth:`DeployedGraph.deploy`.
         """
-        dg = DeployedGraph(self.config.graph, seed=self.seed, run_dir=self.run.root,
-                           buffer=self.config.buffer if buffer else None,
-                           wrapper_cls=RunNodeWrapper if node_logs else NodeWrapper)
+        dg = DeployedGraph(
+            self.config.graph,
+            seed=self.seed,
+            run_dir=self.run.root,
+            buffer=self.config.buffer if buffer else None,
+            wrapper_cls=RunNodeWrapper if node_logs else NodeWrapper,
+        )
         try:
             dg.deploy()
             if node_logs:
                 infos = dg.open_logs(self.run.node_dir)
-                self.placement = {name: [info["node_id"] for info in node] for name, node in infos.items()}
+                self.placement = {
+                    name: [info["node_id"] for info in node] for name, node in infos.items()
+                }
             yield dg
         finally:
             dg.shutdown()
@@ -199,8 +234,9 @@ class RunSession:
 
 
 @contextlib.contextmanager
-def ray_for_run(address: str | None, ray_kwargs: Mapping[str, Any], log: logging.Logger | None = None
-                ) -> Iterator[bool]:
+def ray_for_run(
+    address: str | None, ray_kwargs: Mapping[str, Any], log: logging.Logger | None = None
+) -> Iterator[bool]:
     """Ray for the duration of a run; yields whether this run started it.
 
     Args:
@@ -217,7 +253,11 @@ def ray_for_run(address: str | None, ray_kwargs: Mapping[str, Any], log: logging
         init_ray(address, **kwargs)
         if log is not None:
             joined = address or os.environ.get("RAY_ADDRESS")
-            log.info("ray: %s (%s)", f"joined {joined}" if joined else "started a local Ray", _resources())
+            log.info(
+                "ray: %s (%s)",
+                f"joined {joined}" if joined else "started a local Ray",
+                _resources(),
+            )
     elif log is not None:
         log.info("ray: using the Ray already running in this process (%s)", _resources())
     try:
@@ -229,12 +269,18 @@ def ray_for_run(address: str | None, ray_kwargs: Mapping[str, Any], log: logging
 
 def _resources() -> str:
     res = ray.cluster_resources()
-    keys = ["CPU", "GPU"] + sorted(k for k in res if k not in ("CPU", "GPU", "memory", "object_store_memory")
-                                   and not k.startswith("node:"))
+    keys = ["CPU", "GPU"] + sorted(
+        k
+        for k in res
+        if k not in ("CPU", "GPU", "memory", "object_store_memory") and not k.startswith("node:")
+    )
     return ", ".join(f"{k} {res[k]:g}" for k in keys if k in res)
 
 
 def cluster_nodes() -> dict[str, dict[str, float]]:
     """``{Ray node id: its resources}`` of the live nodes of the cluster."""
-    return {n["NodeID"]: {k: v for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}
-            for n in ray.nodes() if n.get("Alive", True)}
+    return {
+        n["NodeID"]: {k: v for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}
+        for n in ray.nodes()
+        if n.get("Alive", True)
+    }

@@ -72,7 +72,11 @@ class StopControl:
     @property
     def requested(self) -> bool:
         """Whether a graceful stop was asked for (checks the timeout too)."""
-        if not self._event.is_set() and self._deadline is not None and time.monotonic() >= self._deadline:
+        if (
+            not self._event.is_set()
+            and self._deadline is not None
+            and time.monotonic() >= self._deadline
+        ):
             self.request(f"timeout after {self.timeout:g} s")
         return self._event.is_set()
 
@@ -80,7 +84,10 @@ class StopControl:
         self._interrupts += 1
         if self._interrupts == 1:
             self.request("interrupted (Ctrl-C)")
-            print("\nkestrel: stopping gracefully (current step ends, weights are saved, the posterior "
-                  "is sampled); press Ctrl-C again to abort", flush=True)
+            print(
+                "\nkestrel: stopping gracefully (current step ends, weights are saved, the posterior "
+                "is sampled); press Ctrl-C again to abort",
+                flush=True,
+            )
             return
         raise KeyboardInterrupt
