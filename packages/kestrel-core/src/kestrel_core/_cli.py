@@ -18,10 +18,10 @@ nothing::
 
     # pyproject.toml of kestrel-ray
     [project.entry-points."kestrel.commands"]
-    launch = "kestrel_ray._commands:launch_command"
-    sample = "kestrel_ray._commands:sample_command"
+    launch = "kestrel_ray.run._commands:launch_command"
+    sample = "kestrel_ray.run._commands:sample_command"
 
-    # kestrel_ray/_commands.py
+    # kestrel_ray/run/_commands.py
     from kestrel_core._cli import add_config_arguments, non_negative_int
 
     def launch_command(subparsers):
