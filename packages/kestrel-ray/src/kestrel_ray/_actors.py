@@ -81,7 +81,7 @@ def start_node_actors(
     paths = import_paths()
     started: list[tuple[str, int, Any]] = []
     try:
-        cls = ray.remote(wrapper_cls)
+        cls: Any = ray.remote(wrapper_cls)
         for name, node in graph.nodes.items():
             blob = cloudpickle.dumps(node if estimators else replace(node, estimator=None))
             base = seeds[name].generate_state(2)

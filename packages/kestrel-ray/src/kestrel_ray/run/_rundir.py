@@ -138,9 +138,8 @@ class RunDir:
         Returns:
             The path written.
         """
-        existing = [
-            int(_SAMPLE_FILE.match(os.path.basename(p)).group(1)) for p in self.sample_files(mode)
-        ]
+        names = (_SAMPLE_FILE.match(os.path.basename(p)) for p in self.sample_files(mode))
+        existing = [int(m.group(1)) for m in names if m is not None]
         index = max(existing) + 1 if existing else 0
         return save_npz(os.path.join(self.samples, mode, f"{index:06d}.npz"), arrays)
 

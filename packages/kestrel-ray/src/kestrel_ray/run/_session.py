@@ -20,7 +20,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import ray
 
@@ -66,7 +66,7 @@ class RunSession:
     ):
         self.run = RunDir(run.root, config)
         self.config = config
-        self.seed = int(seed_sequence(seed).entropy)
+        self.seed = int(cast(int, seed_sequence(seed).entropy))  # an int when drawn or given
         self.config_from_run = config_from_run
         self.placement: dict[str, list[str]] = {}
 
