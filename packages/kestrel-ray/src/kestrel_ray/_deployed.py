@@ -38,7 +38,6 @@ from ._errors import unwrap_error
 from ._handles import Pending, collect_trace
 from ._plan import call_conditions, forward_plan, inference_plan, resimulation_plan
 from ._refs import Column, RefTrace, chunk_grid
-from ._store import appended
 
 __all__ = ["DeployedGraph"]
 
@@ -52,8 +51,8 @@ class DeployedGraph(Deployment):
     Args:
         graph: a validated :class:`kestrel_core.Graph`.
         seed: run seed (int ≥ 0) or ``None`` for fresh entropy (``self.seed`` records it).
-        store: an existing :class:`~kestrel_ray.SampleStore` actor to append to (not killed by
-            :meth:`shutdown`), or ``None`` to start one at :meth:`deploy`.
+        store: an existing store to append to, its :class:`~kestrel_ray.StoreHandle` or actor
+            handle (not killed by :meth:`shutdown`), or ``None`` to start one at :meth:`deploy`.
         run_dir: run directory: :meth:`save` and :meth:`load` default to ``<run_dir>/graph``,
             snapshots go to ``<run_dir>/buffer/snapshots``.
         buffer: a :class:`kestrel_core.BufferConfig` (or mapping) for the store started here;
@@ -87,18 +86,24 @@ class DeployedGraph(Deployment):
             n: number of samples.
             observations: ``{node: x_o}`` without batch axis, over the graph's own observations.
         """
-        return self.run(n, inference_plan(self.graph, "sample_posterior", observations or ()), observations)
+        return self.run(
+            n, inference_plan(self.graph, "sample_posterior", observations or ()), observations
+        )
 
     def sample_proposal(self, n: int, observations: Mapping[str, Any] | None = None) -> RefTrace:
         """Proposal draws of the latent nodes (inference order) given the observations."""
-        return self.run(n, inference_plan(self.graph, "sample_proposal", observations or ()), observations)
+        return self.run(
+            n, inference_plan(self.graph, "sample_proposal", observations or ()), observations
+        )
 
     def sample_ppd(self, n: int, observations: Mapping[str, Any] | None = None) -> RefTrace:
         """Posterior predictive: latents from the posterior, every other node simulated from them."""
         plan = resimulation_plan(self.graph, "sample_posterior", self._latents, observations or ())
         return self.run(n, plan, observations)
 
-    def simulate_from_proposal(self, n: int, observations: Mapping[str, Any] | None = None) -> RefTrace:
+    def simulate_from_proposal(
+        self, n: int, observations: Mapping[str, Any] | None = None
+    ) -> RefTrace:
         """The joint trace a resimulation round appends: latents (``value`` and ``log_prob``)
         from the proposal, every other node forward-simulated from them."""
         plan = resimulation_plan(self.graph, "sample_proposal", self._latents, observations or ())
@@ -128,8 +133,9 @@ class DeployedGraph(Deployment):
             return RefTrace(0)
         return self._submit(n, forward_plan(self.graph), {}, given)
 
-    def run(self, n: int, plan: Sequence[tuple[str, str]],
-            observations: Mapping[str, Any] | None = None) -> RefTrace:
+    def run(
+        self, n: int, plan: Sequence[tuple[str, str]], observations: Mapping[str, Any] | None = None
+    ) -> RefTrace:
         """Submit ``(node, method)`` calls in order, then wait for their meta dicts.
 
         A node's conditions are the latest values of its parents (``sample``, and nodes without
@@ -155,8 +161,13 @@ class DeployedGraph(Deployment):
             avail.update(observation_columns(self.graph, observations))
         return self._submit(n, plan, avail, {})
 
-    def _submit(self, n: int, plan: Sequence[tuple[str, str]], known: dict[str, Column],
-                given: Mapping[str, Column]) -> RefTrace:
+    def _submit(
+        self,
+        n: int,
+        plan: Sequence[tuple[str, str]],
+        known: dict[str, Column],
+        given: Mapping[str, Column],
+    ) -> RefTrace:
         """Submit the plan, each call conditioned on the columns ``known`` so far (a node in
         ``given`` gets only its own values), then collect the trace."""
         nodes = self.graph.nodes
@@ -168,8 +179,12 @@ class DeployedGraph(Deployment):
             if name in given:  # seeds=None: the node's own streams stay as they were
                 pending = self._handles[name].submit(method, n, {name: given[name]}, chunks, None)
             else:
-                conds = call_conditions(self.graph, name, method, latent=name in latents, known=known)
-                pending = self._handles[name].submit(method, n, conds, chunks, self._seqs[name].spawn(len(chunks)))
+                conds = call_conditions(
+                    self.graph, name, method, latent=name in latents, known=known
+                )
+                pending = self._handles[name].submit(
+                    method, n, conds, chunks, self._seqs[name].spawn(len(chunks))
+                )
             calls.pop(name, None)
             calls[name] = (method, pending)
             known[name] = pending.columns["value"]
@@ -181,8 +196,9 @@ class DeployedGraph(Deployment):
 
         Args:
             trace: a trace from one call of this graph (its keys share block boundaries).
-            wait: return the new ids (int64 ``(N,)``); ``False`` returns at once the ObjectRef of
-                ``(ids, warning texts)`` (see :func:`~kestrel_ray._store.appended`).
+            wait: return the new ids (int64 ``(N,)``, rows marked invalid included); ``False``
+                returns at once the ObjectRef to pass to ``self.store.appended``
+                (:meth:`~kestrel_ray.StoreHandle.appended`).
 
         Warns:
             StoreWarning: more samples at once than the buffer holds.
@@ -192,24 +208,26 @@ class DeployedGraph(Deployment):
                 trace's keys do not share blocks.
         """
         self._check_deployed()
-        ref = self._store.append_blocks.remote(trace.blocks())
+        ref = self._store.submit_append(trace.blocks())
         if not wait:
             return ref
-        ids, notes = appended(ref)
-        for note in notes:
+        done = self._store.appended(ref)
+        for note in done.notes:
             warnings.warn(note, StoreWarning, stacklevel=2)
-        return ids
+        return done.ids
 
     def buffer_stats(self, timeout: float | None = None) -> dict[str, int]:
         """The store's counts (``training``, ``validation``, ``total``, …).
 
         Raises:
-            GetTimeoutError: the store did not answer within ``timeout`` seconds.
+            StoreError: the store did not answer within ``timeout`` seconds.
         """
         self._check_deployed()
-        return ray.get(self._store.stats.remote(), timeout=timeout)
+        return self._store.with_options(timeout=timeout).stats()
 
-    def to_arrays(self, trace: RefTrace, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    def to_arrays(
+        self, trace: RefTrace, keys: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
         """Read a trace into arrays (one batched get; see :func:`~kestrel_ray._arrays.read_arrays`).
 
         Returns:
@@ -232,7 +250,8 @@ class DeployedGraph(Deployment):
         """Node statuses (a list per multiplexed node) and the store's counts.
 
         Raises:
-            GetTimeoutError: an actor did not answer within ``timeout``.
+            GetTimeoutError: a node actor did not answer within ``timeout``.
+            StoreError: the store did not answer within ``timeout``.
         """
         self._check_deployed()
         refs = {name: h.status_refs() for name, h in self._handles.items()}
@@ -263,7 +282,9 @@ class DeployedGraph(Deployment):
                 raise unwrap_error(err, name, "open_log") from err
         return out
 
-    def save(self, directory: str | os.PathLike[str] | None = None, nodes: Iterable[str] | None = None) -> None:
+    def save(
+        self, directory: str | os.PathLike[str] | None = None, nodes: Iterable[str] | None = None
+    ) -> None:
         """Save estimators to ``<directory>/<node>`` (default ``<run_dir>/graph``).
 
         Args:
@@ -274,12 +295,18 @@ class DeployedGraph(Deployment):
         """
         self.estimator_files("save", directory, nodes)
 
-    def load(self, directory: str | os.PathLike[str] | None = None, nodes: Iterable[str] | None = None) -> None:
+    def load(
+        self, directory: str | os.PathLike[str] | None = None, nodes: Iterable[str] | None = None
+    ) -> None:
         """Load estimators from ``<directory>/<node>`` (default ``<run_dir>/graph``); as :meth:`save`."""
         self.estimator_files("load", directory, nodes)
 
-    def estimator_files(self, method: Literal["save", "load"], directory: str | os.PathLike[str] | None,
-                        nodes: Iterable[str] | None = None) -> dict[str, str]:
+    def estimator_files(
+        self,
+        method: Literal["save", "load"],
+        directory: str | os.PathLike[str] | None,
+        nodes: Iterable[str] | None = None,
+    ) -> dict[str, str]:
         """Save or load estimators, ``<directory>/<node>`` each, all at once: the one place
         estimator files are written and read.
 
@@ -305,7 +332,10 @@ class DeployedGraph(Deployment):
             if name not in self._latents:
                 raise GraphError(f"{method}: node {name!r} has no estimator deployed")
         folders = {name: os.path.join(os.fspath(directory), name) for name in names}
-        refs = {name: self._estimator(name).files_ref(method, folder) for name, folder in folders.items()}
+        refs = {
+            name: self._estimator(name).files_ref(method, folder)
+            for name, folder in folders.items()
+        }
         for name, ref in refs.items():
             try:
                 ray.get(ref)

@@ -13,19 +13,16 @@ of the root seeds the store's random subsets.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any, TypeVar
 
-import ray
-
-from kestrel_core import ConfigError, Graph, KestrelError, seed_sequence
+from kestrel_core import Graph, KestrelError, seed_sequence
 
 from ._actors import check_deployable, kill_actors, start_node_actors
 from ._arrays import observation_columns
 from ._handles import NodeHandle
 from ._multiplex import MultiplexNodeWrapper
 from ._refs import Column
-from ._store import SampleStore
+from ._store_handle import StoreHandle
 from ._wrapper import NodeWrapper
 
 __all__ = ["Deployment"]
@@ -47,16 +44,27 @@ class Deployment:
     #: the actor class of the nodes (``ray.remote`` is applied at deploy; tests swap it)
     wrapper_cls: type = NodeWrapper
 
-    def __init__(self, graph: Graph, *, seed: int | None = None, store: Any = None,
-                 run_dir: str | os.PathLike[str] | None = None, buffer: Any = None,
-                 ready_timeout: float = 60.0, estimators: bool = True, wrapper_cls: type | None = None):
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        seed: int | None = None,
+        store: Any = None,
+        run_dir: str | os.PathLike[str] | None = None,
+        buffer: Any = None,
+        ready_timeout: float = 60.0,
+        estimators: bool = True,
+        wrapper_cls: type | None = None,
+    ):
         self.graph = graph
         self._estimators = bool(estimators)
         self._root = seed_sequence(seed)
         self.seed = self._root.entropy
         self.run_dir = None if run_dir is None else os.fspath(run_dir)
         self._buffer = buffer
-        self._store = store
+        self._store: StoreHandle | None = (
+            store if store is None or isinstance(store, StoreHandle) else StoreHandle(store)
+        )
         self._own_store = store is None
         self._ready_timeout = float(ready_timeout)
         if wrapper_cls is not None:
@@ -69,7 +77,9 @@ class Deployment:
     @classmethod
     def from_config(cls: type[D], config: Any, *, seed: int | None = None, store: Any = None) -> D:
         """Build from a :class:`kestrel_core.RunConfig` (graph, buffer, run directory)."""
-        return cls(config.graph, seed=seed, store=store, run_dir=config.run_dir, buffer=config.buffer)
+        return cls(
+            config.graph, seed=seed, store=store, run_dir=config.run_dir, buffer=config.buffer
+        )
 
     # -- lifecycle -----------------------------------------------------------------------------
     def __enter__(self: D) -> D:
@@ -85,7 +95,8 @@ class Deployment:
 
     @property
     def store(self) -> Any:
-        """The store actor handle (``None`` before :meth:`deploy` when none was given)."""
+        """The store's :class:`~kestrel_ray.StoreHandle` (``None`` before :meth:`deploy` when none
+        was given)."""
         return self._store
 
     @property
@@ -93,7 +104,7 @@ class Deployment:
         """Every node actor this graph started (replicas included), plus its own store."""
         out = [a for h in self._handles.values() for a in h.actors]
         if self._own_store and self._store is not None:
-            out.append(self._store)
+            out.append(self._store.actor)
         return out
 
     def deploy(self: D) -> D:
@@ -116,30 +127,26 @@ class Deployment:
         try:
             if self._store is None:
                 self._store = self._start_store()
-            self._handles = start_node_actors(self.graph, self._seqs, self.wrapper_cls,
-                                              estimators=self._estimators, ready_timeout=self._ready_timeout)
+            self._handles = start_node_actors(
+                self.graph,
+                self._seqs,
+                self.wrapper_cls,
+                estimators=self._estimators,
+                ready_timeout=self._ready_timeout,
+            )
             self._obs_columns = observation_columns(self.graph, self.graph.observations)
         except BaseException:
             self.shutdown(wait=0)
             raise
         return self
 
-    def _start_store(self) -> Any:
-        buf = self._buffer
-        get = (buf.get if isinstance(buf, Mapping) else (lambda k, d=None: getattr(buf, k, d)))
-        kwargs: dict[str, Any] = {}
-        if buf is not None:
-            kwargs = dict(min_samples=get("min_samples", 0), max_samples=get("max_samples", 2**62),
-                          validation_samples=get("validation_samples", 0))
-            every = int(get("snapshot_every", 0) or 0)
-            if every:
-                if self.run_dir is None:
-                    raise ConfigError("buffer.snapshot_every: snapshots need a run directory")
-                kwargs.update(snapshot_every=every,
-                              snapshot_dir=os.path.join(self.run_dir, "buffer", "snapshots"))
-        kwargs["seed"] = int(self._root.generate_state(1)[0])
-        SampleStore(**kwargs)  # validates here, where the error is readable
-        return ray.remote(SampleStore).options(num_cpus=0).remote(**kwargs)
+    def _start_store(self) -> StoreHandle:
+        return StoreHandle.for_buffer(
+            self._buffer,
+            run_dir=self.run_dir,
+            seed=int(self._root.generate_state(1)[0]),
+            wait=False,
+        )
 
     def shutdown(self, wait: float = 10.0) -> None:
         """Kill every actor this graph started (not a store passed in). Idempotent.
@@ -175,4 +182,6 @@ class Deployment:
 
     def _check_deployed(self) -> None:
         if not self.deployed:
-            raise KestrelError("DeployedGraph is not deployed; call deploy() (or use it in a `with`)")
+            raise KestrelError(
+                "DeployedGraph is not deployed; call deploy() (or use it in a `with`)"
+            )

@@ -24,10 +24,10 @@ from typing import Any
 import numpy as np
 import ray
 
-from kestrel_core import BlockMeta, KestrelError, StoreError
+from kestrel_core import BlockMeta, StoreError
 from kestrel_core._store import BlockStore, Schema
 
-__all__ = ["SampleStore", "appended"]
+__all__ = ["SampleStore"]
 
 
 class SampleStore(BlockStore):
@@ -95,18 +95,3 @@ class SampleStore(BlockStore):
         keys = sorted(handle)
         arrays = ray.get([handle[k] for k in keys])  # the store's only data read (see module doc)
         return {k: np.asarray(a) for k, a in zip(keys, arrays)}
-
-
-def appended(ref: Any) -> tuple[np.ndarray, list[str]]:
-    """Wait for an ``append_blocks`` call (transitional; use :meth:`StoreHandle.appended`).
-
-    Raises:
-        KestrelError: the one the store raised, unwrapped from Ray's task error.
-    """
-    try:
-        return ray.get(ref)
-    except ray.exceptions.RayTaskError as err:
-        cause = getattr(err, "cause", None)
-        if isinstance(cause, KestrelError):
-            raise cause from err
-        raise

@@ -25,7 +25,7 @@ import numpy as np
 import ray
 
 from kestrel_core import BlockMeta, Checkout, ConfigError, KestrelError, StoreError, StoreWarning
-from kestrel_core._store import Schema
+from kestrel_core._store import Appended, Schema
 
 from ._store import SampleStore
 
@@ -184,10 +184,10 @@ class StoreHandle:
         Warns:
             StoreWarning: more rows at once than the buffer keeps.
         """
-        ids, notes = self.appended(self.submit_append([(block, meta)]))
-        for note in notes:
+        done = self.appended(self.submit_append([(block, meta)]))
+        for note in done.notes:
             warnings.warn(note, StoreWarning, stacklevel=2)
-        return ids
+        return done.ids
 
     def checkout(
         self,
@@ -252,16 +252,17 @@ class StoreHandle:
         """Append ``[(block, meta), …]`` in one store call, all or nothing; returns at once.
 
         Returns:
-            The ObjectRef of ``(ids, notes)``; pass it to :meth:`appended`.
+            The ObjectRef of the store's :class:`~kestrel_core._store.Appended`; pass it to
+            :meth:`appended`.
         """
         return self._actor.append_blocks.remote([(dict(block), meta) for block, meta in blocks])
 
-    def appended(self, ref: Any) -> tuple[np.ndarray, list[str]]:
+    def appended(self, ref: Any) -> Appended:
         """Wait for a :meth:`submit_append`.
 
         Returns:
-            ``(ids int64, notes)``; a note is a warning the caller should show (more samples at
-            once than the buffer holds).
+            ``Appended(ids, kept, notes)``: the int64 ids of every row, how many were valid,
+            and warnings the caller should show (more samples at once than the buffer holds).
 
         Raises:
             StoreError: the blocks break the key schema (nothing of the call was stored).

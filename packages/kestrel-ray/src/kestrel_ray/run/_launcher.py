@@ -17,7 +17,8 @@ between actors and the store):
 5. ``SAVING`` and ``SAMPLING``: save the weights, draw ``sample.posterior.n`` posterior samples
    (and ``sample.ppd.n``).
 
-Rows with a NaN or ±inf in any key are dropped before an append and counted per node.
+Rows with a NaN or ±inf in any key are counted per node and appended marked invalid: the store
+keeps them dead, so training never reads them (a round without a valid row is an error).
 """
 
 from __future__ import annotations
@@ -29,11 +30,9 @@ from typing import Any
 
 import ray
 
-from kestrel_core import KestrelError
+from kestrel_core import KestrelError, StoreError
 
 from .._errors import RunError, describe_failure, unwrap_error
-from .._finite import drop_nonfinite, merge_counts
-from .._store import appended
 from ._initial import append_initial_samples
 from ._progress import ProgressState, recent_rate
 from ._result import RunResult
@@ -63,8 +62,15 @@ class Launcher:
         auto_sample: draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples at the end.
     """
 
-    def __init__(self, session: RunSession, *, stop: StopControl, log: logging.Logger,
-                 on_progress: Callable[[ProgressState], None] | None = None, auto_sample: bool = True):
+    def __init__(
+        self,
+        session: RunSession,
+        *,
+        stop: StopControl,
+        log: logging.Logger,
+        on_progress: Callable[[ProgressState], None] | None = None,
+        auto_sample: bool = True,
+    ):
         self.session = session
         self.cfg = session.config
         self.buffer = session.config.buffer
@@ -72,7 +78,9 @@ class Launcher:
         self.log = log
         self.on_progress = on_progress
         self.auto_sample = auto_sample
-        self.result = RunResult(session.run.root, RunStatus.RUNNING, session.seed, config=session.config)
+        self.result = RunResult(
+            session.run.root, RunStatus.RUNNING, session.seed, config=session.config
+        )
         self.phase = Phase.STARTING
         self.dg: Any = None
         self.t0 = time.monotonic()
@@ -95,8 +103,13 @@ class Launcher:
             KeyboardInterrupt: a second Ctrl-C (status ``aborted``).
         """
         self._write_status()
-        self.log.info("launch: run %s, seed %d, nodes %s, estimators %s", self.session.run.root, self.session.seed,
-                      list(self.cfg.graph.nodes), self.cfg.graph.latents)
+        self.log.info(
+            "launch: run %s, seed %d, nodes %s, estimators %s",
+            self.session.run.root,
+            self.session.seed,
+            list(self.cfg.graph.nodes),
+            self.cfg.graph.latents,
+        )
         try:
             with self.session.deployed(buffer=True, node_logs=True) as dg:
                 self.dg = dg
@@ -133,13 +146,23 @@ class Launcher:
 
     def _write_status(self) -> None:
         r = self.result
-        self.session.run.write_status({
-            "status": r.status, "reason": r.reason, "seed": r.seed, "resumed": r.resumed,
-            "epochs": r.epochs, "samples": r.samples, "simulated": r.simulated, "nonfinite": r.nonfinite,
-            "buffer": self.stats, "wall_time": round(time.monotonic() - self.t0, 3),
-            "placement": r.placement, "cluster": self.cluster,
-            "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        })
+        self.session.run.write_status(
+            {
+                "status": r.status,
+                "reason": r.reason,
+                "seed": r.seed,
+                "resumed": r.resumed,
+                "epochs": r.epochs,
+                "samples": r.samples,
+                "simulated": r.simulated,
+                "nonfinite": r.nonfinite,
+                "buffer": self.stats,
+                "wall_time": round(time.monotonic() - self.t0, 3),
+                "placement": r.placement,
+                "cluster": self.cluster,
+                "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            }
+        )
 
     # -- phases --------------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -155,7 +178,9 @@ class Launcher:
         loaded = 0
         path = self.buffer.initial_samples_path
         if path:
-            loaded = append_initial_samples(self.dg, path, lambda trace: self._append(trace, "initial samples"))
+            loaded = append_initial_samples(
+                self.dg, path, lambda trace: self._append(trace, "initial samples")
+            )
             self.log.info("initial samples: %d loaded from %s", loaded, path)
         left = max(0, total - loaded)
         self.log.info("initial simulation: %d samples from the prior", left)
@@ -184,18 +209,26 @@ class Launcher:
         for ref in done:
             self._training_ended(self._training.pop(ref), ref)
         if self.stop.requested and self.phase is Phase.TRAINING:
-            self.log.info("stop: %s; asking the estimators to stop after their current step", self.stop.reason)
+            self.log.info(
+                "stop: %s; asking the estimators to stop after their current step", self.stop.reason
+            )
             self.dg.request_stop()
             self._enter(Phase.STOPPING)
         if self._append_ref is not None and _ready(self._append_ref):
             self._finish_append(self._append_ref)
             self._append_ref = None
-        if (self._training and self.phase is Phase.TRAINING and self._append_ref is None
-                and time.monotonic() >= self._next_round):
+        if (
+            self._training
+            and self.phase is Phase.TRAINING
+            and self._append_ref is None
+            and time.monotonic() >= self._next_round
+        ):
             self._next_round = time.monotonic() + float(self.buffer.simulate_interval)
             n = self._round_size()
             if n > 0:
-                self._append_ref = self._append(self.dg.simulate_from_proposal(n), "resimulation", wait=False)
+                self._append_ref = self._append(
+                    self.dg.simulate_from_proposal(n), "resimulation", wait=False
+                )
         self._report()
 
     def _training_ended(self, node: str, ref: Any) -> None:
@@ -205,12 +238,20 @@ class Launcher:
             self.dg.request_stop()
             cause = unwrap_error(err, node, "train")
             self.result.status = RunStatus.FAILED
-            raise RunError(f"node {node!r} failed while training: " + describe_failure(cause, remote=err, node=node),
-                           node=node, result=self.result) from err
+            raise RunError(
+                f"node {node!r} failed while training: "
+                + describe_failure(cause, remote=err, node=node),
+                node=node,
+                result=self.result,
+            ) from err
         estimator = status.get("estimator") or {}
         self.result.epochs[node] = int(estimator.get("epoch", 0))
-        self.log.info("node %s: training ended (%s, epoch %s)", node, estimator.get("state"),
-                      self.result.epochs[node])
+        self.log.info(
+            "node %s: training ended (%s, epoch %s)",
+            node,
+            estimator.get("state"),
+            self.result.epochs[node],
+        )
 
     def _finish(self) -> None:
         status = RunStatus.INTERRUPTED if self.stop.requested else RunStatus.COMPLETED
@@ -225,8 +266,14 @@ class Launcher:
         self.result.wall_time = time.monotonic() - self.t0
         self._write_status()
         r = self.result
-        self.log.info("launch %s in %.1f s: epochs %s, %d samples simulated%s", status, r.wall_time, r.epochs,
-                      r.simulated, f", non-finite dropped {r.nonfinite}" if any(r.nonfinite.values()) else "")
+        self.log.info(
+            "launch %s in %.1f s: epochs %s, %d samples simulated%s",
+            status,
+            r.wall_time,
+            r.epochs,
+            r.simulated,
+            f", non-finite dropped {r.nonfinite}" if any(r.nonfinite.values()) else "",
+        )
 
     def _save(self) -> None:
         status = self._poll_status(timeout=10.0)
@@ -246,7 +293,9 @@ class Launcher:
             entry = self.cfg.sample[mode]
             if not entry.n:
                 if mode == "posterior":
-                    self.log.info("sampling: sample.posterior.n is not set; no posterior samples drawn")
+                    self.log.info(
+                        "sampling: sample.posterior.n is not set; no posterior samples drawn"
+                    )
                 continue
             try:
                 arrays = draw_samples(self.dg, mode, entry.n, entry)
@@ -257,7 +306,9 @@ class Launcher:
                 continue
             path = self.session.run.write_samples(mode, arrays)
             self.result.samples[mode] = path
-            self.log.info("sampling: %d %s samples → %s (%s)", entry.n, mode, path, shapes_text(arrays))
+            self.log.info(
+                "sampling: %d %s samples → %s (%s)", entry.n, mode, path, shapes_text(arrays)
+            )
 
     # -- appends and reports -------------------------------------------------------------------
     def _round_size(self) -> int:
@@ -268,30 +319,38 @@ class Launcher:
         return max(0, min(count, int(self.buffer.max_samples) - int(self.stats.get("training", 0))))
 
     def _append(self, trace: Any, what: str, *, wait: bool = True) -> Any:
-        """Append a trace (its non-finite rows dropped and counted); ``wait=False`` returns the
-        append's ref (finish it with :meth:`_finish_append`)."""
-        clean, counts = drop_nonfinite(trace, what)
+        """Append a trace (its non-finite rows counted; the store keeps them dead); ``wait=False``
+        returns the append's ref (finish it with :meth:`_finish_append`)."""
+        counts = trace.check_finite(what)
         if any(counts.values()):
-            self.result.nonfinite = merge_counts(self.result.nonfinite, counts)
-            self.log.warning("%s: dropped %d of %d samples with non-finite values (per node: %s)", what,
-                             trace.n - clean.n, trace.n, {k: v for k, v in counts.items() if v})
-        ref = self.dg.append(clean, wait=False)
+            for node, count in counts.items():
+                self.result.nonfinite[node] = self.result.nonfinite.get(node, 0) + count
+            valid = trace.valid_rows()
+            dropped = 0 if valid is None else int((~valid).sum())
+            self.log.warning(
+                "%s: dropped %d of %d samples with non-finite values (per node: %s)",
+                what,
+                dropped,
+                trace.n,
+                {k: v for k, v in counts.items() if v},
+            )
+        ref = self.dg.append(trace, wait=False)
         if not wait:
             return ref
         return self._finish_append(ref)
 
     def _finish_append(self, ref: Any) -> int:
-        ids, notes = appended(ref)
-        for note in notes:
+        done = self.dg.store.appended(ref)
+        for note in done.notes:
             self.log.warning("buffer: %s", note)
-        self.result.simulated += len(ids)
+        self.result.simulated += done.kept  # the valid rows: what entered the buffer
         self._appended.append((time.monotonic(), self.result.simulated))
-        return len(ids)
+        return done.kept
 
     def _poll_status(self, timeout: float = 2.0) -> dict[str, Any]:
         try:
             status = self.dg.status(timeout=timeout)
-        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError):
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError, StoreError):
             return {}
         self.stats = dict(status.get("_store") or {})
         return status
@@ -302,16 +361,27 @@ class Launcher:
             return
         self._last_report = now
         status = self._poll_status() if self.dg is not None else {}
-        nodes = {m: dict((status.get(m) or {}).get("estimator") or self._node_status.get(m) or {})
-                 for m in self.cfg.graph.latents}
+        nodes = {
+            m: dict((status.get(m) or {}).get("estimator") or self._node_status.get(m) or {})
+            for m in self.cfg.graph.latents
+        }
         self._node_status.update({m: v for m, v in nodes.items() if v})
         for m, st in nodes.items():
             if st.get("epoch") is not None:
                 self.result.epochs[m] = int(st["epoch"])
         self._appended = [(t, c) for t, c in self._appended if now - t <= 10.0]
         if self.on_progress is not None:
-            self.on_progress(ProgressState(now - self.t0, self.phase, nodes, dict(self.stats), self.result.simulated,
-                                           recent_rate(self._appended), dict(self.result.nonfinite)))
+            self.on_progress(
+                ProgressState(
+                    now - self.t0,
+                    self.phase,
+                    nodes,
+                    dict(self.stats),
+                    self.result.simulated,
+                    recent_rate(self._appended),
+                    dict(self.result.nonfinite),
+                )
+            )
 
 
 def _ready(ref: Any) -> bool:
