@@ -86,8 +86,14 @@ def test_appends_in_flight_and_batched_are_all_or_nothing(store):
     with pytest.raises(StoreError, match="x.value"):
         store.appended(ref)
     assert store.stats()["total"] == 0
-    ids, notes = store.appended(store.submit_append([(ref_block(good), BlockMeta.of(good, 4))] * 3))
-    assert ids.tolist() == list(range(12)) and "12 samples appended" in notes[0]
+    half = BlockMeta.of(good, 4, valid=np.array([1, 1, 0, 0], bool))
+    done = store.appended(
+        store.submit_append(
+            [(ref_block(good), BlockMeta.of(good, 4))] * 3 + [(ref_block(good), half)]
+        )
+    )
+    assert done.ids.tolist() == list(range(16)) and done.kept == 14
+    assert "14 samples appended" in done.notes[0]  # only valid rows count against the buffer
 
 
 def test_the_actor_class_is_the_core_store_with_refs():

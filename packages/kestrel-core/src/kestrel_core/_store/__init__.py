@@ -16,7 +16,7 @@
 kestrel-ray's store actor is a ``BlockStore`` whose blocks hold ObjectRefs.
 """
 
-from ._base import BlockStore
+from ._base import Appended, BlockStore
 from ._gather import empty_spec, gather_rows, read_checkout
 from ._index import BlockIndex
 from ._lifecycle import LIVE, TRAINABLE, Status, rotate
@@ -47,6 +47,7 @@ __all__ = [
     "snapshot_rows",
     "write_snapshots",
     "BlockStore",
+    "Appended",
     "InMemoryStore",
     "read_checkout",
     "gather_rows",

@@ -18,7 +18,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,7 +29,21 @@ from ._protocol import BlockMeta, BlockRead, Checkout
 from ._rules import buffer_int, oversized_note
 from ._snapshot import snapshot_rows, write_snapshots
 
-__all__ = ["BlockStore"]
+__all__ = ["BlockStore", "Appended"]
+
+
+class Appended(NamedTuple):
+    """What :meth:`BlockStore.append_blocks` returns.
+
+    Attributes:
+        ids: int64 ``(n,)``: the new ids of every row appended, in order (invalid rows included).
+        kept: how many of those rows were valid (entered the buffer readable).
+        notes: warning texts for the caller to show (an append larger than the buffer).
+    """
+
+    ids: np.ndarray
+    kept: int
+    notes: list[str]
 
 
 class BlockStore:
@@ -109,19 +123,18 @@ class BlockStore:
             StoreWarning: more rows than ``max_samples + validation_samples`` at once: the
                 oldest rows of this very block become TOMBSTONE.
         """
-        ids, notes = self.append_blocks([(block, meta)])
-        for note in notes:
+        done = self.append_blocks([(block, meta)])
+        for note in done.notes:
             warnings.warn(note, StoreWarning, stacklevel=2)
-        return ids
+        return done.ids
 
-    def append_blocks(
-        self, blocks: Sequence[tuple[Mapping[str, Any], BlockMeta]]
-    ) -> tuple[np.ndarray, list[str]]:
+    def append_blocks(self, blocks: Sequence[tuple[Mapping[str, Any], BlockMeta]]) -> Appended:
         """Append several ``(block, meta)`` in order, all or nothing; the rules run after each.
 
         Returns:
-            ``(ids, notes)``: int64 ids of every block in order, and the warning texts (one when
-            the call brings more rows than the buffer keeps) for the caller to show.
+            :class:`Appended`: the ids of every block in order, how many rows were valid, and
+            the warning texts (one when the call brings more valid rows than the buffer keeps)
+            for the caller to show.
 
         Raises:
             StoreError: a block or its metadata is malformed, or differs from the key schema
@@ -138,7 +151,8 @@ class BlockStore:
                     schema = spec
                 valid = None if meta.valid is None else np.asarray(meta.valid, dtype=bool)
                 checked.append((handle, int(meta.n), valid))
-            note = oversized_note(sum(n for _, n, _ in checked), self._index.rules)
+            kept = sum(n if v is None else int(v.sum()) for _, n, v in checked)
+            note = oversized_note(kept, self._index.rules)
             self._schema = schema
             out = [np.zeros(0, np.int64)]
             for handle, n, valid in checked:
@@ -147,7 +161,7 @@ class BlockStore:
                 rows = snapshot_rows(ids, valid, self._snapshot_every)
                 if rows.size and self._snapshot_dir is not None:
                     write_snapshots(self._snapshot_dir, ids, rows, self._read(handle))
-            return np.concatenate(out), [note] if note else []
+            return Appended(np.concatenate(out), kept, [note] if note else [])
 
     # -- checkout / release -----------------------------------------------------------------------
     def checkout(
