@@ -316,7 +316,7 @@ class NodeWrapper:
         """Train the estimator from the store until it stops; sampling calls interleave.
 
         Args:
-            store: the :class:`~kestrel_ray.SampleStore` actor handle; the estimator reads it
+            store: the store's :class:`~kestrel_ray.StoreHandle`; the estimator reads it
                 through a :class:`~kestrel_ray.RayBufferView` (futures, no blocking get).
 
         Returns:
