@@ -207,11 +207,11 @@ class DeployedGraph(Deployment):
             StoreError: the keys or per-sample shapes break the store's key schema, or the
                 trace's keys do not share blocks.
         """
-        self._check_deployed()
-        ref = self._store.submit_append(trace.blocks())
+        store = self._deployed_store()
+        ref = store.submit_append(trace.blocks())
         if not wait:
             return ref
-        done = self._store.appended(ref)
+        done = store.appended(ref)
         for note in done.notes:
             warnings.warn(note, StoreWarning, stacklevel=2)
         return done.ids
@@ -222,8 +222,7 @@ class DeployedGraph(Deployment):
         Raises:
             StoreError: the store did not answer within ``timeout`` seconds.
         """
-        self._check_deployed()
-        return self._store.with_options(timeout=timeout).stats()
+        return self._deployed_store().with_options(timeout=timeout).stats()
 
     def to_arrays(
         self, trace: RefTrace, keys: Sequence[str] | None = None

@@ -180,6 +180,16 @@ class Deployment:
         assert isinstance(handle, NodeHandle)  # estimator nodes are never multiplexed (deploy)
         return handle
 
+    def _deployed_store(self) -> StoreHandle:
+        """The store's handle once deployed.
+
+        Raises:
+            KestrelError: not deployed.
+        """
+        self._check_deployed()
+        assert self._store is not None  # deploy() starts one when none was given
+        return self._store
+
     def _check_deployed(self) -> None:
         if not self.deployed:
             raise KestrelError(
