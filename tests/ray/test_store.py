@@ -103,11 +103,13 @@ def test_the_actor_class_is_the_core_store_with_refs():
     assert "append" not in SampleStore.__dict__  # one append, kestrel-core's
 
 
-def test_bad_buffer_values_are_config_errors():
+def test_bad_buffer_values_are_config_errors_before_an_actor_starts():
     with pytest.raises(ConfigError, match="buffer.max_samples"):
-        SampleStore(max_samples=0)
+        StoreHandle.start(max_samples=0)
     with pytest.raises(ConfigError, match="snapshot"):
-        SampleStore(snapshot_every=3)
+        StoreHandle.start(snapshot_every=3)
+    with pytest.raises(ConfigError, match="snapshots need a run directory"):
+        StoreHandle.for_buffer({"min_samples": 0, "max_samples": 4, "snapshot_every": 2})
 
 
 def test_block_release_drops_every_ref_after_eviction_and_release(store):
