@@ -1,0 +1,185 @@
+"""Kestrel on a real multi-machine Ray cluster: ``ray start`` head + a worker that sees other disks.
+
+The worker node runs in its own mount namespace with a tmpfs over the example folder and over
+the run directory's parent (:mod:`tests.integration.real_cluster`): what a second machine sees.
+Every node of example 05 is pinned to it by a custom resource, so the user's code must travel
+with Ray's runtime environment, and every file of the run must reach the driver, which writes
+the run directory. The cluster uses token authentication; the driver is given the token file
+but not ``RAY_AUTH_MODE``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from .helpers import EXAMPLES, KESTREL, tiny
+from .real_cluster import RAY, RealCluster, unshare_works
+
+pytestmark = [
+    pytest.mark.skipif(
+        not unshare_works(),
+        reason="needs `unshare --mount` and tmpfs mounts "
+        "(root, or unprivileged user namespaces) to hide folders from the worker",
+    ),
+    pytest.mark.timeout(900),
+]
+
+NODES = ("theta", "mu", "x")
+#: every node of example 05 on the worker node, the only one offering ``kestrel_worker``
+PINNED = [f"graph.{name}.ray.resources.kestrel_worker=1" for name in NODES]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """``(cluster, example folder, runs folder)``; the worker sees neither folder's files."""
+    base = Path(tempfile.mkdtemp(prefix="kestrel-rc-"))
+    example = base / "example"
+    shutil.copytree(
+        EXAMPLES / "05_linear_regression",
+        example,
+        ignore=shutil.ignore_patterns("runs", "__pycache__"),
+    )
+    runs = base / "runs"
+    runs.mkdir()
+    try:
+        with RealCluster(
+            [example, runs], {"kestrel_worker": 100}, worker_cpus=2, dashboard=True
+        ) as rc:
+            yield rc, example, runs
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def kestrel(rc: RealCluster, *args, timeout: float = 400) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [*KESTREL, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=rc.driver_env(),
+        cwd=tempfile.gettempdir(),
+    )
+    assert done.returncode == 0, (
+        f"kestrel {args[0]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
+    )
+    return done
+
+
+def worker_node(rc: RealCluster) -> str:
+    code = (
+        "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+        "print([n['NodeID'] for n in ray.nodes() if n['Alive'] "
+        "and n['Resources'].get('kestrel_worker')][0])"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, rc.address],
+        capture_output=True,
+        text=True,
+        env=rc.node_env(),
+        timeout=120,
+        check=True,
+    )
+    return done.stdout.strip().splitlines()[-1]
+
+
+def check_run_directory(run: Path, worker: str, epochs_at_least: int) -> None:
+    status = json.loads((run / "status.json").read_text())
+    for name in NODES:
+        assert status["placement"][name] == [worker], status["placement"]
+        assert (run / "graph" / name / "output.log").stat().st_size > 0, name
+    weights = [
+        p
+        for p in (run / "graph" / "theta").rglob("*")
+        if p.is_file() and p.name not in ("output.log", "metrics.csv")
+    ]
+    assert weights, "no estimator files in the driver's run directory"
+    rows = (run / "graph" / "theta" / "metrics.csv").read_text().splitlines()
+    assert rows[0].startswith("epoch,") and len(rows) - 1 >= epochs_at_least, rows
+    assert not any(
+        str(run.parent) in line
+        for line in (run / "config.yml").read_text().splitlines()
+        if "run_dir" not in line
+    )
+
+
+def test_launch_sample_and_resume_on_a_worker_that_sees_no_files(cluster):
+    rc, example, runs = cluster
+    worker = worker_node(rc)
+    config = example / "config.yml"
+    run = runs / "r1"
+    kestrel(
+        rc,
+        "launch",
+        "-c",
+        config,
+        "-o",
+        run,
+        "--address",
+        rc.address,
+        "--seed",
+        "3",
+        *PINNED,
+        *tiny(config, epochs=3),
+    )
+    check_run_directory(run, worker, epochs_at_least=1)
+    first = sorted((run / "samples" / "posterior").glob("*.npz"))
+    assert first, "no posterior samples"
+
+    kestrel(rc, "sample", "posterior", "-o", run, "-n", "50", "--address", rc.address)
+    files = sorted((run / "samples" / "posterior").glob("*.npz"))
+    assert len(files) == len(first) + 1
+    with np.load(files[-1]) as data:
+        assert data["theta"].shape == (50, 10) and np.isfinite(data["theta"]).all()
+
+    rows_before = len((run / "graph" / "theta" / "metrics.csv").read_text().splitlines())
+    kestrel(rc, "launch", "-o", run, "--address", rc.address, "graph.theta.estimator.max_epochs=2")
+    rows_after = len((run / "graph" / "theta" / "metrics.csv").read_text().splitlines())
+    assert rows_after > rows_before, "the resumed run trained no epoch"
+    check_run_directory(run, worker, epochs_at_least=rows_before)
+
+
+def test_ray_job_submit_runs_a_launch(cluster):
+    rc, example, runs = cluster
+    worker = worker_node(rc)
+    run = runs / "job"
+    config = example / "config.yml"
+    job = [
+        *RAY,
+        "job",
+        "submit",
+        "--address",
+        rc.dashboard_url,
+        "--working-dir",
+        str(example),
+        "--",
+        "kestrel",
+        "launch",
+        "-c",
+        "config.yml",
+        "-o",
+        str(run),
+        "--seed",
+        "4",
+        *PINNED,
+        *tiny(config, epochs=2),
+    ]
+    done = subprocess.run(
+        job,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=rc.node_env(),
+        cwd=tempfile.gettempdir(),
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    assert "succeeded" in done.stdout.lower(), done.stdout[-3000:]
+    check_run_directory(run, worker, epochs_at_least=1)
+    assert sorted((run / "samples" / "posterior").glob("*.npz"))
