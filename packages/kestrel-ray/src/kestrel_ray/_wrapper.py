@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from ray import cloudpickle
+
 from kestrel_core import (
     EstimatorContext,
     EstimatorError,
@@ -42,8 +44,8 @@ from kestrel_core import (
     finite_rows,
     seed_sequence,
 )
-from ray import cloudpickle
 
+from ._imports import local_import_paths
 from ._refs import chunk_grid
 from ._view import RayBufferView
 
@@ -70,8 +72,14 @@ class NodeWrapper:
         replica: index of this replica of a multiplexed node.
     """
 
-    def __init__(self, node_blob: bytes, *, seed: Any = None, import_paths: Sequence[str] = (),
-                 replica: int = 0):
+    def __init__(
+        self,
+        node_blob: bytes,
+        *,
+        seed: Any = None,
+        import_paths: Sequence[str] = (),
+        replica: int = 0,
+    ):
         self._name = "<unknown>"
         self._error: KestrelError | None = None
         self._broadcast: dict[Any, np.ndarray] = {}  # ref → one-row block (see BROADCAST_MEMO)
@@ -82,7 +90,7 @@ class NodeWrapper:
         self._sim_lock: asyncio.Lock | None = None
         self._estimator = None
         self._simulator = None
-        for path in reversed(list(import_paths)):
+        for path in reversed(local_import_paths(list(import_paths))):
             if path not in sys.path:
                 sys.path.insert(0, path)
         try:
@@ -90,7 +98,9 @@ class NodeWrapper:
             self.node = cloudpickle.loads(node_blob)
             self._name = self.node.name
         except Exception as err:
-            self._error = SimulatorError(f"node actor could not load its node: {type(err).__name__}: {err}")
+            self._error = SimulatorError(
+                f"node actor could not load its node: {type(err).__name__}: {err}"
+            )
             return
         spec = self.node.simulator
         try:
@@ -98,19 +108,27 @@ class NodeWrapper:
         except Exception as err:
             self._error = SimulatorError(
                 f"node {self._name!r}: building simulator {spec.target_name} failed: "
-                f"{type(err).__name__}: {err}")
+                f"{type(err).__name__}: {err}"
+            )
             return
         if self.node.estimator is not None:
             spec = self.node.estimator
             try:
                 self._estimator = spec.build()
-                self._estimator.setup(EstimatorContext(
-                    node=self._name, prior=self._simulator, evidence=tuple(self.node.evidence),
-                    scaffolds=tuple(self.node.scaffolds), seed=int(self._seq.generate_state(1)[0])))
+                self._estimator.setup(
+                    EstimatorContext(
+                        node=self._name,
+                        prior=self._simulator,
+                        evidence=tuple(self.node.evidence),
+                        scaffolds=tuple(self.node.scaffolds),
+                        seed=int(self._seq.generate_state(1)[0]),
+                    )
+                )
             except Exception as err:
                 self._error = EstimatorError(
                     f"node {self._name!r}: building estimator {spec.target_name} failed: "
-                    f"{type(err).__name__}: {err}")
+                    f"{type(err).__name__}: {err}"
+                )
                 return
         self._state = "idle"
 
@@ -126,8 +144,11 @@ class NodeWrapper:
                 the original exception text, e.g. an unexpected keyword ``sigmaa``).
         """
         self._check()
-        return {"node": self._name, "fields": {m: self._fields(m) for m in SAMPLING_METHODS},
-                "pid": os.getpid()}
+        return {
+            "node": self._name,
+            "fields": {m: self._fields(m) for m in SAMPLING_METHODS},
+            "pid": os.getpid(),
+        }
 
     def _check(self) -> None:
         if self._error is not None:
@@ -138,19 +159,33 @@ class NodeWrapper:
         plus log_prob when it has a ``log_prob(value)`` method (priors), as in ``sample_forward``."""
         if method != "sample" and self._estimator is not None:
             return ("value", "log_prob")
-        return ("value", "log_prob") if callable(getattr(self._simulator, "log_prob", None)) else ("value",)
+        return (
+            ("value", "log_prob")
+            if callable(getattr(self._simulator, "log_prob", None))
+            else ("value",)
+        )
 
     async def status(self) -> dict[str, Any]:
         """``{"node", "replica", "state", "calls", "samples", "estimator": {...}}``."""
-        out = {"node": self._name, "replica": self._replica, "state": self._state,
-               "calls": self._calls, "samples": self._samples}
+        out = {
+            "node": self._name,
+            "replica": self._replica,
+            "state": self._state,
+            "calls": self._calls,
+            "samples": self._samples,
+        }
         if self._estimator is not None:
             out["estimator"] = dict(self._estimator.status())
         return out
 
     # -- sampling ----------------------------------------------------------------------------
-    async def sample(self, n: int, conditions: Mapping[str, list] | None = None,
-                     chunks: Sequence[int] | None = None, seeds: Sequence[Any] | None = None) -> tuple:
+    async def sample(
+        self,
+        n: int,
+        conditions: Mapping[str, list] | None = None,
+        chunks: Sequence[int] | None = None,
+        seeds: Sequence[Any] | None = None,
+    ) -> tuple:
         """Forward-simulate ``n`` samples from the parents' values.
 
         Args:
@@ -174,8 +209,13 @@ class NodeWrapper:
         """
         return await self._call("sample", n, conditions, chunks, seeds)
 
-    async def sample_posterior(self, n: int, conditions: Mapping[str, list] | None = None,
-                               chunks: Sequence[int] | None = None, seeds: Sequence[Any] | None = None) -> tuple:
+    async def sample_posterior(
+        self,
+        n: int,
+        conditions: Mapping[str, list] | None = None,
+        chunks: Sequence[int] | None = None,
+        seeds: Sequence[Any] | None = None,
+    ) -> tuple:
         """Draw from the estimator's posterior (or, without one, simulate from the parents).
 
         Same arguments and return as :meth:`sample`; conditions are the evidence (and scaffold)
@@ -183,19 +223,37 @@ class NodeWrapper:
         """
         return await self._call("sample_posterior", n, conditions, chunks, seeds)
 
-    async def sample_proposal(self, n: int, conditions: Mapping[str, list] | None = None,
-                              chunks: Sequence[int] | None = None, seeds: Sequence[Any] | None = None) -> tuple:
+    async def sample_proposal(
+        self,
+        n: int,
+        conditions: Mapping[str, list] | None = None,
+        chunks: Sequence[int] | None = None,
+        seeds: Sequence[Any] | None = None,
+    ) -> tuple:
         """Draw from the estimator's proposal (or, without one, simulate from the parents)."""
         return await self._call("sample_proposal", n, conditions, chunks, seeds)
 
-    async def _call(self, method: str, n: Any, conditions: Mapping[str, list] | None,
-                    chunks: Sequence[int] | None, seeds: Sequence[Any] | None) -> tuple:
+    async def _call(
+        self,
+        method: str,
+        n: Any,
+        conditions: Mapping[str, list] | None,
+        chunks: Sequence[int] | None,
+        seeds: Sequence[Any] | None,
+    ) -> tuple:
         self._check()
         n = check_count(n)
         if n == 0:
-            return {"fields": {}, "nonfinite": 0, "finite": []}  # the one return value of an empty call
-        chunks = [int(c) for c in chunks] if chunks is not None else chunk_grid(
-            n, [(self.node.sample_chunk_size, 1)])
+            return {
+                "fields": {},
+                "nonfinite": 0,
+                "finite": [],
+            }  # the one return value of an empty call
+        chunks = (
+            [int(c) for c in chunks]
+            if chunks is not None
+            else chunk_grid(n, [(self.node.sample_chunk_size, 1)])
+        )
         if sum(chunks) != n or any(c <= 0 for c in chunks):
             raise ShapeError(f"node {self._name!r}: chunks {chunks} do not split {n} samples")
         if seeds is None:
@@ -223,8 +281,10 @@ class NodeWrapper:
         for name, segments in conditions.items():
             rows = sum(int(stop) - int(start) for _, start, stop in segments)
             if rows not in (1, n):
-                raise ShapeError(f"node {self._name!r}: condition {name!r} has leading dimension "
-                                 f"{rows}; expected 1 (broadcast) or {n}")
+                raise ShapeError(
+                    f"node {self._name!r}: condition {name!r} has leading dimension "
+                    f"{rows}; expected 1 (broadcast) or {n}"
+                )
             for ref, _, _ in segments:
                 unique_refs.setdefault(ref, len(unique_refs))
         values = await self._fetch_blocks(list(unique_refs))
@@ -234,8 +294,10 @@ class NodeWrapper:
             for ref, start, stop in segments:
                 block = values[unique_refs[ref]]
                 if not isinstance(block, np.ndarray) or block.ndim == 0 or block.shape[0] < stop:
-                    raise ShapeError(f"node {self._name!r}: condition {name!r} block of shape "
-                                     f"{np.shape(block)} has no rows {start}:{stop}")
+                    raise ShapeError(
+                        f"node {self._name!r}: condition {name!r} block of shape "
+                        f"{np.shape(block)} has no rows {start}:{stop}"
+                    )
                 parts.append(block[start:stop])
             arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
             view = arr.view()
@@ -268,19 +330,29 @@ class NodeWrapper:
             del memo[next(iter(memo))]
         return values
 
-    def _simulate(self, method: str, arrays: Mapping[str, np.ndarray], n: int,
-                  chunks: Sequence[int], seeds: Sequence[Any]) -> list[dict[str, np.ndarray]]:
+    def _simulate(
+        self,
+        method: str,
+        arrays: Mapping[str, np.ndarray],
+        n: int,
+        chunks: Sequence[int],
+        seeds: Sequence[Any],
+    ) -> list[dict[str, np.ndarray]]:
         given = arrays.get(self._name)  # the node's own values: checked and scored, not simulated
         missing = [p for p in self.node.parents if p not in arrays and given is None]
         if missing:
-            raise SimulatorError(f"node {self._name!r}: {method} needs parent {missing[0]!r}, which "
-                                 f"was not passed (got {sorted(arrays)})")
+            raise SimulatorError(
+                f"node {self._name!r}: {method} needs parent {missing[0]!r}, which "
+                f"was not passed (got {sorted(arrays)})"
+            )
         fields = self._fields(method)
         rngs = [np.random.Generator(np.random.PCG64(seed_sequence(s))) for s in seeds]
         records = []
         for (a, c), rng in zip(_spans(chunks), rngs):
             if given is not None:
-                value = as_record(self._name, "given values", {"value": given[a:a + c]}, c, fields=("value",))["value"]
+                value = as_record(
+                    self._name, "given values", {"value": given[a : a + c]}, c, fields=("value",)
+                )["value"]
             else:
                 parents = {p: _rows(arrays[p], a, c, n) for p in self.node.parents}
                 value = call_simulator(self._name, self._simulator, c, parents, rng=rng)
@@ -300,8 +372,10 @@ class NodeWrapper:
             shapes = [r[f].shape[1:] for r in records]
             bad = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
             if bad is not None:
-                raise ShapeError(f"node {self._name!r}, key '{self._name}.{f}': chunk {bad} has "
-                                 f"per-sample shape {shapes[bad]}, chunk 0 has {shapes[0]}")
+                raise ShapeError(
+                    f"node {self._name!r}, key '{self._name}.{f}': chunk {bad} has "
+                    f"per-sample shape {shapes[bad]}, chunk 0 has {shapes[0]}"
+                )
             dtype = np.result_type(*(r[f].dtype for r in records))
             for r in records:
                 r[f] = r[f].astype(dtype, copy=False)
@@ -369,4 +443,4 @@ def _spans(chunks: Sequence[int]) -> list[tuple[int, int]]:
 
 def _rows(arr: np.ndarray, a: int, c: int, n: int) -> np.ndarray:
     """Rows ``a:a+c`` of a condition; a broadcast stays ``(1, …)``."""
-    return arr if arr.shape[0] == 1 and n > 1 else arr[a:a + c]
+    return arr if arr.shape[0] == 1 and n > 1 else arr[a : a + c]

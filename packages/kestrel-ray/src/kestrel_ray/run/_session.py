@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import ray
@@ -29,6 +29,7 @@ from kestrel_core import ConfigError, EstimatorError, RunConfig, load_config, se
 from .._deployed import DeployedGraph
 from .._init import init_ray
 from .._wrapper import NodeWrapper
+from ._code import code_runtime_env
 from ._nodelog import RunNodeWrapper
 from ._preflight import preflight
 from ._rundir import RunDir
@@ -168,7 +169,9 @@ class RunSession:
         self, address: str | None = None, log: logging.Logger | None = None
     ) -> contextlib.AbstractContextManager[bool]:
         """Ray for the command (see :func:`ray_for_run`, with the config's ``ray`` section)."""
-        return ray_for_run(address, self.config.ray, log)
+        return ray_for_run(
+            address, self.config.ray, log, imports=self.config.paths.imports, run_dir=self.run.root
+        )
 
     @contextlib.contextmanager
     def deployed(self, *, buffer: bool = False, node_logs: bool = False) -> Iterator[DeployedGraph]:
@@ -235,21 +238,43 @@ class RunSession:
 
 @contextlib.contextmanager
 def ray_for_run(
-    address: str | None, ray_kwargs: Mapping[str, Any], log: logging.Logger | None = None
+    address: str | None,
+    ray_kwargs: Mapping[str, Any],
+    log: logging.Logger | None = None,
+    *,
+    imports: Sequence[str] = (),
+    run_dir: str | None = None,
 ) -> Iterator[bool]:
     """Ray for the duration of a run; yields whether this run started it.
+
+    Joining a cluster ships the run's code with Ray's runtime environment
+    (:func:`~kestrel_ray.run._code.code_runtime_env`); a local Ray imports it from where it is.
 
     Args:
         address: cluster address (``None``: ``RAY_ADDRESS`` or a local Ray).
         ray_kwargs: the config's ``ray`` section (``ray.init`` keyword arguments; an
             ``address`` there is used when ``address`` is ``None``).
         log: where to note what happened.
+        imports: the config's ``paths.imports`` (the first is the config's folder).
+        run_dir: the run directory (never shipped).
+
+    Raises:
+        ClusterError: Ray could not be joined (see :func:`~kestrel_ray.init_ray`).
     """
     kwargs = dict(ray_kwargs)
     address = address or kwargs.pop("address", None)
     kwargs.pop("address", None)
     started = not ray.is_initialized()
     if started:
+        if address or os.environ.get("RAY_ADDRESS"):
+            runtime_env, warnings = code_runtime_env(
+                imports, run_dir, kwargs.pop("runtime_env", None)
+            )
+            if runtime_env:
+                kwargs["runtime_env"] = runtime_env
+            for message in warnings:
+                if log is not None:
+                    log.warning("%s", message)
         init_ray(address, **kwargs)
         if log is not None:
             joined = address or os.environ.get("RAY_ADDRESS")

@@ -1,0 +1,46 @@
+"""Import directories of the driver, as a node actor on another machine finds them.
+
+Node actors put the driver's import directories on ``sys.path`` before they build a node's
+simulator and estimator. On a cluster the user's folder travels as Ray's ``working_dir``
+(:mod:`kestrel_ray.run._code`) and is unpacked elsewhere; the driver names that folder in the
+actors' environment (:data:`SHIPPED_FROM_VAR`), and :func:`local_import_paths` maps the
+driver's directories under it onto the unpacked copy.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+__all__ = ["SHIPPED_FROM_VAR", "local_import_paths"]
+
+#: environment variable of the node actors: the driver's path of the shipped folder
+SHIPPED_FROM_VAR = "KESTREL_SHIPPED_FROM"
+
+
+def local_import_paths(
+    paths: Sequence[str], environ: Mapping[str, str] | None = None, cwd: str | None = None
+) -> list[str]:
+    """The driver's import directories as this process finds them (in a node actor).
+
+    A directory under the shipped folder (:data:`SHIPPED_FROM_VAR`) that does not exist here
+    is mapped onto the unpacked copy (the actor's working directory); others are kept.
+
+    Args:
+        paths: the driver's import directories (absolute).
+        environ: the environment (default ``os.environ``). cwd: the working directory.
+
+    Returns:
+        The directories to put on ``sys.path``, in order.
+    """
+    env = os.environ if environ is None else environ
+    shipped = env.get(SHIPPED_FROM_VAR)
+    here = os.getcwd() if cwd is None else cwd
+    out = []
+    for path in paths:
+        if shipped and not os.path.isdir(path):
+            rel = os.path.relpath(path, shipped)
+            if rel == "." or not rel.startswith(".."):
+                path = os.path.normpath(os.path.join(here, rel))
+        out.append(path)
+    return out
