@@ -7,7 +7,9 @@ from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 import numpy as np
 import torch
 
-from kestrel_core import BufferView, EstimatorError
+from kestrel_core import BufferView
+
+from ._errors import EstimatorError
 
 __all__ = ["Batch"]
 

@@ -22,7 +22,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from kestrel_core import ConfigError, EstimatorError, KestrelError, flat_key, instantiate
+from kestrel_core import flat_key, instantiate
+
+from ._errors import ConfigError, EstimatorError, KestrelError
 
 __all__ = ["Embedding", "build_embedding"]
 

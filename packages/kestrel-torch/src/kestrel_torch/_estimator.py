@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -30,7 +30,7 @@ from ._errors import EstimatorError
 from ._fit import FitState, fit, train_step
 from ._head import PosteriorHead
 from ._loader import CachedDataLoader
-from ._model import build_model
+from ._model import NPEModel, build_model
 from ._options import EstimatorOptions
 from ._sampling import Conditions, draw, log_density, prior_draws
 
@@ -298,8 +298,11 @@ class StepwiseEstimator:
             return self.sample_prior(n)
         return self._draw(n, conditions, opts.gamma)
 
+    def _best_model(self) -> NPEModel | None:
+        return cast("NPEModel | None", self._fit.best)
+
     def _draw(self, n: int, conditions: Mapping[str, Any], gamma: float) -> Record:
-        model, b = self._fit.best, self._bound()
+        model, b = self._best_model(), self._bound()
         assert model is not None and self._conditions is not None  # checked by the callers
         record = draw(
             model, b.context.prior, n, self._conditions, conditions, gamma, b.sample_generator
@@ -325,7 +328,7 @@ class StepwiseEstimator:
             OutOfSupportError: ``theta`` outside the prior's support.
         """
         context = self._bound().context
-        model = self._fit.best
+        model = self._best_model()
         if model is None or self._conditions is None:
             raise EstimatorError(
                 f"node {context.node!r}: log_prob needs a trained model; "

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from kestrel_core import BufferView, StoreError, split_key
+from kestrel_core import BufferView, split_key
 
+from ._errors import StoreError
 from ._staging import HostToDevice, torch_dtype
 
 __all__ = ["Fetcher", "Prepared", "CacheState", "Worker"]
@@ -186,7 +187,7 @@ class Fetcher:
                 cache = prepared.caches[key] = self.transfer.regrow(
                     cache, used, capacity, tensor.dtype
                 )
-            if n_fill:
+            if fill_dev is not None:
                 self.transfer.scatter(cache, fill_dev, tensor[:n_fill])
             if prepared.end > used:
                 self.transfer.write(cache, used, tensor[n_fill:])

@@ -188,7 +188,7 @@ async def fit(
         state.val_loss = loss.evaluate(state.model, val) if val is not None else None
         await asyncio.sleep(0)
         metric = state.val_loss if state.val_loss is not None else state.train_loss
-        if state.val_loss is not None and state.best is not None:
+        if val is not None and state.val_loss is not None and state.best is not None:
             best_now = loss.evaluate(state.best, val)  # on the same, current validation set
             if best_now is not None and math.isfinite(best_now):
                 best_metric = best_now

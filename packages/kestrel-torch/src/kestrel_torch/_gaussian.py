@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -46,6 +46,8 @@ class GaussianHead(PosteriorHead):
     """
 
     refit_rows = 16384  # rows used for the closed-form refits at the end of an epoch
+    residual_cov: torch.Tensor
+    net: nn.Sequential
 
     def __init__(
         self,
@@ -72,9 +74,14 @@ class GaussianHead(PosteriorHead):
         layers.append(nn.Linear(width, dim))
         self.net = nn.Sequential(*layers)
         self.skip = nn.Linear(context_dim, dim, bias=False)
-        nn.init.zeros_(self.net[-1].weight)
-        nn.init.zeros_(self.net[-1].bias)
+        nn.init.zeros_(self._output.weight)
+        nn.init.zeros_(self._output.bias)
         self.register_buffer("residual_cov", torch.eye(dim, dtype=torch.float64))
+
+    @property
+    def _output(self) -> nn.Linear:
+        """The MLP's output layer."""
+        return cast(nn.Linear, self.net[-1])
 
     def _apply(self, fn, recurse: bool = True):  # ``.float()`` must not round the covariance
         before = self.residual_cov
@@ -155,7 +162,7 @@ class GaussianHead(PosteriorHead):
         coef = evecs @ (proj / (evals + best[1])[:, None])  # (E, D)
         self.skip.weight.copy_(coef.T.to(self.skip.weight.dtype))
         bias = t_mean - h_mean @ coef
-        self.net[-1].bias.add_(bias.to(self.net[-1].bias.dtype))
+        self._output.bias.add_(bias.to(self._output.bias.dtype))
 
     def log_q(self, z: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
         """``log N(z; mean, Σ)`` in z-space: float64 ``(N,)``."""

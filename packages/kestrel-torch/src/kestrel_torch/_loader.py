@@ -21,9 +21,10 @@ from concurrent.futures import Future
 import numpy as np
 import torch
 
-from kestrel_core import TRAINABLE, BufferView, ConfigError, EstimatorError, Status, split_key
+from kestrel_core import TRAINABLE, BufferView, Status, split_key
 
 from ._batch import Batch
+from ._errors import ConfigError, EstimatorError
 from ._fetcher import CacheState, Fetcher, Prepared, Transform, Worker
 
 __all__ = ["CachedDataLoader"]

@@ -37,6 +37,10 @@ class RunningMoments(nn.Module):
         count: int64 scalar, number of rows folded in so far.
     """
 
+    mean: torch.Tensor
+    cov: torch.Tensor
+    count: torch.Tensor
+
     def __init__(
         self, dim: int, momentum: float, *, full: bool = False, min_var: float = 1e-20
     ) -> None:

@@ -44,6 +44,9 @@ class RunningNorm(LazyBuffers):
     """
 
     _lazy_buffers = ("mean", "var")
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
 
     def __init__(self, momentum: float = 0.01, eps: float = 1e-8) -> None:
         super().__init__()

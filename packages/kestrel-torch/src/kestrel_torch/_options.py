@@ -42,7 +42,11 @@ def integer(minimum: int) -> Check:
     """Rule: an integer (not a bool) ≥ ``minimum``, normalised to ``int``."""
 
     def check(owner: str, key: str, value: Any, _: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, numbers.Integral)
+            or int(value) < minimum
+        ):
             raise ConfigError(f"{owner}({key}={value!r}): expected an integer >= {minimum}")
         return int(value)
 
@@ -95,7 +99,7 @@ def widths(owner: str, key: str, value: Any, _: Any) -> tuple[int, ...]:
     """Rule: a non-empty sequence of positive integers, normalised to a tuple."""
     ok = not isinstance(value, (str, bytes)) and isinstance(value, Sequence) and bool(value)
     ok = ok and all(
-        isinstance(h, numbers.Integral) and not isinstance(h, bool) and h >= 1 for h in value
+        isinstance(h, numbers.Integral) and not isinstance(h, bool) and int(h) >= 1 for h in value
     )
     if not ok:
         raise ConfigError(

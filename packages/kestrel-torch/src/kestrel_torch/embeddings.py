@@ -50,6 +50,10 @@ class SignalProjection(LazyBuffers):
     """
 
     _lazy_buffers = ("moment", "basis")
+    moment: torch.Tensor
+    basis: torch.Tensor
+    seen: torch.Tensor
+    calls: torch.Tensor
 
     def __init__(
         self,
@@ -121,7 +125,7 @@ class SignalProjection(LazyBuffers):
             signs = torch.sign(torch.diagonal(r))
             self.basis.copy_(q * torch.where(signs == 0, 1.0, signs))
 
-    def _load_from_state_dict(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def _load_from_state_dict(self, *args, **kwargs) -> None:
         super()._load_from_state_dict(*args, **kwargs)
         self._host = None
 
