@@ -30,7 +30,7 @@ from typing import Any
 
 import ray
 
-from kestrel_core import KestrelError, StoreError
+from kestrel_core import ConfigError, KestrelError, StoreError
 
 from .._errors import RunError, describe_failure, unwrap_error
 from ._initial import append_initial_samples
@@ -71,6 +71,8 @@ class Launcher:
         on_progress: Callable[[ProgressState], None] | None = None,
         auto_sample: bool = True,
     ):
+        if session.config.buffer is None:
+            raise ConfigError("buffer: kestrel launch needs a buffer section")
         self.session = session
         self.cfg = session.config
         self.buffer = session.config.buffer
