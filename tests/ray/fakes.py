@@ -133,6 +133,13 @@ class SlowEstimator:
     def sample_proposal(self, n, conditions):
         return self._draw(n, conditions)
 
+    def save_bytes(self):
+        return b"fake-estimator"
+
+    def load_bytes(self, data, *, source="checkpoint bytes"):
+        if data != b"fake-estimator":
+            raise ValueError(f"{source}: not a fake estimator's state")
+
     def save(self, directory):
         pass
 

@@ -106,7 +106,7 @@ def test_the_actor_class_is_the_core_store_with_refs():
 def test_bad_buffer_values_are_config_errors_before_an_actor_starts():
     with pytest.raises(ConfigError, match="buffer.max_samples"):
         StoreHandle.start(max_samples=0)
-    with pytest.raises(ConfigError, match="snapshot"):
+    with pytest.raises(ConfigError, match="needs a snapshot directory"):
         StoreHandle.start(snapshot_every=3)
     with pytest.raises(ConfigError, match="snapshots need a run directory"):
         StoreHandle.for_buffer({"min_samples": 0, "max_samples": 4, "snapshot_every": 2})
@@ -190,3 +190,23 @@ def test_view_is_usable_from_threads(store):
             fetch.arrays["theta.value"], rows_for(np.arange(8))["theta.value"]
         )
     assert store.open_checkouts() == 0
+
+
+def test_snapshots_are_written_by_the_driver_never_by_the_store_actor(tmp_path, track):
+    """The store has no directory: due rows wait there until the driver's handle writes them."""
+    handle = StoreHandle.for_buffer(
+        {"min_samples": 0, "max_samples": 100, "snapshot_every": 3}, run_dir=tmp_path
+    )
+    track(handle.actor)
+    assert "snapshot_dir" not in SampleStore.__init__.__code__.co_varnames
+    append(handle, 0, 8)  # through the handle: the due rows are written at once
+    snaps = tmp_path / "buffer" / "snapshots"
+    written = sorted(p.name for p in snaps.glob("*.npz"))
+    assert written == ["000002.npz", "000005.npz"]  # every third sample
+    with np.load(snaps / "000005.npz") as one:
+        assert sorted(one.files) == sorted(KEYS)
+    # a copy of the handle sent to an actor (pickled) writes nothing: the folder is the driver's
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(handle))
+    assert copy.write_snapshots() == 0 and copy == handle

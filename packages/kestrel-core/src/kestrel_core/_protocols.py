@@ -32,6 +32,7 @@ __all__ = [
     "BufferView",
     "EstimatorContext",
     "Estimator",
+    "ESTIMATOR_FILE",
 ]
 
 #: ``{"value": ndarray (N, *D), "log_prob": ndarray (N,)}``; simulators give ``value`` only.
@@ -74,6 +75,10 @@ class EstimatorContext:
     seed: int | None = None
 
 
+#: the file an estimator's :meth:`Estimator.save_bytes` is kept in, in its node's folder
+ESTIMATOR_FILE = "estimator.pt"
+
+
 class Estimator(Protocol):
     """A trainable conditional density for one latent node.
 
@@ -99,9 +104,26 @@ class Estimator(Protocol):
 
     def sample_proposal(self, n: int, conditions: Mapping[str, np.ndarray]) -> Record: ...
 
-    def save(self, directory: str) -> None: ...
+    def save_bytes(self) -> bytes:
+        """The estimator's whole state (weights, optimiser, epoch counter) as bytes.
 
-    def load(self, directory: str) -> None: ...
+        What a node actor sends to the driver, which writes ``<graph>/<node>/``:data:`ESTIMATOR_FILE`
+        — an actor never writes into the run directory, which may be on another machine.
+        Nothing in it may need unpickling to read back (``torch.load(weights_only=True)``).
+        """
+        ...
+
+    def load_bytes(self, data: bytes, *, source: str = "checkpoint bytes") -> None:
+        """Restore :meth:`save_bytes`' output (``source`` names it in error messages)."""
+        ...
+
+    def save(self, directory: str) -> None:
+        """Write :meth:`save_bytes` to ``<directory>/``:data:`ESTIMATOR_FILE`."""
+        ...
+
+    def load(self, directory: str) -> None:
+        """Restore ``<directory>/``:data:`ESTIMATOR_FILE`."""
+        ...
 
     def request_stop(self) -> None: ...
 

@@ -35,6 +35,7 @@ from kestrel_core import (
 from ._arrays import given_columns, observation_columns, read_arrays
 from ._deployment import Deployment
 from ._errors import unwrap_error
+from ._estimator_files import transfer_estimators
 from ._handles import Pending, collect_trace
 from ._plan import call_conditions, forward_plan, inference_plan, resimulation_plan
 from ._refs import Column, RefTrace, chunk_grid
@@ -259,20 +260,17 @@ class DeployedGraph(Deployment):
         out["_store"] = self.buffer_stats(timeout)
         return out
 
-    def open_logs(self, directory_of: Any) -> dict[str, list[dict[str, Any]]]:
-        """Call ``open_log(directory_of(node))`` on every actor (actors of a ``RunNodeWrapper``).
-
-        Args:
-            directory_of: node name → the folder its actors log into.
+    def open_logs(self) -> dict[str, list[dict[str, Any]]]:
+        """Call ``open_log()`` on every actor (actors of a ``RunNodeWrapper``).
 
         Returns:
-            node → one ``open_log`` answer per actor (``{"log", "pid", "node_id"}``).
+            node → one ``open_log`` answer per actor (``{"replica", "pid", "node_id"}``).
 
         Raises:
             KestrelError: an actor failed (naming the node).
         """
         self._check_deployed()
-        refs = {name: h.open_log_refs(directory_of(name)) for name, h in self._handles.items()}
+        refs = {name: h.open_log_refs() for name, h in self._handles.items()}
         out = {}
         for name, node_refs in refs.items():
             try:
@@ -280,6 +278,11 @@ class DeployedGraph(Deployment):
             except ray.exceptions.RayError as err:
                 raise unwrap_error(err, name, "open_log") from err
         return out
+
+    def node_actors(self) -> dict[str, list[Any]]:
+        """node → its actor handles (replica ``i`` at index ``i``)."""
+        self._check_deployed()
+        return {name: list(h.actors) for name, h in self._handles.items()}
 
     def save(
         self, directory: str | os.PathLike[str] | None = None, nodes: Iterable[str] | None = None
@@ -307,7 +310,7 @@ class DeployedGraph(Deployment):
         nodes: Iterable[str] | None = None,
     ) -> dict[str, str]:
         """Save or load estimators, ``<directory>/<node>`` each, all at once: the one place
-        estimator files are written and read.
+        estimator files are written and read — by the driver (see :mod:`._estimator_files`).
 
         Args:
             method: ``"save"`` or ``"load"``.
@@ -331,13 +334,6 @@ class DeployedGraph(Deployment):
             if name not in self._latents:
                 raise GraphError(f"{method}: node {name!r} has no estimator deployed")
         folders = {name: os.path.join(os.fspath(directory), name) for name in names}
-        refs = {
-            name: self._estimator(name).files_ref(method, folder)
-            for name, folder in folders.items()
-        }
-        for name, ref in refs.items():
-            try:
-                ray.get(ref)
-            except ray.exceptions.RayError as err:
-                raise unwrap_error(err, name, f"{method}({folders[name]!r})") from err
+        actors = {name: self._estimator(name).actor for name in names}
+        transfer_estimators(method, actors, folders)
         return folders

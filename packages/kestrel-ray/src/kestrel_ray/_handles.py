@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import ray
@@ -90,9 +90,9 @@ class ActorGroup:
         """One ref per actor to its ``status()`` dict."""
         return [actor.status.remote() for actor in self.actors]
 
-    def open_log_refs(self, directory: str) -> list[Any]:
-        """One ref per actor to ``open_log(directory)`` (run actors only, see ``RunNodeWrapper``)."""
-        return [actor.open_log.remote(directory) for actor in self.actors]
+    def open_log_refs(self) -> list[Any]:
+        """One ref per actor to ``open_log()`` (run actors only, see ``RunNodeWrapper``)."""
+        return [actor.open_log.remote() for actor in self.actors]
 
 
 class NodeHandle(ActorGroup):
@@ -122,12 +122,6 @@ class NodeHandle(ActorGroup):
     def request_stop(self) -> None:
         """Ask the estimator to stop after its current step (fire and forget)."""
         self.actor.request_stop.remote()
-
-    def files_ref(self, method: Literal["save", "load"], directory: str) -> Any:
-        """Save the estimator to, or load it from, ``directory``; a ref to ``None``."""
-        if method not in ("save", "load"):
-            raise ValueError(f"method must be 'save' or 'load', got {method!r}")
-        return getattr(self.actor, method).remote(directory)
 
     def submit(
         self,

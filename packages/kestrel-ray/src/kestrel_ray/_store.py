@@ -10,15 +10,15 @@ The block dict nesting keeps Ray from resolving the refs: the store only holds t
 borrower; the driver that called the simulator owns the objects). Dropping a block's dict once
 all its rows are dead and unpinned is what lets Ray free the objects.
 
-The one exception to "never touches data" is the snapshot: a block holding a sample due for
-one is read (``ray.get``) inside the store. With ``snapshot_every=0`` (the default) the store
-never reads data.
+The store never reads data, snapshots included: it has no directory (the run directory lives
+with the driver, possibly on another machine), so the rows due for a snapshot wait in the store
+until the driver takes them (:meth:`~kestrel_ray.StoreHandle.write_snapshots`), reads the blocks
+and writes the files.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,15 +37,15 @@ class SampleStore(BlockStore):
 
     Args:
         min_samples, max_samples, validation_samples: buffer rules (see :func:`kestrel_core.rotate`).
-        snapshot_every: save every k-th appended sample (0 = never).
-        snapshot_dir: directory of the snapshots (created on first use); required when
-            ``snapshot_every > 0``.
+        snapshot_every: keep every k-th appended sample for a snapshot (0 = never); the driver
+            takes them with :meth:`take_snapshots`.
         seed: seed of the random subsets of ``checkout(max_samples=…)``.
 
     Raises:
-        ConfigError: a rule value is not a count (``max_samples`` ≥ 1), or snapshots are asked
-            for without a directory.
+        ConfigError: a rule value is not a count (``max_samples`` ≥ 1).
     """
+
+    queues_snapshots = True
 
     def __init__(
         self,
@@ -54,7 +54,6 @@ class SampleStore(BlockStore):
         max_samples: int = 2**62,
         validation_samples: int = 0,
         snapshot_every: int = 0,
-        snapshot_dir: str | Path | None = None,
         seed: int | None = None,
     ) -> None:
         super().__init__(
@@ -62,7 +61,7 @@ class SampleStore(BlockStore):
             max_samples=max_samples,
             validation_samples=validation_samples,
             snapshot_every=snapshot_every,
-            snapshot_dir=snapshot_dir,
+            snapshot_dir=None,
             seed=seed,
         )
 
@@ -92,6 +91,4 @@ class SampleStore(BlockStore):
         return dict(block)
 
     def _read(self, handle: dict[str, Any]) -> dict[str, np.ndarray]:
-        keys = sorted(handle)
-        arrays = ray.get([handle[k] for k in keys])  # the store's only data read (see module doc)
-        return {k: np.asarray(a) for k, a in zip(keys, arrays)}
+        raise StoreError("the Ray store never reads its blocks (snapshots are the driver's)")

@@ -25,7 +25,7 @@ import numpy as np
 import ray
 
 from kestrel_core import BlockMeta, Checkout, ConfigError, KestrelError, StoreError, StoreWarning
-from kestrel_core._store import Appended, Schema
+from kestrel_core._store import Appended, Schema, write_snapshots
 
 from ._store import SampleStore
 
@@ -43,17 +43,33 @@ class StoreHandle:
             async actor: Ray's threads resolve the values, never the actor's event loop).
     """
 
-    def __init__(self, actor: Any, *, timeout: float | None = None, use_futures: bool = False):
+    def __init__(
+        self,
+        actor: Any,
+        *,
+        timeout: float | None = None,
+        use_futures: bool = False,
+        snapshot_dir: str | None = None,
+    ):
         self._actor = actor
         self._timeout = timeout
         self._use_futures = bool(use_futures)
+        self._snapshot_dir = snapshot_dir
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the snapshot folder is the driver's: a handle sent to an actor does not write files
+        return (_rebuild, (self._actor, self._timeout, self._use_futures))
 
     @classmethod
-    def start(cls, *, wait: bool = True, **kwargs: Any) -> StoreHandle:
+    def start(
+        cls, *, wait: bool = True, snapshot_dir: str | os.PathLike[str] | None = None, **kwargs: Any
+    ) -> StoreHandle:
         """Start a store actor (``num_cpus=0``).
 
         Args:
             wait: return only once the actor is constructed.
+            snapshot_dir: where this handle (the driver's) writes the snapshots the store has
+                due (:meth:`write_snapshots`); required with ``snapshot_every > 0``.
             **kwargs: the :class:`~kestrel_ray.SampleStore` arguments (buffer rules, snapshots,
                 seed).
 
@@ -61,8 +77,15 @@ class StoreHandle:
             ConfigError: bad buffer values (checked here, before the actor starts, where the
                 error is readable).
         """
+        if kwargs.get("snapshot_every") and snapshot_dir is None:
+            raise ConfigError(
+                f"buffer.snapshot_every={kwargs['snapshot_every']} needs a snapshot directory"
+            )
         SampleStore(**kwargs)
-        handle = cls(ray.remote(SampleStore).options(num_cpus=0).remote(**kwargs))
+        folder = None if snapshot_dir is None else os.fspath(snapshot_dir)
+        handle = cls(
+            ray.remote(SampleStore).options(num_cpus=0).remote(**kwargs), snapshot_dir=folder
+        )
         if wait:
             handle.wait(handle._actor.ready.remote())
         return handle
@@ -82,7 +105,8 @@ class StoreHandle:
             buffer: a :class:`kestrel_core.BufferConfig` or mapping (``min_samples``,
                 ``max_samples``, ``validation_samples``, ``snapshot_every``); ``None`` keeps
                 every sample (no eviction, no validation split).
-            run_dir: the run directory; snapshots go to ``<run_dir>/buffer/snapshots``.
+            run_dir: the run directory; this handle (on the driver) writes the snapshots to
+                ``<run_dir>/buffer/snapshots`` after each append (:meth:`write_snapshots`).
             seed: seed of the store's random subsets.
             wait: as :meth:`start`.
 
@@ -90,6 +114,7 @@ class StoreHandle:
             ConfigError: bad buffer values, or snapshots without a run directory.
         """
         kwargs: dict[str, Any] = {}
+        snapshot_dir = None
         if buffer is not None:
 
             def get(name: str, default: Any) -> Any:
@@ -106,13 +131,11 @@ class StoreHandle:
             if every:
                 if run_dir is None:
                     raise ConfigError("buffer.snapshot_every: snapshots need a run directory")
-                kwargs.update(
-                    snapshot_every=every,
-                    snapshot_dir=os.path.join(os.fspath(run_dir), "buffer", "snapshots"),
-                )
+                kwargs["snapshot_every"] = every
+                snapshot_dir = os.path.join(os.fspath(run_dir), "buffer", "snapshots")
         if seed is not None:
             kwargs["seed"] = int(seed)
-        return cls.start(wait=wait, **kwargs)
+        return cls.start(wait=wait, snapshot_dir=snapshot_dir, **kwargs)
 
     def __repr__(self) -> str:
         return f"StoreHandle({self._actor!r})"
@@ -267,7 +290,35 @@ class StoreHandle:
         Raises:
             StoreError: the blocks break the key schema (nothing of the call was stored).
         """
-        return self.wait(ref)
+        done = self.wait(ref)
+        self.write_snapshots()
+        return done
+
+    def write_snapshots(self) -> int:
+        """Write the snapshots the store has due (see ``buffer.snapshot_every``); returns how many.
+
+        The driver's side of snapshots: the store keeps the rows due, this handle reads their
+        blocks (one batched ``ray.get``) and writes ``<snapshot_dir>/<id>.npz``. A no-op for a
+        handle without snapshot folder (an actor's copy, a store without snapshots).
+
+        Raises:
+            OSError: a file cannot be written.
+        """
+        if self._snapshot_dir is None:
+            return 0
+        due = self.wait(self._actor.take_snapshots.remote())
+        if not due:
+            return 0
+        refs = [[block[k] for k in sorted(block)] for _, _, block in due]
+        values = self.wait([ref for group in refs for ref in group])
+        pos, written = 0, 0
+        for ids, rows, block in due:
+            keys = sorted(block)
+            arrays = {k: np.asarray(v) for k, v in zip(keys, values[pos : pos + len(keys)])}
+            pos += len(keys)
+            write_snapshots(self._snapshot_dir, ids, rows, arrays)
+            written += len(rows)
+        return written
 
     def submit_checkout(
         self,
@@ -302,6 +353,10 @@ class StoreHandle:
 def _ids(ids: Sequence[int] | np.ndarray) -> np.ndarray:
     arr = np.asarray(ids)
     return arr if arr.dtype.kind not in "iu" else arr.astype(np.int64)
+
+
+def _rebuild(actor: Any, timeout: float | None, use_futures: bool) -> StoreHandle:
+    return StoreHandle(actor, timeout=timeout, use_futures=use_futures)
 
 
 def create_store(**kwargs: Any) -> StoreHandle:

@@ -419,18 +419,24 @@ class NodeWrapper:
         if self._estimator is not None:
             self._estimator.request_stop()
 
-    async def save(self, directory: str) -> None:
-        """Save the estimator under ``directory`` (created); a no-op without estimator."""
-        self._check()
-        if self._estimator is not None:
-            os.makedirs(directory, exist_ok=True)
-            self._estimator.save(directory)
+    async def save_bytes(self) -> bytes | None:
+        """The estimator's state as bytes (``None`` without estimator), for the driver to write.
 
-    async def load(self, directory: str) -> None:
-        """Load the estimator from ``directory``; a no-op without estimator."""
+        No actor method takes a run-directory path: on a cluster the actor's machine has its
+        own disk, and the run directory lives with the driver.
+        """
+        self._check()
+        return None if self._estimator is None else self._estimator.save_bytes()
+
+    async def load_bytes(self, data: bytes, source: str = "checkpoint bytes") -> None:
+        """Restore the estimator from :meth:`save_bytes`' output; a no-op without estimator.
+
+        Args:
+            data: the state. source: its name in error messages (the driver's file).
+        """
         self._check()
         if self._estimator is not None:
-            self._estimator.load(directory)
+            self._estimator.load_bytes(data, source=source)
 
 
 def _spans(chunks: Sequence[int]) -> list[tuple[int, int]]:

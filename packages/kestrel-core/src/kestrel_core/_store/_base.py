@@ -84,13 +84,33 @@ class BlockStore:
             seed=seed,
         )
         self._snapshot_every = buffer_int(snapshot_every or 0, "snapshot_every", 0)
-        if self._snapshot_every and snapshot_dir is None:
+        if self._snapshot_every and snapshot_dir is None and not self.queues_snapshots:
             raise ConfigError(
                 f"buffer.snapshot_every={self._snapshot_every} needs a snapshot directory"
             )
         self._snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
+        self._due: list[tuple[np.ndarray, np.ndarray, Any]] = []
         self._schema: Schema | None = None
         self._lock = threading.RLock()
+
+    #: without a snapshot directory, keep the rows due for a snapshot for
+    #: :meth:`take_snapshots` (a store whose files are written by another process)
+    queues_snapshots = False
+
+    def take_snapshots(self) -> list[tuple[np.ndarray, np.ndarray, Any]]:
+        """The snapshots due since the last call, for the caller to write (then forgotten).
+
+        Only a store without a snapshot directory keeps them (:attr:`queues_snapshots`).
+
+        Returns:
+            ``[(ids, rows, block), …]``: a block's sample ids (int64 ``(n,)``), the rows of it
+            to save (:func:`~kestrel_core._store._snapshot.snapshot_rows`) and what the block
+            holds (arrays, or ObjectRefs in the Ray store) — the arguments of
+            :func:`~kestrel_core._store._snapshot.write_snapshots` once read.
+        """
+        with self._lock:
+            due, self._due = self._due, []
+        return due
 
     # -- what a block holds (subclasses) ----------------------------------------------------------
     def _accept(self, block: Mapping[str, Any], meta: BlockMeta, spec: Schema) -> Any:
@@ -161,6 +181,8 @@ class BlockStore:
                 rows = snapshot_rows(ids, valid, self._snapshot_every)
                 if rows.size and self._snapshot_dir is not None:
                     write_snapshots(self._snapshot_dir, ids, rows, self._read(handle))
+                elif rows.size:
+                    self._due.append((ids, rows, handle))
             return Appended(np.concatenate(out), kept, [note] if note else [])
 
     # -- checkout / release -----------------------------------------------------------------------

@@ -1,30 +1,39 @@
-"""``RunNodeWrapper``: a :class:`~kestrel_ray.NodeWrapper` that writes its node's log and metrics.
+"""Node logs and metrics of a launch, written by the driver.
 
-A launch deploys its graph with this actor class and then calls :meth:`RunNodeWrapper.open_log`
-once per actor, which sends, inside the actor process,
+``RunNodeWrapper`` (the node actor class of a launch) keeps, inside the actor process,
 
 * every log record of level ``INFO`` and above (Kestrel's own loggers, the estimator's epoch
-  lines, user code that logs) to ``<graph>/<node>/output.log`` (replica ``i > 0`` of a
-  multiplexed node writes ``output.<i>.log``), and
-* one row per finished epoch of the node's estimator to ``<graph>/<node>/metrics.csv``
-  (``epoch, walltime, train_loss, val_loss, best_val_loss, lr, samples_seen``).
+  lines, user code that logs), formatted, and
+* one row per finished epoch of the node's estimator (``epoch, walltime, train_loss,
+  val_loss, best_val_loss, lr, samples_seen``),
 
-Warnings (level ``WARNING`` and above) still reach the driver's console through Ray's log
-forwarding. The row is written when the estimator logs (its training loop logs once per epoch)
+until the driver collects them with :meth:`RunNodeWrapper.drain`. :class:`NodeLogSink` (a
+named thread on the driver) drains every actor about once a second and when the run ends, and
+appends to ``<graph>/<node>/output.log`` and ``metrics.csv`` (replica ``i > 0`` of a
+multiplexed node: ``output.<i>.log``, ``metrics.<i>.csv``). No actor writes a file: on a
+cluster the actor's machine has its own disk, and the run directory lives with the driver.
+
+Warnings (level ``WARNING`` and above) also reach the driver's console through Ray's log
+forwarding. A row is recorded when the estimator logs (its training loop logs once per epoch)
 and when ``train`` returns, whichever sees a new epoch counter first.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
+
+import ray
 
 from .._wrapper import NodeWrapper
 
-__all__ = ["RunNodeWrapper", "METRIC_COLUMNS"]
+__all__ = ["RunNodeWrapper", "NodeLogSink", "METRIC_COLUMNS"]
 
 #: columns of ``metrics.csv``
 METRIC_COLUMNS = (
@@ -37,92 +46,91 @@ METRIC_COLUMNS = (
     "samples_seen",
 )
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+#: log lines an actor keeps between two drains (older ones are dropped and counted)
+MAX_PENDING_LINES = 20_000
 
 
-class _EpochHandler(logging.Handler):
-    """Writes a metrics row whenever a log record arrives after the epoch counter moved."""
+class _Collect(logging.Handler):
+    """Keeps formatted records for the driver; records a metrics row when the epoch moved."""
 
     def __init__(self, owner: RunNodeWrapper):
-        super().__init__(level=logging.DEBUG)
+        super().__init__(level=logging.INFO)
+        self.setFormatter(logging.Formatter(_FORMAT))
         self._owner = owner
 
     def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._owner._lines.append(self.format(record))
+        except Exception:  # a record that cannot be formatted must not break the caller
+            self.handleError(record)
         if record.name.startswith("kestrel"):
             self._owner._record_metrics()
 
 
 class RunNodeWrapper(NodeWrapper):
-    """Node actor of a launch: a :class:`NodeWrapper` plus a log file and a metrics file."""
+    """Node actor of a launch: a :class:`NodeWrapper` whose log and metrics the driver collects."""
 
-    _log_handlers: list[logging.Handler] = []
-    _metrics_path: str | None = None
+    _handlers: list[logging.Handler] = []
     _last_epoch: int | None = None
 
-    async def open_log(self, directory: str) -> dict[str, Any]:
-        """Send this actor's logging to ``<directory>/output.log`` (created; appended to).
+    def _buffers(self) -> None:
+        if not hasattr(self, "_lines"):
+            self._lines: collections.deque[str] = collections.deque(maxlen=MAX_PENDING_LINES)
+            self._rows: list[list[str]] = []
 
-        Args:
-            directory: the node's folder, ``<graph>/<node>``.
+    async def open_log(self) -> dict[str, Any]:
+        """Start collecting this actor's log records and its estimator's metrics rows.
 
         Returns:
-            ``{"log": path of the log file, "pid": process id, "node_id": Ray node id (hex) of
+            ``{"replica": replica index, "pid": process id, "node_id": Ray node id (hex) of
             the machine the actor runs on}``.
         """
-        os.makedirs(directory, exist_ok=True)
-        suffix = f".{self._replica}" if self._replica else ""
-        path = os.path.join(directory, f"output{suffix}.log")
+        self._buffers()
         root = logging.getLogger()
-        for handler in self._log_handlers:
+        for handler in self._handlers:
             root.removeHandler(handler)
-        to_file = logging.FileHandler(path, encoding="utf-8")
-        to_file.setLevel(logging.INFO)
-        to_file.setFormatter(logging.Formatter(_FORMAT))
         to_console = logging.StreamHandler(sys.stderr)
         to_console.setLevel(logging.WARNING)
         to_console.setFormatter(
             logging.Formatter(f"node {self._name}: %(levelname)s %(name)s: %(message)s")
         )
-        handlers: list[logging.Handler] = [to_file, to_console]
+        handlers: list[logging.Handler] = [_Collect(self), to_console]
         if self._estimator is not None:
-            self._metrics_path = os.path.join(directory, f"metrics{suffix}.csv")
-            status = self._estimator.status()
-            self._last_epoch = int(status.get("epoch") or 0)
-            if not os.path.exists(self._metrics_path):
-                with open(self._metrics_path, "w", encoding="utf-8") as fh:
-                    fh.write(",".join(METRIC_COLUMNS) + "\n")
-            handlers.append(_EpochHandler(self))
+            self._last_epoch = int(self._estimator.status().get("epoch") or 0)
         for handler in handlers:
             root.addHandler(handler)
         root.setLevel(min(root.level or logging.WARNING, logging.INFO))
         for name in ("kestrel", "kestrel_core", "kestrel_ray", "kestrel_torch"):
             logging.getLogger(name).setLevel(logging.INFO)
-        self._log_handlers = handlers
-        import ray
-
+        self._handlers = handlers
         node_id = ray.get_runtime_context().get_node_id()
         logging.getLogger("kestrel_ray").info(
-            "node %s: actor pid %d on Ray node %s logging to %s",
-            self._name,
-            os.getpid(),
-            node_id,
-            path,
+            "node %s: actor pid %d on Ray node %s", self._name, os.getpid(), node_id
         )
-        return {"log": path, "pid": os.getpid(), "node_id": node_id}
+        return {"replica": self._replica, "pid": os.getpid(), "node_id": node_id}
 
-    async def load(self, directory: str) -> None:
-        """Load the estimator (see :meth:`NodeWrapper.load`); the metrics continue its epochs."""
-        await super().load(directory)
+    async def drain(self) -> dict[str, Any]:
+        """The log lines and metrics rows recorded since the last call (then forgotten).
+
+        Returns:
+            ``{"log": [line, …], "metrics": [[field, …], …]}``.
+        """
+        self._buffers()
+        lines, self._lines = list(self._lines), collections.deque(maxlen=MAX_PENDING_LINES)
+        rows, self._rows = self._rows, []
+        return {"log": lines, "metrics": rows}
+
+    async def load_bytes(self, data: bytes, source: str = "checkpoint bytes") -> None:
+        """Load the estimator (see :meth:`NodeWrapper.load_bytes`); metrics continue its epochs."""
+        await super().load_bytes(data, source)
         if self._estimator is not None:
             self._last_epoch = int(self._estimator.status().get("epoch") or 0)
             logging.getLogger("kestrel_ray").info(
-                "node %s: loaded weights from %s (epoch %d)",
-                self._name,
-                directory,
-                self._last_epoch,
+                "node %s: loaded %s (epoch %d)", self._name, source, self._last_epoch
             )
 
     async def train(self, store: Any) -> dict[str, Any]:
-        """Train (see :meth:`NodeWrapper.train`), then write the last epoch's metrics row."""
+        """Train (see :meth:`NodeWrapper.train`), then record the last epoch's metrics row."""
         log = logging.getLogger("kestrel_ray")
         log.info("node %s: training starts", self._name)
         try:
@@ -135,16 +143,17 @@ class RunNodeWrapper(NodeWrapper):
             log.info("node %s: training ended (%s)", self._name, self._state)
 
     def _record_metrics(self) -> None:
-        if self._estimator is None or self._metrics_path is None:
+        if self._estimator is None or self._last_epoch is None:
             return
+        self._buffers()
         status = self._estimator.status()
         epoch = int(status.get("epoch") or 0)
         if epoch == self._last_epoch:
             return
         self._last_epoch = epoch
-        row = [epoch, f"{time.time():.3f}"] + [_fmt(status.get(c)) for c in METRIC_COLUMNS[2:]]
-        with open(self._metrics_path, "a", encoding="utf-8") as fh:
-            fh.write(",".join(str(v) for v in row) + "\n")
+        self._rows.append(
+            [str(epoch), f"{time.time():.3f}"] + [_fmt(status.get(c)) for c in METRIC_COLUMNS[2:]]
+        )
 
 
 def _fmt(value: Any) -> str:
@@ -153,3 +162,82 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+class NodeLogSink:
+    """Drains the node actors of a launch into ``<graph>/<node>/`` on the driver.
+
+    Args:
+        actors: node → its actors, replica ``i`` at index ``i``.
+        directory_of: node → its folder on the driver.
+        estimators: the nodes with an estimator (they get ``metrics.csv``).
+        interval: seconds between two drains.
+
+    The thread (``kestrel-node-logs``) runs between :meth:`start` and :meth:`stop`; ``stop``
+    drains once more, so nothing an actor recorded before it is lost. An actor that cannot be
+    reached (it died) is skipped; the failure reaches the driver through the call that was
+    running on it.
+    """
+
+    def __init__(
+        self,
+        actors: Mapping[str, list[Any]],
+        directory_of: Callable[[str], str],
+        estimators: list[str],
+        interval: float = 1.0,
+    ):
+        self._actors = {name: list(group) for name, group in actors.items()}
+        self._dirs = {name: directory_of(name) for name in actors}
+        self._estimators = set(estimators)
+        self._interval = interval
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        for name, group in self._actors.items():
+            os.makedirs(self._dirs[name], exist_ok=True)
+            if name in self._estimators:
+                for i in range(len(group)):
+                    path = self._path(name, "metrics", i, "csv")
+                    if not os.path.exists(path):
+                        with open(path, "w", encoding="utf-8") as fh:
+                            fh.write(",".join(METRIC_COLUMNS) + "\n")
+
+    def _path(self, name: str, stem: str, replica: int, ext: str) -> str:
+        suffix = f".{replica}" if replica else ""
+        return os.path.join(self._dirs[name], f"{stem}{suffix}.{ext}")
+
+    def start(self) -> NodeLogSink:
+        self._thread = threading.Thread(target=self._run, name="kestrel-node-logs", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.drain()
+
+    def drain(self) -> None:
+        """Collect from every actor once and append to the files."""
+        with self._lock:
+            pending = [
+                (name, i, actor.drain.remote())
+                for name, group in self._actors.items()
+                for i, actor in enumerate(group)
+            ]
+            for name, i, ref in pending:
+                try:
+                    got = ray.get(ref, timeout=30)
+                except (ray.exceptions.RayError, TimeoutError):
+                    continue
+                if got["log"]:
+                    with open(self._path(name, "output", i, "log"), "a", encoding="utf-8") as fh:
+                        fh.write("\n".join(got["log"]) + "\n")
+                if got["metrics"] and name in self._estimators:
+                    with open(self._path(name, "metrics", i, "csv"), "a", encoding="utf-8") as fh:
+                        fh.writelines(",".join(row) + "\n" for row in got["metrics"])
+
+    def stop(self) -> None:
+        """Stop the thread and drain a last time."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self.drain()

@@ -30,7 +30,7 @@ from .._deployed import DeployedGraph
 from .._init import init_ray
 from .._wrapper import NodeWrapper
 from ._code import code_runtime_env
-from ._nodelog import RunNodeWrapper
+from ._nodelog import NodeLogSink, RunNodeWrapper
 from ._preflight import preflight
 from ._rundir import RunDir
 
@@ -180,8 +180,9 @@ class RunSession:
         Args:
             buffer: give the store the config's buffer rules (a launch); ``False`` keeps every
                 sample.
-            node_logs: deploy :class:`RunNodeWrapper` actors writing ``<graph>/<node>/output.log``
-                and ``metrics.csv``, and record :attr:`placement`.
+            node_logs: deploy :class:`RunNodeWrapper` actors whose logs and metrics the driver
+                writes to ``<graph>/<node>/output.log`` and ``metrics.csv``
+                (:class:`NodeLogSink`), and record :attr:`placement`.
 
         Raises:
             As :meth:`DeployedGraph.deploy`.
@@ -193,15 +194,21 @@ class RunSession:
             buffer=self.config.buffer if buffer else None,
             wrapper_cls=RunNodeWrapper if node_logs else NodeWrapper,
         )
+        sink: NodeLogSink | None = None
         try:
             dg.deploy()
             if node_logs:
-                infos = dg.open_logs(self.run.node_dir)
+                infos = dg.open_logs()
                 self.placement = {
                     name: [info["node_id"] for info in node] for name, node in infos.items()
                 }
+                sink = NodeLogSink(
+                    dg.node_actors(), self.run.node_dir, list(self.config.graph.latents)
+                ).start()
             yield dg
         finally:
+            if sink is not None:
+                sink.stop()
             dg.shutdown()
 
     def load_weights(self, dg: DeployedGraph, nodes: Iterable[str]) -> list[str]:
