@@ -78,7 +78,7 @@ def sample_forward(
     listed order) per chunk of ``sample_chunk_size`` samples (0 = one call). A simulator with a
     ``log_prob(value) -> (N,)`` method (priors) also gives ``"<node>.log_prob"``. Observed
     nodes are simulated too; their observation is checked against the simulated per-sample
-    shape once (K08).
+    shape once.
 
     Randomness: the root :func:`~kestrel_core.seed_sequence` of ``seed`` spawns one child per
     node in forward order (conditioned nodes included, so conditioning one node does not shift

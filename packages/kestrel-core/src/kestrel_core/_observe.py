@@ -109,7 +109,7 @@ def load_observation(spec: Any, base_dir: str | os.PathLike[str] = ".") -> np.nd
 
 
 def check_observation(node: Any, obs: Any, sample_shape: tuple[int, ...]) -> np.ndarray:
-    """Check an observation against the node's per-sample shape ``D`` (case K08).
+    """Check an observation against the node's per-sample shape ``D``.
 
     Args:
         node: node name (or a :class:`~kestrel_core.Node`), for messages.

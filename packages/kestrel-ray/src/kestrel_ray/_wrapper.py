@@ -41,10 +41,17 @@ from kestrel_core import (
     as_record,
     call_simulator,
     check_count,
-    finite_rows,
     seed_sequence,
 )
 
+from ._chunks import (
+    BroadcastMemo,
+    assemble_conditions,
+    condition_refs,
+    pack_records,
+    rows_of,
+    spans,
+)
 from ._imports import local_import_paths
 from ._refs import chunk_grid
 from ._view import RayBufferView
@@ -82,7 +89,7 @@ class NodeWrapper:
     ):
         self._name = "<unknown>"
         self._error: KestrelError | None = None
-        self._broadcast: dict[Any, np.ndarray] = {}  # ref → one-row block (see BROADCAST_MEMO)
+        self._broadcast = BroadcastMemo(BROADCAST_MEMO)
         self._replica = int(replica)
         self._state = "initializing"
         self._calls = 0
@@ -266,8 +273,8 @@ class NodeWrapper:
                 records = await asyncio.to_thread(self._simulate, method, arrays, n, chunks, seeds)
         else:
             records = []
-            for a, c in _spans(chunks):
-                conds = {k: _rows(v, a, c, n) for k, v in arrays.items()}
+            for a, c in spans(chunks):
+                conds = {k: rows_of(v, a, c, n) for k, v in arrays.items()}
                 out = getattr(self._estimator, method)(c, conds)
                 records.append(as_record(self._name, method, out, c))
                 await asyncio.sleep(0)  # let training take a step between chunks
@@ -277,58 +284,9 @@ class NodeWrapper:
 
     async def _resolve(self, conditions: Mapping[str, list], n: int) -> dict[str, np.ndarray]:
         """Condition name → read-only array of 1 (broadcast) or ``n`` rows; one batched get."""
-        unique_refs: dict[Any, int] = {}
-        for name, segments in conditions.items():
-            rows = sum(int(stop) - int(start) for _, start, stop in segments)
-            if rows not in (1, n):
-                raise ShapeError(
-                    f"node {self._name!r}: condition {name!r} has leading dimension "
-                    f"{rows}; expected 1 (broadcast) or {n}"
-                )
-            for ref, _, _ in segments:
-                unique_refs.setdefault(ref, len(unique_refs))
-        values = await self._fetch_blocks(list(unique_refs))
-        out = {}
-        for name, segments in conditions.items():
-            parts = []
-            for ref, start, stop in segments:
-                block = values[unique_refs[ref]]
-                if not isinstance(block, np.ndarray) or block.ndim == 0 or block.shape[0] < stop:
-                    raise ShapeError(
-                        f"node {self._name!r}: condition {name!r} block of shape "
-                        f"{np.shape(block)} has no rows {start}:{stop}"
-                    )
-                parts.append(block[start:stop])
-            arr = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            view = arr.view()
-            view.flags.writeable = False
-            out[name] = view
-        return out
-
-    async def _fetch_blocks(self, refs: list[Any]) -> list[Any]:
-        """The values of ``refs`` in order: one ``asyncio.gather`` for those not remembered.
-
-        One-row blocks (an observation shared by every sample) are remembered by ref
-        (:data:`BROADCAST_MEMO` of them, least recently used dropped first); an ObjectRef's value
-        never changes, so a remembered block is always current.
-        """
-        memo = self._broadcast
-        missing = [ref for ref in refs if ref not in memo]
-        fetched = dict(zip(missing, await asyncio.gather(*missing))) if missing else {}
-        values = []
-        for ref in refs:
-            if ref in fetched:
-                block = fetched[ref]
-                if not (isinstance(block, np.ndarray) and block.ndim and block.shape[0] == 1):
-                    values.append(block)
-                    continue
-            else:
-                block = memo.pop(ref)
-            memo[ref] = block
-            values.append(block)
-        while len(memo) > BROADCAST_MEMO:
-            del memo[next(iter(memo))]
-        return values
+        refs = condition_refs(self._name, conditions, n)
+        values = await self._broadcast.fetch(refs)
+        return assemble_conditions(self._name, conditions, dict(zip(refs, values)))
 
     def _simulate(
         self,
@@ -348,13 +306,13 @@ class NodeWrapper:
         fields = self._fields(method)
         rngs = [np.random.Generator(np.random.PCG64(seed_sequence(s))) for s in seeds]
         records = []
-        for (a, c), rng in zip(_spans(chunks), rngs):
+        for (a, c), rng in zip(spans(chunks), rngs):
             if given is not None:
                 value = as_record(
                     self._name, "given values", {"value": given[a : a + c]}, c, fields=("value",)
                 )["value"]
             else:
-                parents = {p: _rows(arrays[p], a, c, n) for p in self.node.parents}
+                parents = {p: rows_of(arrays[p], a, c, n) for p in self.node.parents}
                 value = call_simulator(self._name, self._simulator, c, parents, rng=rng)
             rec = {"value": value}
             if "log_prob" in fields:
@@ -366,24 +324,7 @@ class NodeWrapper:
         return records
 
     def _pack(self, method: str, records: list[dict[str, np.ndarray]]) -> tuple:
-        fields = self._fields(method)
-        meta: dict[str, tuple[tuple[int, ...], str]] = {}
-        for f in fields:
-            shapes = [r[f].shape[1:] for r in records]
-            bad = next((i for i, s in enumerate(shapes) if s != shapes[0]), None)
-            if bad is not None:
-                raise ShapeError(
-                    f"node {self._name!r}, key '{self._name}.{f}': chunk {bad} has "
-                    f"per-sample shape {shapes[bad]}, chunk 0 has {shapes[0]}"
-                )
-            dtype = np.result_type(*(r[f].dtype for r in records))
-            for r in records:
-                r[f] = r[f].astype(dtype, copy=False)
-            meta[f] = (tuple(int(d) for d in shapes[0]), dtype.name)
-        finite = [finite_rows(r) for r in records]  # per chunk: rows finite in every field
-        nonfinite = sum(int((~ok).sum()) for ok in finite)
-        flat = [r[f] for r in records for f in fields]
-        return (*flat, {"fields": meta, "nonfinite": nonfinite, "finite": finite})
+        return pack_records(self._name, self._fields(method), records)
 
     # -- training ----------------------------------------------------------------------------
     async def train(self, store: Any) -> dict[str, Any]:
@@ -437,16 +378,3 @@ class NodeWrapper:
         self._check()
         if self._estimator is not None:
             self._estimator.load_bytes(data, source=source)
-
-
-def _spans(chunks: Sequence[int]) -> list[tuple[int, int]]:
-    out, pos = [], 0
-    for c in chunks:
-        out.append((pos, int(c)))
-        pos += int(c)
-    return out
-
-
-def _rows(arr: np.ndarray, a: int, c: int, n: int) -> np.ndarray:
-    """Rows ``a:a+c`` of a condition; a broadcast stays ``(1, …)``."""
-    return arr if arr.shape[0] == 1 and n > 1 else arr[a : a + c]
