@@ -119,7 +119,9 @@ class RealCluster:
         head = [*RAY, "start", "--head", "--block", "--port", str(self.port),
                 "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
                 "--temp-dir", str(self.temp_dir), "--disable-usage-stats",
-                "--resources", json.dumps({"kestrel_head": 1})]
+                "--resources", json.dumps({"kestrel_head": 1}),
+                # every Ray on this host would take the agent's default port 52365
+                "--dashboard-agent-listen-port", str(free_port())]
         if self.dashboard:
             head += ["--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
                      "--dashboard-port", str(self.dashboard_port)]
@@ -130,7 +132,8 @@ class RealCluster:
         mounts = " && ".join(f"mount -t tmpfs kestrel-hidden {p}" for p in self.hidden)
         worker = " ".join([*RAY, "start", "--address", self.address, "--block",
                            "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.worker_cpus),
-                           "--disable-usage-stats", "--resources",
+                           "--disable-usage-stats",
+                           "--dashboard-agent-listen-port", str(free_port()), "--resources",
                            "'" + json.dumps(self.worker_resources) + "'"])
         self._spawn(["unshare", "--mount", "--propagation", "private", "sh", "-c",
                      f"{mounts} && exec {worker}"], "worker.log")
