@@ -16,12 +16,29 @@ def _bench(group: str, role: str, n: int, median: float, **info) -> dict:
 
 def _passing() -> list[dict]:
     out = []
-    for group, base, kestrel in (("resolve", 20e-3, 1e-4), ("store", 2.0, 0.03), ("fetch", 0.1, 5e-3),
-                                 ("apply_fetch", 0.05, 1e-3), ("sync", 0.1, 1e-5)):
+    for group, base, kestrel in (
+        ("resolve", 20e-3, 1e-4),
+        ("store", 2.0, 0.03),
+        ("fetch", 0.1, 5e-3),
+        ("apply_fetch", 0.05, 1e-3),
+        ("sync", 0.1, 1e-5),
+    ):
         for n in (256, 1024):
-            out += [_bench(group, "baseline", n, base, baseline="naive"), _bench(group, "kestrel", n, kestrel)]
-    out += [_bench("training", "baseline", 2048, 0.64, baseline="tensors", steps=64),
-            _bench("training", "kestrel", 2048, 0.70, steps=64, paired=[[0.64, 0.70], [0.60, 0.66], [0.7, 0.75]])]
+            out += [
+                _bench(group, "baseline", n, base, baseline="naive"),
+                _bench(group, "kestrel", n, kestrel),
+            ]
+    out += [
+        _bench("training", "baseline", 2048, 0.64, baseline="tensors", steps=64),
+        _bench(
+            "training",
+            "kestrel",
+            2048,
+            0.70,
+            steps=64,
+            paired=[[0.64, 0.70], [0.60, 0.66], [0.7, 0.75]],
+        ),
+    ]
     return out
 
 
@@ -52,8 +69,13 @@ def test_floor_applies_at_gate_n_only(tmp_path, capsys):
 
 def test_sync_is_gated_on_kestrels_absolute_time(tmp_path, capsys):
     benchmarks = _passing()
-    sync = next(b for b in benchmarks if b["extra_info"]["group"] == "sync" and b["extra_info"]["n"] == 1024
-                and b["extra_info"]["role"] == "kestrel")
+    sync = next(
+        b
+        for b in benchmarks
+        if b["extra_info"]["group"] == "sync"
+        and b["extra_info"]["n"] == 1024
+        and b["extra_info"]["role"] == "kestrel"
+    )
     sync["stats"]["median"] = 6e-3  # a 17× ratio would be fine, 6 ms of blocking is not
     code, _, err = _run(tmp_path, benchmarks, capsys)
     assert code == 1 and "FAIL sync" in err

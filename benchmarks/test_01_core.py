@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kestrel_core import TRAINABLE, InMemoryStore
 
 from kestrel_bench import BASELINE, DATA_KEYS, KESTREL, SIZES, StoreRig, label
+from kestrel_core import TRAINABLE, InMemoryStore
 
 N_IDS = [f"N={n}" for n in SIZES]
 
@@ -41,7 +41,8 @@ def test_memory_fetch_kestrel(benchmark, memory_rig):
     label(benchmark, "memory_fetch", KESTREL, n, backend=type(memory_rig.store).__name__)
     assert isinstance(memory_rig.store, InMemoryStore)
     view = memory_rig.view
-    out = benchmark.pedantic(lambda: view.fetch(TRAINABLE, DATA_KEYS), rounds=5 if n > 1024 else 20,
-                             warmup_rounds=1)
+    out = benchmark.pedantic(
+        lambda: view.fetch(TRAINABLE, DATA_KEYS), rounds=5 if n > 1024 else 20, warmup_rounds=1
+    )
     assert len(out.new_ids) == n
     np.testing.assert_array_equal(out.arrays["x.value"], memory_rig.arrays["x.value"])

@@ -31,8 +31,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import ray
-from kestrel_core import TRAINABLE
-from kestrel_ray import DeployedGraph
 
 from kestrel_bench import (
     BASELINE,
@@ -52,6 +50,8 @@ from kestrel_bench import (
     replay_graph,
     rounds,
 )
+from kestrel_core import TRAINABLE
+from kestrel_ray import DeployedGraph
 
 N_IDS = [f"N={n}" for n in SIZES]
 
@@ -90,8 +90,12 @@ def test_resolve_baseline(benchmark, resolvers, observation, n, group):
     def fresh():
         return ([ray.put(observation)] * n,), {}
 
-    shape = pedantic_inner(benchmark, lambda refs=refs: ray.get(naive.resolve.remote(refs)),
-                           setup=fresh if group == "resolve_cold" else None, rounds=rounds(n, 15, 5))
+    shape = pedantic_inner(
+        benchmark,
+        lambda refs=refs: ray.get(naive.resolve.remote(refs)),
+        setup=fresh if group == "resolve_cold" else None,
+        rounds=rounds(n, 15, 5),
+    )
     assert shape == (n, *observation.shape)
 
 
@@ -107,8 +111,12 @@ def test_resolve_kestrel(benchmark, resolvers, observation, n, group):
     def fresh():
         return (conditions(),), {}
 
-    out = pedantic_inner(benchmark, lambda c=conditions(): ray.get(probe.timed_resolve.remote(c, n)),
-                         setup=fresh if group == "resolve_cold" else None, rounds=30)
+    out = pedantic_inner(
+        benchmark,
+        lambda c=conditions(): ray.get(probe.timed_resolve.remote(c, n)),  # noqa: B008
+        setup=fresh if group == "resolve_cold" else None,
+        rounds=30,
+    )
     shape, first = out["x"]
     assert shape == (1, *observation.shape)  # a broadcast stays one row
     np.testing.assert_array_equal(first, observation)
@@ -122,8 +130,11 @@ def test_store_baseline(benchmark, track, n, threads):
     label(benchmark, "store", BASELINE, n, baseline=name, keys=list(DATA_KEYS))
     node = track(ray.remote(NaiveNode).options(num_cpus=0).remote(n))
     ray.get(node.ready.remote())
-    refs = benchmark.pedantic(lambda: ray.get(node.put.remote(threads))[0], rounds=rounds(n, 3, 1),
-                              warmup_rounds=0 if n > BIG else 1)
+    refs = benchmark.pedantic(
+        lambda: ray.get(node.put.remote(threads))[0],
+        rounds=rounds(n, 3, 1),
+        warmup_rounds=0 if n > BIG else 1,
+    )
     assert {k: len(v) for k, v in refs.items()} == {k: n for k in DATA_KEYS}
 
 
@@ -140,8 +151,14 @@ def replay_deployed(ray_session):
 
 @pytest.mark.parametrize("n", SIZES, ids=N_IDS)
 def test_store_kestrel(benchmark, replay_deployed, n):
-    label(benchmark, "store", KESTREL, n, path="DeployedGraph.sample + DeployedGraph.append",
-          keys=list(DATA_KEYS))
+    label(
+        benchmark,
+        "store",
+        KESTREL,
+        n,
+        path="DeployedGraph.sample + DeployedGraph.append",
+        keys=list(DATA_KEYS),
+    )
     dg = replay_deployed
     traces = []
 
@@ -153,8 +170,11 @@ def test_store_kestrel(benchmark, replay_deployed, n):
     ids = benchmark.pedantic(store, rounds=rounds(n, 10, 5), warmup_rounds=1)
     assert len(ids) == n and np.all(np.diff(ids) == 1)
     arrays = dg.to_arrays(traces[-1])  # the replays line up: x - mu is the N(0, 0.1²) noise
-    assert {k: v.shape for k, v in arrays.items()} == {"theta.value": (n, 10), "mu.value": (n, 1000),
-                                                        "x.value": (n, 1000)}
+    assert {k: v.shape for k, v in arrays.items()} == {
+        "theta.value": (n, 10),
+        "mu.value": (n, 1000),
+        "x.value": (n, 1000),
+    }
     assert 0.09 < float(np.std(arrays["x.value"] - arrays["mu.value"])) < 0.11
 
 
@@ -172,17 +192,34 @@ def ray_rig(request, ray_session):
 
 def test_fetch_baseline(benchmark, ray_rig, per_sample_refs):
     n = ray_rig.n
-    label(benchmark, "fetch", BASELINE, n, baseline="per-sample ray.get + np.stack", keys=list(DATA_KEYS))
+    label(
+        benchmark,
+        "fetch",
+        BASELINE,
+        n,
+        baseline="per-sample ray.get + np.stack",
+        keys=list(DATA_KEYS),
+    )
     refs = per_sample_refs(n)
-    out = benchmark.pedantic(lambda: fetch_per_sample(refs), rounds=rounds(n, 10, 3), warmup_rounds=1)
+    out = benchmark.pedantic(
+        lambda: fetch_per_sample(refs), rounds=rounds(n, 10, 3), warmup_rounds=1
+    )
     np.testing.assert_array_equal(out["x.value"], ray_rig.arrays["x.value"])
 
 
 def test_fetch_kestrel(benchmark, ray_rig):
     n = ray_rig.n
-    label(benchmark, "fetch", KESTREL, n, path="RayBufferView.fetch", block_rows=BLOCK_ROWS,
-          keys=list(DATA_KEYS))
-    out = benchmark.pedantic(lambda: ray_rig.view.fetch(TRAINABLE, DATA_KEYS), rounds=rounds(n, 20, 5),
-                             warmup_rounds=1)
+    label(
+        benchmark,
+        "fetch",
+        KESTREL,
+        n,
+        path="RayBufferView.fetch",
+        block_rows=BLOCK_ROWS,
+        keys=list(DATA_KEYS),
+    )
+    out = benchmark.pedantic(
+        lambda: ray_rig.view.fetch(TRAINABLE, DATA_KEYS), rounds=rounds(n, 20, 5), warmup_rounds=1
+    )
     assert len(out.new_ids) == n
     np.testing.assert_array_equal(out.arrays["x.value"], ray_rig.arrays["x.value"])

@@ -77,10 +77,18 @@ def _check_cache(loader, arrays: dict[str, np.ndarray]) -> None:
 @pytest.mark.parametrize("n", SIZES, ids=N_IDS)
 def test_apply_fetch_baseline(benchmark, n, device):
     skip_without_cuda(device)
-    label(benchmark, "apply_fetch", BASELINE, n, device=device,
-          baseline="per-sample np.array -> torch.as_tensor -> .to(device) + scatter")
+    label(
+        benchmark,
+        "apply_fetch",
+        BASELINE,
+        n,
+        device=device,
+        baseline="per-sample np.array -> torch.as_tensor -> .to(device) + scatter",
+    )
     arrays = {k: v for k, v in make_samples(n).items() if k in DATA_KEYS}
-    samples = {k: list(v) for k, v in arrays.items()}  # N row arrays per key, as ray.get returns them
+    samples = {
+        k: list(v) for k, v in arrays.items()
+    }  # N row arrays per key, as ray.get returns them
     cache = _empty_cache(n, device)
     rows = torch.arange(n, device=device)
 
@@ -97,8 +105,15 @@ def test_apply_fetch_baseline(benchmark, n, device):
 def test_apply_fetch_kestrel(benchmark, request, n, device):
     skip_without_cuda(device)
     backend = _backend(device, request)
-    label(benchmark, "apply_fetch", KESTREL, n, device=device, path="CachedDataLoader.sync (fetch done)",
-          store=backend)
+    label(
+        benchmark,
+        "apply_fetch",
+        KESTREL,
+        n,
+        device=device,
+        path="CachedDataLoader.sync (fetch done)",
+        store=backend,
+    )
     rig = LoaderRig(n, device, backend)
     applied = []
 
@@ -117,23 +132,34 @@ def test_apply_fetch_kestrel(benchmark, request, n, device):
 # -- sync ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("n", SIZES, ids=N_IDS)
 def test_sync_baseline(benchmark, per_sample_refs, n):
-    label(benchmark, "sync", BASELINE, n, baseline="blocking: per-sample ray.get + per-sample apply")
+    label(
+        benchmark, "sync", BASELINE, n, baseline="blocking: per-sample ray.get + per-sample apply"
+    )
     refs = per_sample_refs(n)
     cache = _empty_cache(n, "cpu")
     rows = torch.arange(n)
-    benchmark.pedantic(lambda: blocking_fetch_and_apply(refs, cache, rows, "cpu"), rounds=rounds(n, 5, 1),
-                       warmup_rounds=0 if n > BIG else 1)
+    benchmark.pedantic(
+        lambda: blocking_fetch_and_apply(refs, cache, rows, "cpu"),
+        rounds=rounds(n, 5, 1),
+        warmup_rounds=0 if n > BIG else 1,
+    )
     np.testing.assert_array_equal(cache["x.value"].numpy(), make_samples(n)["x.value"])
 
 
 @pytest.mark.parametrize("n", SIZES, ids=N_IDS)
 def test_sync_kestrel(benchmark, request, n):
-    label(benchmark, "sync", KESTREL, n, path="CachedDataLoader.sync (fetch in flight)", store="ray")
+    label(
+        benchmark, "sync", KESTREL, n, path="CachedDataLoader.sync (fetch in flight)", store="ray"
+    )
     rig = LoaderRig(n, "cpu", _backend("cpu", request))
     results = []
     try:
-        benchmark.pedantic(lambda: results.append(rig.loader.sync()), setup=rig.fetch_in_flight,
-                           rounds=rounds(n, 15, 5), warmup_rounds=1)
+        benchmark.pedantic(
+            lambda: results.append(rig.loader.sync()),
+            setup=rig.fetch_in_flight,
+            rounds=rounds(n, 15, 5),
+            warmup_rounds=1,
+        )
         # False: the fetch was still running and sync() returned at once; True: it had finished
         # and this call applied it (the apply_fetch cost), which the median then reflects.
         benchmark.extra_info["in_flight_fraction"] = results.count(False) / len(results)
@@ -145,7 +171,10 @@ def test_sync_kestrel(benchmark, request, n):
 
 
 # -- fill ------------------------------------------------------------------------------------
-FILL_BASELINES = {"per-sample .to(device) + torch.stack": "rows", "np.stack + one .to(device)": "stack"}
+FILL_BASELINES = {
+    "per-sample .to(device) + torch.stack": "rows",
+    "np.stack + one .to(device)": "stack",
+}
 
 
 @pytest.mark.parametrize("how", list(FILL_BASELINES), ids=list(FILL_BASELINES.values()))
@@ -159,7 +188,9 @@ def test_fill_baseline(benchmark, n, device, how):
 
     def fill():
         if FILL_BASELINES[how] == "rows":
-            out = {k: torch.stack([torch.as_tensor(r).to(device) for r in v]) for k, v in rows.items()}
+            out = {
+                k: torch.stack([torch.as_tensor(r).to(device) for r in v]) for k, v in rows.items()
+            }
         else:
             out = {k: torch.as_tensor(np.stack(v)).to(device) for k, v in rows.items()}
         sync_device(device)
@@ -175,7 +206,14 @@ def test_fill_kestrel(benchmark, n, device):
     skip_without_cuda(device)
     from kestrel_torch._staging import HostToDevice
 
-    label(benchmark, "fill", KESTREL, n, device=device, path="HostToDevice.copy + wait (loader background)")
+    label(
+        benchmark,
+        "fill",
+        KESTREL,
+        n,
+        device=device,
+        path="HostToDevice.copy + wait (loader background)",
+    )
     arrays = {k: v for k, v in make_samples(n).items() if k in DATA_KEYS}
     transfer = HostToDevice(device)
 
@@ -193,8 +231,15 @@ def test_fill_kestrel(benchmark, n, device):
 @pytest.mark.parametrize("n", SIZES, ids=N_IDS)
 def test_sample_batch_baseline(benchmark, n, device):
     skip_without_cuda(device)
-    label(benchmark, "sample_batch", BASELINE, n, device=device, batch=BATCH,
-          baseline="host arrays[idx] -> torch.as_tensor -> .to(device)")
+    label(
+        benchmark,
+        "sample_batch",
+        BASELINE,
+        n,
+        device=device,
+        batch=BATCH,
+        baseline="host arrays[idx] -> torch.as_tensor -> .to(device)",
+    )
     arrays = {k: v for k, v in make_samples(n).items() if k in DATA_KEYS}
     rng = np.random.default_rng(0)
 
@@ -213,8 +258,16 @@ def test_sample_batch_baseline(benchmark, n, device):
 def test_sample_batch_kestrel(benchmark, request, n, device):
     skip_without_cuda(device)
     backend = _backend(device, request)
-    label(benchmark, "sample_batch", KESTREL, n, device=device, batch=BATCH,
-          path="CachedDataLoader.sample_batch", store=backend)
+    label(
+        benchmark,
+        "sample_batch",
+        KESTREL,
+        n,
+        device=device,
+        batch=BATCH,
+        path="CachedDataLoader.sample_batch",
+        store=backend,
+    )
     rig = LoaderRig(n, device, backend)
     generator = torch.Generator(device).manual_seed(0)
 

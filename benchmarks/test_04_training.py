@@ -24,7 +24,6 @@ import statistics
 import time
 
 import pytest
-from kestrel_core import TRAINABLE
 
 from kestrel_bench import (
     BASELINE,
@@ -43,6 +42,7 @@ from kestrel_bench import (
     tensor_set,
     train_steps,
 )
+from kestrel_core import TRAINABLE
 
 DEVICES = ["cpu", "cuda"]
 STEPS = 64  # four epochs of 16 steps (2048 samples / batch 128) per round
@@ -62,8 +62,12 @@ def _baseline(device: str):
 
 
 def _info(benchmark, durations: list[float]) -> None:
-    benchmark.extra_info.update(steps=STEPS, batch_size=128, max_step_ms=1e3 * max(durations),
-                                median_step_ms=1e3 * statistics.median(durations))
+    benchmark.extra_info.update(
+        steps=STEPS,
+        batch_size=128,
+        max_step_ms=1e3 * max(durations),
+        median_step_ms=1e3 * statistics.median(durations),
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -88,13 +92,23 @@ def test_training_kestrel(benchmark, request, device):
     backend = "ray" if device == "cpu" else "memory"
     if backend == "ray":
         request.getfixturevalue("ray_session")
-    label(benchmark, "training", KESTREL, N_TRAIN, device=device, store=backend,
-          path="GaussianPosterior._train_step on CachedDataLoader, appends every 0.1 s",
-          append_rows=RESIMULATION_05[0], append_interval_s=RESIMULATION_05[1])
+    label(
+        benchmark,
+        "training",
+        KESTREL,
+        N_TRAIN,
+        device=device,
+        store=backend,
+        path="GaussianPosterior._train_step on CachedDataLoader, appends every 0.1 s",
+        append_rows=RESIMULATION_05[0],
+        append_interval_s=RESIMULATION_05[1],
+    )
     rig = StoreRig(backend, BUFFER_05, n=N_BUFFER, sets=2, keys=TRAIN_KEYS)
     rig.append_set()
     est = make_estimator(device)
-    loader = est._loader(rig.view, TRAINABLE, "train")  # the estimator's own loader (θ → z, float64)
+    loader = est._loader(
+        rig.view, TRAINABLE, "train"
+    )  # the estimator's own loader (θ → z, float64)
     durations: list[float] = []
     base_est, base_source = _baseline(device)
     base_times: list[float] = []
@@ -127,8 +141,12 @@ def test_training_kestrel(benchmark, request, device):
             appends = appender.stop()
         assert good == STEPS
         _info(benchmark, durations)
-        warm = len(kestrel_times) - min(ROUNDS, len(kestrel_times))  # pairs of the warm-up round dropped
-        benchmark.extra_info["paired"] = [[b, k] for b, k in zip(base_times[warm:], kestrel_times[warm:])]
+        warm = len(kestrel_times) - min(
+            ROUNDS, len(kestrel_times)
+        )  # pairs of the warm-up round dropped
+        benchmark.extra_info["paired"] = [
+            [b, k] for b, k in zip(base_times[warm:], kestrel_times[warm:])
+        ]
         # the data path really moved: blocks were appended and the cache turned over
         loader.sync(wait=True)
         loader.sync(wait=True)
@@ -140,4 +158,3 @@ def test_training_kestrel(benchmark, request, device):
     finally:
         loader.close()
         rig.close()
-

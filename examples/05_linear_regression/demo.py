@@ -30,41 +30,54 @@ def compare(theta: np.ndarray, mean: np.ndarray, std: np.ndarray) -> tuple[list[
     """
     m, s = theta.mean(0), theta.std(0, ddof=1)
     err, ratio = (m - mean) / std, s / std
-    lines = [f"{'':>9} {'mean':>10} {'analytic':>10} {'err/σ':>7} {'σ':>10} {'analytic σ':>10} {'ratio':>6}"]
+    lines = [
+        f"{'':>9} {'mean':>10} {'analytic':>10} {'err/σ':>7} {'σ':>10} {'analytic σ':>10} {'ratio':>6}"
+    ]
     ok = True
     for i in range(len(mean)):
         good = abs(err[i]) <= MEAN_TOL and RATIO_RANGE[0] <= ratio[i] <= RATIO_RANGE[1]
         ok &= bool(good)
-        lines.append(f"theta[{i}] {m[i]:10.5f} {mean[i]:10.5f} {err[i]:7.3f} {s[i]:10.6f} {std[i]:10.6f} "
-                     f"{ratio[i]:6.3f}{'' if good else '  ✗'}")
+        lines.append(
+            f"theta[{i}] {m[i]:10.5f} {mean[i]:10.5f} {err[i]:7.3f} {s[i]:10.6f} {std[i]:10.6f} "
+            f"{ratio[i]:6.3f}{'' if good else '  ✗'}"
+        )
     return lines, ok
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-o", "--output", default=None, help="run directory (default: a new temporary one)")
+    parser.add_argument(
+        "-o", "--output", default=None, help="run directory (default: a new temporary one)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="run seed (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=None, help="stop training after this many seconds")
+    parser.add_argument(
+        "--timeout", type=float, default=None, help="stop training after this many seconds"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_args(argv)
 
     from kestrel_ray import launch
 
     run_dir = args.output or tempfile.mkdtemp(prefix="kestrel-demo-05-")
-    result = launch(HERE / "config.yml", run_dir, overrides=args.overrides, seed=args.seed,
-                    timeout=args.timeout)
+    result = launch(
+        HERE / "config.yml", run_dir, overrides=args.overrides, seed=args.seed, timeout=args.timeout
+    )
     with np.load(result.samples["posterior"]) as data:
         theta = data["theta"]
     with np.load(HERE / "data" / "obs.npz") as obs:
         mean, std = obs["posterior_mean"], np.sqrt(np.diag(obs["posterior_cov"]))
     lines, ok = compare(theta, mean, std)
     print()
-    print(f"example 05: {len(theta)} posterior samples after {result.epochs['theta']} epochs, "
-          f"{result.simulated} simulations, {result.wall_time:.0f} s ({result.status}); run {result.run_dir}")
+    print(
+        f"example 05: {len(theta)} posterior samples after {result.epochs['theta']} epochs, "
+        f"{result.simulated} simulations, {result.wall_time:.0f} s ({result.status}); run {result.run_dir}"
+    )
     print("\n".join(lines))
     verdict = "within" if ok else "OUTSIDE"
-    print(f"\n{verdict} the targets: |mean error| ≤ {MEAN_TOL} σ and σ ratio in "
-          f"[{RATIO_RANGE[0]}, {RATIO_RANGE[1]}] in every dimension")
+    print(
+        f"\n{verdict} the targets: |mean error| ≤ {MEAN_TOL} σ and σ ratio in "
+        f"[{RATIO_RANGE[0]}, {RATIO_RANGE[1]}] in every dimension"
+    )
     return 0 if ok else 1
 
 

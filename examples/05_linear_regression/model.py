@@ -17,7 +17,9 @@ def design_matrix(n_bins: int = N_BINS, n_params: int = N_PARAMS) -> np.ndarray:
     return np.sin(np.outer(t, np.arange(1, n_params + 1)))
 
 
-def analytic_posterior(x: np.ndarray, sigma: float, phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def analytic_posterior(
+    x: np.ndarray, sigma: float, phi: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Mean (D,) and covariance (D, D) of theta | x under the N(0, I) prior."""
     precision = phi.T @ phi / sigma**2 + np.eye(phi.shape[1])
     cov = np.linalg.inv(precision)

@@ -74,7 +74,16 @@ def test_every_public_name_exists_and_is_documented():
 
 
 def test_error_hierarchy():
-    for name in ("ConfigError", "GraphError", "SimulatorError", "ShapeError", "StoreError", "EstimatorError"):
+    for name in (
+        "ConfigError",
+        "GraphError",
+        "SimulatorError",
+        "ShapeError",
+        "StoreError",
+        "EstimatorError",
+    ):
         assert issubclass(getattr(kestrel_core, name), kestrel_core.KestrelError)
     assert issubclass(kestrel_core.ShapeError, kestrel_core.SimulatorError)
-    assert issubclass(kestrel_core.ConfigError, ValueError) and issubclass(kestrel_core.GraphError, ValueError)
+    assert issubclass(kestrel_core.ConfigError, ValueError) and issubclass(
+        kestrel_core.GraphError, ValueError
+    )

@@ -28,9 +28,13 @@ def test_block_index_follows_rotate_and_releases_dead_blocks():
             assert index.discard(ids) == moved.size
             oracle[moved] = Status.DISFAVOURED
         elif action == 2:
-            token, active, new, reads = index.checkout(LIVE_CODES, held_ids=rng.integers(0, oracle.size, 4))
+            token, active, new, reads = index.checkout(
+                LIVE_CODES, held_ids=rng.integers(0, oracle.size, 4)
+            )
             assert active.tolist() == np.flatnonzero(np.isin(oracle, LIVE_CODES)).tolist()
-            assert np.concatenate([r[2] for r in reads] or [np.zeros(0, int)]).tolist() == new.tolist()
+            assert (
+                np.concatenate([r[2] for r in reads] or [np.zeros(0, int)]).tolist() == new.tolist()
+            )
             assert all(handles[int(i)] == h for h, _, ids in reads for i in ids)
             tokens.append(token)
         elif tokens:

@@ -7,7 +7,15 @@ import sys
 import numpy as np
 import pytest
 
-from kestrel_core import KestrelError, ShapeError, SimulatorError, as_record, call_simulator, check_count, finite_rows
+from kestrel_core import (
+    KestrelError,
+    ShapeError,
+    SimulatorError,
+    as_record,
+    call_simulator,
+    check_count,
+    finite_rows,
+)
 from kestrel_core._boundary import CountError, OutputTypeError
 
 
@@ -47,9 +55,15 @@ def test_check_count_accepts_integers(n):
 
 @pytest.mark.parametrize(
     ("n", "match"),
-    [(5.0, r"n must be a non-negative integer, got 5\.0 \(float\)"),
-     (-1, r"got -1"), (np.int64(-2), r"got -2"), (True, r"got True \(bool\)"),
-     ("5", r"got '5' \(str\)"), (None, r"got None"), (np.float64(3.0), r"float64")],
+    [
+        (5.0, r"n must be a non-negative integer, got 5\.0 \(float\)"),
+        (-1, r"got -1"),
+        (np.int64(-2), r"got -2"),
+        (True, r"got True \(bool\)"),
+        ("5", r"got '5' \(str\)"),
+        (None, r"got None"),
+        (np.float64(3.0), r"float64"),
+    ],
 )
 def test_check_count_rejects_the_rest(n, match):
     with pytest.raises(CountError, match=match) as info:
@@ -77,12 +91,18 @@ def test_k11_leading_dimension_checked_on_every_call():
     assert call_simulator("x", sim, 3, [theta]).shape == (3,)
     with pytest.raises(ShapeError) as info:
         call_simulator("x", sim, 3, [theta])
-    assert str(info.value) == "node 'x': simulate_batch(3, …) returned shape (2,), expected leading dimension 3"
+    assert (
+        str(info.value)
+        == "node 'x': simulate_batch(3, …) returned shape (2,), expected leading dimension 3"
+    )
 
 
 def test_k11_batch_of_one_returning_an_unbatched_sample_is_rejected():
     sim = Batch(lambda n, theta: np.zeros(10))
-    with pytest.raises(ShapeError, match=r"simulate_batch\(1, …\) returned shape \(10,\), expected leading dimension 1"):
+    with pytest.raises(
+        ShapeError,
+        match=r"simulate_batch\(1, …\) returned shape \(10,\), expected leading dimension 1",
+    ):
         call_simulator("x", sim, 1, [np.zeros((1, 2))])
 
 
@@ -108,8 +128,13 @@ def test_k05_per_sample_shape_must_be_stable():
 
 @pytest.mark.parametrize(
     "output",
-    [[1.0, 2.0, 3.0], FakeTensor([1.0, 2.0, 3.0]), {"value": [1.0, 2.0, 3.0]},
-     {"value": FakeTensor([1.0, 2.0, 3.0]), "extra": None}, (1.0, 2.0, 3.0)],
+    [
+        [1.0, 2.0, 3.0],
+        FakeTensor([1.0, 2.0, 3.0]),
+        {"value": [1.0, 2.0, 3.0]},
+        {"value": FakeTensor([1.0, 2.0, 3.0]), "extra": None},
+        (1.0, 2.0, 3.0),
+    ],
     ids=["list", "tensor", "dict", "dict-tensor", "tuple"],
 )
 def test_k12_outputs_are_converted_once(output):
@@ -124,12 +149,17 @@ def test_per_sample_numpy_scalars_are_stacked():
 
 @pytest.mark.parametrize(
     ("output", "match"),
-    [(None, r"node 'x': simulate_batch\(2, …\) returned NoneType"),
-     ({"val": [1, 2]}, r"node 'x': simulate_batch\(2, …\) returned a dict without 'value' \(keys: \['val'\]\)"),
-     ("ab", r"returned str"),
-     (object(), r"returned builtins\.object"),
-     ([[1.0], [2.0, 3.0]], r"numpy cannot convert"),
-     (np.array(["a", "b"]), r"dtype <U1; expected a numeric dtype")],
+    [
+        (None, r"node 'x': simulate_batch\(2, …\) returned NoneType"),
+        (
+            {"val": [1, 2]},
+            r"node 'x': simulate_batch\(2, …\) returned a dict without 'value' \(keys: \['val'\]\)",
+        ),
+        ("ab", r"returned str"),
+        (object(), r"returned builtins\.object"),
+        ([[1.0], [2.0, 3.0]], r"numpy cannot convert"),
+        (np.array(["a", "b"]), r"dtype <U1; expected a numeric dtype"),
+    ],
     ids=["none", "dict-without-value", "str", "object", "ragged", "strings"],
 )
 def test_k12_bad_outputs_raise_type_errors_naming_node_and_method(output, match):
@@ -139,7 +169,9 @@ def test_k12_bad_outputs_raise_type_errors_naming_node_and_method(output, match)
 
 
 def test_simulator_without_a_method_is_rejected():
-    with pytest.raises(OutputTypeError, match=r"node 'x': simulator object has neither simulate_batch"):
+    with pytest.raises(
+        OutputTypeError, match=r"node 'x': simulator object has neither simulate_batch"
+    ):
         call_simulator("x", object(), 2)
 
 
@@ -169,7 +201,11 @@ def test_broadcast_parent_arrives_as_a_read_only_view():
     seen = {}
 
     def fn(n, obs):
-        seen["shape"], seen["strides"], seen["writeable"] = obs.shape, obs.strides, obs.flags.writeable
+        seen["shape"], seen["strides"], seen["writeable"] = (
+            obs.shape,
+            obs.strides,
+            obs.flags.writeable,
+        )
         return obs.sum(axis=1)
 
     x_o = np.arange(5.0)[None]
@@ -188,7 +224,10 @@ def test_per_sample_rows_are_read_only():
 
 
 def test_parent_with_wrong_leading_dimension_is_named():
-    with pytest.raises(ShapeError, match=r"node 'x': parent 'mu' has shape \(5, 3\); expected leading dimension 1 \(broadcast\) or 3"):
+    with pytest.raises(
+        ShapeError,
+        match=r"node 'x': parent 'mu' has shape \(5, 3\); expected leading dimension 1 \(broadcast\) or 3",
+    ):
         call_simulator("x", Batch(lambda n, mu: mu), 3, {"mu": np.zeros((5, 3))})
 
 
@@ -260,13 +299,25 @@ def test_as_record_value_only():
 
 @pytest.mark.parametrize(
     ("output", "error", "match"),
-    [(None, OutputTypeError, r"node 'theta': sample_posterior returned NoneType; expected a dict with keys 'value', 'log_prob'"),
-     (FakeTensor(np.zeros((3, 2))), OutputTypeError, r"returned FakeTensor"),
-     ({"value": np.zeros((3, 2))}, OutputTypeError, r"dict without 'log_prob'"),
-     ({"value": np.zeros((3, 2)), "log_prob": np.zeros((3, 1))}, ShapeError,
-      r"node 'theta', key 'theta\.log_prob': sample_posterior returned shape \(3, 1\), expected \(3,\)"),
-     ({"value": np.zeros((2, 2)), "log_prob": np.zeros(3)}, ShapeError,
-      r"key 'theta\.value': sample_posterior returned shape \(2, 2\), expected leading dimension 3")],
+    [
+        (
+            None,
+            OutputTypeError,
+            r"node 'theta': sample_posterior returned NoneType; expected a dict with keys 'value', 'log_prob'",
+        ),
+        (FakeTensor(np.zeros((3, 2))), OutputTypeError, r"returned FakeTensor"),
+        ({"value": np.zeros((3, 2))}, OutputTypeError, r"dict without 'log_prob'"),
+        (
+            {"value": np.zeros((3, 2)), "log_prob": np.zeros((3, 1))},
+            ShapeError,
+            r"node 'theta', key 'theta\.log_prob': sample_posterior returned shape \(3, 1\), expected \(3,\)",
+        ),
+        (
+            {"value": np.zeros((2, 2)), "log_prob": np.zeros(3)},
+            ShapeError,
+            r"key 'theta\.value': sample_posterior returned shape \(2, 2\), expected leading dimension 3",
+        ),
+    ],
     ids=["none", "bare-tensor", "no-log-prob", "log-prob-2d", "short-value"],
 )
 def test_as_record_rejects_bad_outputs(output, error, match):
@@ -288,5 +339,7 @@ def test_finite_rows_spans_every_key():
 
 
 def test_finite_rows_requires_aligned_keys():
-    with pytest.raises(ShapeError, match=r"'x\.value' does not line up(.|\n)*theta\.value +\(4, 2\)"):
+    with pytest.raises(
+        ShapeError, match=r"'x\.value' does not line up(.|\n)*theta\.value +\(4, 2\)"
+    ):
         finite_rows({"theta.value": np.zeros((4, 2)), "x.value": np.zeros((3,))})

@@ -7,12 +7,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 from kestrel_core import _cli, load_config
 from kestrel_core._cli import main
 
-from .test_config import BASE, write_run
+from .test_config import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/config.yml"))
@@ -51,7 +50,9 @@ def test_simulate_writes_one_array_per_node(tmp_path, capsys, no_plugins):
     out_path = tmp_path / "out" / "prior.npz"
     assert main(["simulate", "-c", str(config), "-n", "6", "-o", str(out_path), "--seed", "4"]) == 0
     line = capsys.readouterr().out.strip()
-    assert line.count("\n") == 0 and "6 samples" in line and "seed 4" in line and str(out_path) in line
+    assert (
+        line.count("\n") == 0 and "6 samples" in line and "seed 4" in line and str(out_path) in line
+    )
     with np.load(out_path) as data:
         assert data.files == ["theta", "mu", "x"]
         assert data["theta"].shape == data["mu"].shape == data["x"].shape == (6, 2)
@@ -61,7 +62,9 @@ def test_simulate_same_seed_gives_identical_files(tmp_path, no_plugins, capsys):
     config = write_run(tmp_path)
     paths = [tmp_path / f"{name}.npz" for name in ("a", "b", "c")]
     for path, seed in zip(paths, ("1", "1", "2")):
-        assert main(["simulate", "-c", str(config), "-n", "5", "-o", str(path), "--seed", seed]) == 0
+        assert (
+            main(["simulate", "-c", str(config), "-n", "5", "-o", str(path), "--seed", seed]) == 0
+        )
     assert digest(paths[0]) == digest(paths[1]) != digest(paths[2])
 
 
@@ -76,8 +79,17 @@ def test_simulate_without_seed_prints_the_entropy_that_reproduces_it(tmp_path, n
 def test_overrides_anywhere_on_the_command_line(tmp_path, no_plugins, capsys):
     config = write_run(tmp_path)
     out = tmp_path / "o.npz"
-    argv = ["simulate", "graph.mu.simulator.offset=100.0", "-c", str(config), "-n", "4", "-o", str(out),
-            "graph.x.simulator.sigma=0.0"]
+    argv = [
+        "simulate",
+        "graph.mu.simulator.offset=100.0",
+        "-c",
+        str(config),
+        "-n",
+        "4",
+        "-o",
+        str(out),
+        "graph.x.simulator.sigma=0.0",
+    ]
     assert main(argv) == 0
     with np.load(out) as data:
         np.testing.assert_array_equal(data["x"], data["theta"] + 100.0)
@@ -85,12 +97,27 @@ def test_overrides_anywhere_on_the_command_line(tmp_path, no_plugins, capsys):
 
 def test_user_errors_print_one_message_and_exit_1(tmp_path, capsys, no_plugins):
     config = write_run(tmp_path)
-    assert main(["simulate", "-c", str(config), "-n", "2", "-o", str(tmp_path / "o.npz"),
-                 "graph.x.simulator.sigmaa=1"]) == 1
+    assert (
+        main(
+            [
+                "simulate",
+                "-c",
+                str(config),
+                "-n",
+                "2",
+                "-o",
+                str(tmp_path / "o.npz"),
+                "graph.x.simulator.sigmaa=1",
+            ]
+        )
+        == 1
+    )
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err == ("kestrel simulate: error: graph.x.simulator.sigmaa: unexpected argument "
-                            "(did you mean 'sigma'?)\n")
+    assert captured.err == (
+        "kestrel simulate: error: graph.x.simulator.sigmaa: unexpected argument "
+        "(did you mean 'sigma'?)\n"
+    )
     assert main(["graph", "-c", str(tmp_path / "missing.yml")]) == 1
     assert "config file not found" in capsys.readouterr().err
 
@@ -104,8 +131,16 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch, no_plugins):
         main(["graph", "-c", str(config), "graph.x.simulator.sigmaa=1"])
 
 
-@pytest.mark.parametrize("argv", [["simulate", "-n", "0", "-o", "x.npz"], ["simulate", "-n", "2"],
-                                  ["graph", "--bogus"], ["graph", "positional"], []])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["simulate", "-n", "0", "-o", "x.npz"],
+        ["simulate", "-n", "2"],
+        ["graph", "--bogus"],
+        ["graph", "positional"],
+        [],
+    ],
+)
 def test_usage_errors_exit_2(argv, capsys, no_plugins):
     assert main(argv) == 2
     assert capsys.readouterr().err
@@ -115,7 +150,10 @@ def test_usage_errors_exit_2(argv, capsys, no_plugins):
 def test_layer_command_without_its_package(command, capsys, no_plugins):
     assert main([command, "-c", "config.yml", "posterior"]) == 2
     captured = capsys.readouterr()
-    assert captured.err == f"kestrel {command} needs the kestrel-ray package: pip install kestrel-ray\n"
+    assert (
+        captured.err
+        == f"kestrel {command} needs the kestrel-ray package: pip install kestrel-ray\n"
+    )
 
 
 def test_help_lists_the_layer_commands(capsys, no_plugins):
@@ -133,9 +171,17 @@ def test_plugins_register_sub_commands(monkeypatch, capsys):
         p.add_argument("--timeout", type=float)
         p.set_defaults(func=lambda args: seen.update(vars(args)) or 3)
 
-    monkeypatch.setattr(_cli, "entry_points", lambda group: [FakeEntryPoint("launch", register)] if group == "kestrel.commands" else [])
+    monkeypatch.setattr(
+        _cli,
+        "entry_points",
+        lambda group: [FakeEntryPoint("launch", register)] if group == "kestrel.commands" else [],
+    )
     assert main(["launch", "-c", "my.yml", "--timeout", "5", "buffer.min_samples=2"]) == 3
-    assert seen["config"] == "my.yml" and seen["timeout"] == 5.0 and seen["overrides"] == ["buffer.min_samples=2"]
+    assert (
+        seen["config"] == "my.yml"
+        and seen["timeout"] == 5.0
+        and seen["overrides"] == ["buffer.min_samples=2"]
+    )
     assert main(["--help"]) == 0
     assert "needs kestrel-ray" in capsys.readouterr().out  # sample is still missing
 
@@ -144,20 +190,41 @@ def test_a_broken_plugin_only_breaks_its_command(monkeypatch, tmp_path, capsys):
     broken = FakeEntryPoint("launch", ImportError("No module named 'ray'"))
     monkeypatch.setattr(_cli, "entry_points", lambda group: [broken])
     assert main(["launch"]) == 2
-    assert "kestrel launch: the command failed to load (fake_pkg:launch): ImportError: No module named 'ray'" in capsys.readouterr().err
+    assert (
+        "kestrel launch: the command failed to load (fake_pkg:launch): ImportError: No module named 'ray'"
+        in capsys.readouterr().err
+    )
     assert main(["graph", "-c", str(write_run(tmp_path))]) == 0
 
 
 def test_console_entry_point_runs_without_traceback(tmp_path):
     config = write_run(tmp_path)
-    ok = subprocess.run([sys.executable, "-m", "kestrel_core._cli", "graph", "-c", str(config)],
-                        capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "kestrel_core._cli", "graph", "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0 and "Nodes: 3" in ok.stdout
-    bad = subprocess.run([sys.executable, "-m", "kestrel_core._cli", "graph", "-c", str(config), "buffer.max_sample=1"],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kestrel_core._cli",
+            "graph",
+            "-c",
+            str(config),
+            "buffer.max_sample=1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
-    assert bad.stderr.strip() == ("kestrel graph: error: override 'buffer.max_sample=1': buffer.max_sample: "
-                                  "unknown key 'max_sample' (did you mean 'max_samples'?)")
+    assert bad.stderr.strip() == (
+        "kestrel graph: error: override 'buffer.max_sample=1': buffer.max_sample: "
+        "unknown key 'max_sample' (did you mean 'max_samples'?)"
+    )
 
 
 # --- the examples -----------------------------------------------------------------------------
@@ -167,7 +234,12 @@ def test_console_entry_point_runs_without_traceback(tmp_path):
 def test_every_example_config_loads_and_simulates(example, tmp_path, capsys, no_plugins):
     config = example / "config.yml"
     assert main(["graph", "-c", str(config)]) == 0
-    assert main(["simulate", "-c", str(config), "-n", "3", "-o", str(tmp_path / "s.npz"), "--seed", "0"]) == 0
+    assert (
+        main(
+            ["simulate", "-c", str(config), "-n", "3", "-o", str(tmp_path / "s.npz"), "--seed", "0"]
+        )
+        == 0
+    )
     cfg = load_config(config)
     with np.load(tmp_path / "s.npz") as data:
         assert data.files == list(cfg.graph.nodes)
@@ -179,7 +251,13 @@ def test_example05_prior_simulation(tmp_path, capsys, no_plugins):
     config = ROOT / "examples" / "05_linear_regression" / "config.yml"
     files = [tmp_path / "p1.npz", tmp_path / "p2.npz"]
     for path in files:
-        assert main(["simulate", "-c", str(config), "-n", "1000", "-o", str(path), "--seed", "0"]) == 0
+        assert (
+            main(["simulate", "-c", str(config), "-n", "1000", "-o", str(path), "--seed", "0"]) == 0
+        )
     with np.load(files[0]) as data:
-        assert {k: data[k].shape for k in data.files} == {"theta": (1000, 10), "mu": (1000, 1000), "x": (1000, 1000)}
+        assert {k: data[k].shape for k in data.files} == {
+            "theta": (1000, 10),
+            "mu": (1000, 1000),
+            "x": (1000, 1000),
+        }
     assert digest(files[0]) == digest(files[1])

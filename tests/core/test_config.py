@@ -1,7 +1,6 @@
 """load_config: YAML / mapping / DictConfig sources, overrides, run_dir, schema checks (K17)."""
 
 import copy
-import os
 import sys
 import textwrap
 from pathlib import Path
@@ -29,19 +28,27 @@ BASE = {
     "buffer": {"min_samples": 4, "max_samples": 8, "validation_samples": 2},
     "graph": {
         "theta": {
-            "simulator": {"_target_": "kestrel_core.Product", "priors": [["uniform", 0.0, 1.0], ["normal", 0.0, 1.0]]},
+            "simulator": {
+                "_target_": "kestrel_core.Product",
+                "priors": [["uniform", 0.0, 1.0], ["normal", 0.0, 1.0]],
+            },
             "evidence": ["x"],
             "scaffolds": ["mu"],
         },
         "mu": {"simulator": {"_target_": "model.Shift", "offset": 1.0}, "parents": ["theta"]},
-        "x": {"simulator": {"_target_": "model.Noise", "sigma": 0.1}, "parents": ["mu"], "observed": "data/obs.npy"},
+        "x": {
+            "simulator": {"_target_": "model.Noise", "sigma": 0.1},
+            "parents": ["mu"],
+            "observed": "data/obs.npy",
+        },
     },
     "sample": {"posterior": {"n": 100}},
 }
 
 
-def write_run(tmp_path, config=None, *, obs=np.zeros(2)):
+def write_run(tmp_path, config=None, *, obs=None):
     """config.yml + model.py + data/obs.npy in ``tmp_path``; returns the config path."""
+    obs = np.zeros(2) if obs is None else obs
     (tmp_path / "model.py").write_text(Path(graph_models.__file__).read_text())
     (tmp_path / "data").mkdir(exist_ok=True)
     np.save(tmp_path / "data" / "obs.npy", obs)
@@ -76,8 +83,16 @@ def load(tmp_path, config=None, *args, **kwargs):
 def test_yaml_config_loads_into_frozen_dataclasses(tmp_path):
     cfg = load(tmp_path)
     assert isinstance(cfg, RunConfig)
-    assert cfg.buffer == BufferConfig(4, 8, 2, simulate_count=64, simulate_interval=1.0,
-                                      simulate_when_full=True, snapshot_every=0, initial_samples_path=None)
+    assert cfg.buffer == BufferConfig(
+        4,
+        8,
+        2,
+        simulate_count=64,
+        simulate_interval=1.0,
+        simulate_when_full=True,
+        snapshot_every=0,
+        initial_samples_path=None,
+    )
     assert cfg.base_dir == str(tmp_path)
     assert cfg.graph.forward_order == ["theta", "mu", "x"]
     assert cfg.graph.inference_order == ["x", "theta"]
@@ -115,7 +130,9 @@ def test_mapping_and_dictconfig_sources_are_not_modified(tmp_path):
     data["paths"] = {"imports": [str(tmp_path)]}
     data["graph"]["x"]["observed"] = str(tmp_path / "data" / "obs.npy")
     before = copy.deepcopy(data)
-    load_config(data, ["graph.x.simulator.sigma=0.5", "buffer.min_samples=5"], run_dir=str(tmp_path / "r"))
+    load_config(
+        data, ["graph.x.simulator.sigma=0.5", "buffer.min_samples=5"], run_dir=str(tmp_path / "r")
+    )
     assert data == before
     dc = OmegaConf.create(data)
     snapshot = OmegaConf.to_yaml(dc)
@@ -126,13 +143,21 @@ def test_mapping_and_dictconfig_sources_are_not_modified(tmp_path):
 
 def test_python_objects_in_a_mapping_source():
     obs = np.arange(3.0)
-    cfg = load_config({"graph": {"z": {"simulator": graph_models.Gauss, "observed": obs},
-                                 "w": {"simulator": graph_models.Gauss(dim=2)}}})
+    cfg = load_config(
+        {
+            "graph": {
+                "z": {"simulator": graph_models.Gauss, "observed": obs},
+                "w": {"simulator": graph_models.Gauss(dim=2)},
+            }
+        }
+    )
     assert cfg.graph.nodes["z"].simulator.target is graph_models.Gauss
     np.testing.assert_array_equal(cfg.graph.observations["z"], obs)
     assert cfg.to_dict()["graph"]["z"]["observed"] == "<array shape (3,) float64>"
     assert cfg.to_dict()["graph"]["z"]["simulator"] == "tests.core.graph_models.Gauss"
-    assert cfg.to_dict()["graph"]["w"]["simulator"].startswith("<tests.core.graph_models.Gauss instance")
+    assert cfg.to_dict()["graph"]["w"]["simulator"].startswith(
+        "<tests.core.graph_models.Gauss instance"
+    )
 
 
 def test_missing_file_and_bad_yaml(tmp_path):
@@ -152,8 +177,17 @@ def test_missing_file_and_bad_yaml(tmp_path):
 
 
 def test_overrides_set_values_and_new_simulator_kwargs(tmp_path):
-    cfg = load(tmp_path, None, ["graph.x.simulator.sigma=0.2", "buffer.simulate_count=32",
-                                 "graph.x.parents=[theta]", "sample.ppd.n=7", "ray.num_cpus=2"])
+    cfg = load(
+        tmp_path,
+        None,
+        [
+            "graph.x.simulator.sigma=0.2",
+            "buffer.simulate_count=32",
+            "graph.x.parents=[theta]",
+            "sample.ppd.n=7",
+            "ray.num_cpus=2",
+        ],
+    )
     assert cfg.graph.nodes["x"].simulator.kwargs == {"sigma": 0.2}
     assert cfg.graph.nodes["x"].parents == ("theta",)
     assert cfg.buffer.simulate_count == 32
@@ -169,10 +203,19 @@ def test_override_adds_a_kwarg_to_a_string_simulator(tmp_path):
 @pytest.mark.parametrize(
     "override, expected",
     [
-        ("buffer.max_sample=3", "buffer.max_sample: unknown key 'max_sample' (did you mean 'max_samples'?)"),
+        (
+            "buffer.max_sample=3",
+            "buffer.max_sample: unknown key 'max_sample' (did you mean 'max_samples'?)",
+        ),
         ("graph.thta.simulator.sigma=1", "graph.thta: unknown node 'thta' (did you mean 'theta'?)"),
-        ("graph.x.parent=[mu]", "graph.x.parent: unknown node key 'parent' (did you mean 'parents'?)"),
-        ("graph.x.ray.num_gpu=1", "graph.x.ray.num_gpu: unknown Ray actor option 'num_gpu' (did you mean 'num_gpus'?)"),
+        (
+            "graph.x.parent=[mu]",
+            "graph.x.parent: unknown node key 'parent' (did you mean 'parents'?)",
+        ),
+        (
+            "graph.x.ray.num_gpu=1",
+            "graph.x.ray.num_gpu: unknown Ray actor option 'num_gpu' (did you mean 'num_gpus'?)",
+        ),
         ("sample.posterior.m=1", "sample.posterior.m: unknown key 'm'"),
         ("buffr.min_samples=1", "unknown top-level key 'buffr' (did you mean 'buffer'?)"),
         ("buffer.min_samples", "expected key=value"),
@@ -202,7 +245,12 @@ def test_run_dir_sets_path_defaults_and_interpolation(tmp_path):
 
 def test_without_run_dir_paths_are_none_and_other_uses_fail(tmp_path):
     cfg = load(tmp_path)
-    assert (cfg.run_dir, cfg.paths.graph, cfg.paths.samples, cfg.paths.buffer) == (None, None, None, None)
+    assert (cfg.run_dir, cfg.paths.graph, cfg.paths.samples, cfg.paths.buffer) == (
+        None,
+        None,
+        None,
+        None,
+    )
     with pytest.raises(ConfigError, match=r"graph\.x\.simulator\.sigma: uses \$\{run_dir\}"):
         load(tmp_path, with_(graph__x__simulator__sigma="${run_dir}"))
 
@@ -211,11 +259,17 @@ def test_k15_reload_for_a_second_run_dir_writes_only_there(tmp_path):
     cfg1 = load(tmp_path, None, run_dir=str(tmp_path / "run1"))
     cfg2 = load_config(cfg1, run_dir=str(tmp_path / "run2"))
     assert cfg1.paths.graph == str(tmp_path / "run1" / "graph")
-    assert all(p.startswith(str(tmp_path / "run2")) for p in (cfg2.paths.graph, cfg2.paths.samples, cfg2.paths.buffer))
+    assert all(
+        p.startswith(str(tmp_path / "run2"))
+        for p in (cfg2.paths.graph, cfg2.paths.samples, cfg2.paths.buffer)
+    )
 
 
 def test_imports_and_initial_samples_path_are_relative_to_the_config(tmp_path):
-    cfg = load(tmp_path, with_(paths={"imports": [".", "lib"]}, buffer__initial_samples_path="samples/prior"))
+    cfg = load(
+        tmp_path,
+        with_(paths={"imports": [".", "lib"]}, buffer__initial_samples_path="samples/prior"),
+    )
     assert cfg.paths.imports == (str(tmp_path), str(tmp_path / "lib"))
     assert cfg.buffer.initial_samples_path == str(tmp_path / "samples" / "prior")
 
@@ -252,15 +306,35 @@ def test_buffer_section_is_optional_but_its_counts_are_required(tmp_path):
         ("ray", [1], "ray: expected a mapping"),
         ("logging", {"lvl": "INFO"}, "logging.lvl: unknown key 'lvl' (did you mean 'level'?)"),
         ("paths", {"sample": "s"}, "paths.sample: unknown key 'sample' (did you mean 'samples'?)"),
-        ("sample", {"posterior": {"n": 1.5}}, "sample.posterior.n: expected an integer ≥ 0, found 1.5"),
-        ("sample", {"posteriors": {"n": 1}}, "sample.posteriors: unknown sample mode 'posteriors' (did you mean 'posterior'?)"),
-        ("sample", {"posterior": {"exclude_keys": ["mu", "tehta"]}}, "sample.posterior.exclude_keys[1]: unknown node 'tehta' (did you mean 'theta'?)"),
-        ("graph__x__parens", ["mu"], "graph.x.parens: unknown node key 'parens' (did you mean 'parents'?)"),
+        (
+            "sample",
+            {"posterior": {"n": 1.5}},
+            "sample.posterior.n: expected an integer ≥ 0, found 1.5",
+        ),
+        (
+            "sample",
+            {"posteriors": {"n": 1}},
+            "sample.posteriors: unknown sample mode 'posteriors' (did you mean 'posterior'?)",
+        ),
+        (
+            "sample",
+            {"posterior": {"exclude_keys": ["mu", "tehta"]}},
+            "sample.posterior.exclude_keys[1]: unknown node 'tehta' (did you mean 'theta'?)",
+        ),
+        (
+            "graph__x__parens",
+            ["mu"],
+            "graph.x.parens: unknown node key 'parens' (did you mean 'parents'?)",
+        ),
         ("graph__x__num_actors", 0, "graph.x.num_actors: expected an integer ≥ 1, found 0"),
         ("graph__x__sample_chunk_size", 1.5, "graph.x.sample_chunk_size: expected an integer ≥ 0"),
         ("graph__x__parents", 3, "graph.x.parents: expected a list of node names"),
         ("graph__x__simulator", [1, 2], "graph.x.simulator: expected a '_target_' path"),
-        ("graph__x__simulator", {"sigma": 1}, "graph.x.simulator: a mapping needs a '_target_' key"),
+        (
+            "graph__x__simulator",
+            {"sigma": 1},
+            "graph.x.simulator: a mapping needs a '_target_' key",
+        ),
         ("graph__x__observed", "data/missing.npy", "graph.x.observed: observation file not found"),
     ],
 )
@@ -271,7 +345,9 @@ def test_invalid_values_name_the_key_path(tmp_path, key, value, expected):
 
 
 def test_sample_keys_accept_lists_and_comma_strings(tmp_path):
-    cfg = load(tmp_path, with_(sample={"ppd": {"n": 3, "exclude_keys": "mu, x", "add_keys": ["theta"]}}))
+    cfg = load(
+        tmp_path, with_(sample={"ppd": {"n": 3, "exclude_keys": "mu, x", "add_keys": ["theta"]}})
+    )
     assert cfg.sample["ppd"] == SampleConfig(n=3, exclude_keys=("mu", "x"), add_keys=("theta",))
 
 
@@ -290,7 +366,9 @@ def test_all_problems_are_reported_together(tmp_path):
 
 
 def test_graph_structure_errors_are_graph_errors(tmp_path):
-    with pytest.raises(GraphError, match=r"graph: cycle in parents: theta -> x -> mu -> theta|cycle"):
+    with pytest.raises(
+        GraphError, match=r"graph: cycle in parents: theta -> x -> mu -> theta|cycle"
+    ):
         load(tmp_path, with_(graph__theta__parents=["x"]))
     with pytest.raises(KestrelError, match=r"graph\.x\.y: node name 'x\.y' must be an identifier"):
         load_config({"graph": {"x.y": {"simulator": "model.Noise"}}}, check_targets=())
@@ -302,34 +380,57 @@ def test_graph_structure_errors_are_graph_errors(tmp_path):
 def test_simulator_kwarg_typo_is_caught_with_a_suggestion(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, with_(graph__x__simulator__sigmaa=0.1))
-    assert "graph.x.simulator.sigmaa: unexpected argument (did you mean 'sigma'?)" in str(info.value)
+    assert "graph.x.simulator.sigmaa: unexpected argument (did you mean 'sigma'?)" in str(
+        info.value
+    )
 
 
 def test_missing_required_argument_and_nested_targets_are_checked(tmp_path):
-    with pytest.raises(ConfigError, match=r"graph\.mu\.simulator: missing required argument 'scale'"):
-        load(tmp_path, with_(graph__mu__simulator={"_target_": "model.Needs"}, graph__x__parents=["theta"]))
-    nested = {"_target_": "model.Needs", "scale": 2, "inner": {"_target_": "model.Inner", "widht": 3}}
+    with pytest.raises(
+        ConfigError, match=r"graph\.mu\.simulator: missing required argument 'scale'"
+    ):
+        load(
+            tmp_path,
+            with_(graph__mu__simulator={"_target_": "model.Needs"}, graph__x__parents=["theta"]),
+        )
+    nested = {
+        "_target_": "model.Needs",
+        "scale": 2,
+        "inner": {"_target_": "model.Inner", "widht": 3},
+    }
     with pytest.raises(ConfigError) as info:
         load(tmp_path, with_(graph__mu__simulator=nested, graph__x__parents=["theta"]))
-    assert "graph.mu.simulator.inner.widht: unexpected argument (did you mean 'width'?)" in str(info.value)
+    assert "graph.mu.simulator.inner.widht: unexpected argument (did you mean 'width'?)" in str(
+        info.value
+    )
 
 
 def test_unimportable_targets_name_the_key(tmp_path):
     with pytest.raises(ConfigError) as info:
-        load(tmp_path, with_(graph__x__simulator__name_="x", graph__mu__simulator={"_target_": "model.Shfit"}))
+        load(
+            tmp_path,
+            with_(graph__x__simulator__name_="x", graph__mu__simulator={"_target_": "model.Shfit"}),
+        )
     assert "graph.mu.simulator._target_: cannot import 'model.Shfit'" in str(info.value)
     assert "did you mean 'Shift'?" in str(info.value)
 
 
 def test_estimator_targets_are_checked_only_when_asked(tmp_path):
-    config = with_(graph__theta__estimator={"_target_": "model.Inner", "widht": 2,
-                                           "embedding": {"_target_": "nowhere.Net", "_input_": ["x"]}})
+    config = with_(
+        graph__theta__estimator={
+            "_target_": "model.Inner",
+            "widht": 2,
+            "embedding": {"_target_": "nowhere.Net", "_input_": ["x"]},
+        }
+    )
     cfg = load(tmp_path, config)  # the default checks simulators only
     assert cfg.graph.latents == ["theta"]
     assert cfg.graph.nodes["theta"].estimator.kwargs["embedding"]["_input_"] == ["x"]
     with pytest.raises(ConfigError) as info:
         load(tmp_path, config, check_targets=("simulator", "estimator"))
-    assert "graph.theta.estimator.widht: unexpected argument (did you mean 'width'?)" in str(info.value)
+    assert "graph.theta.estimator.widht: unexpected argument (did you mean 'width'?)" in str(
+        info.value
+    )
     assert "nowhere" not in str(info.value)  # _input_ embedding specs are kestrel-torch's
     with pytest.raises(ConfigError, match="check_targets"):
         load(tmp_path, None, check_targets=("simulatr",))
@@ -346,7 +447,9 @@ def test_targets_are_not_imported_when_not_checked(tmp_path):
 def test_k17_buffer_key_typo(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, with_(buffer__max_sample=1000))
-    assert "buffer.max_sample: unknown key 'max_sample' (did you mean 'max_samples'?)" in str(info.value)
+    assert "buffer.max_sample: unknown key 'max_sample' (did you mean 'max_samples'?)" in str(
+        info.value
+    )
 
 
 def test_k17_unknown_top_level_key(tmp_path):
@@ -367,14 +470,21 @@ def test_k17_empty_sample_section_loads_but_sampling_requires_n(tmp_path):
 def test_k17_node_ray_option_typo(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, with_(graph__x__ray={"num_gpu": 1}))
-    assert "graph.x.ray.num_gpu: unknown Ray actor option 'num_gpu' (did you mean 'num_gpus'?)" in str(info.value)
-    assert load(tmp_path, with_(graph__x__ray={"num_gpus": 0, "num_cpus": 1})).graph.nodes["x"].ray == {
-        "num_gpus": 0, "num_cpus": 1}
+    assert (
+        "graph.x.ray.num_gpu: unknown Ray actor option 'num_gpu' (did you mean 'num_gpus'?)"
+        in str(info.value)
+    )
+    assert load(tmp_path, with_(graph__x__ray={"num_gpus": 0, "num_cpus": 1})).graph.nodes[
+        "x"
+    ].ray == {"num_gpus": 0, "num_cpus": 1}
 
 
 def test_k17_prior_low_above_high_names_the_parameter(tmp_path):
     with pytest.raises(ConfigError) as info:
-        load(tmp_path, with_(graph__theta__simulator__priors=[["normal", 0.0, 1.0], ["uniform", 1.0, 0.0]]))
+        load(
+            tmp_path,
+            with_(graph__theta__simulator__priors=[["normal", 0.0, 1.0], ["uniform", 1.0, 0.0]]),
+        )
     assert str(info.value).startswith("graph.theta.simulator.priors[1]")
     with pytest.raises(ConfigError, match=r"graph\.theta\.simulator\.priors\[0\]"):
         load(tmp_path, with_(graph__theta__simulator__priors=[["normal", 0.0, -1.0]]))
@@ -388,7 +498,11 @@ def test_k17_unknown_parent_with_suggestion(tmp_path):
 
 
 def test_k17_nested_targets_are_instantiated(tmp_path):
-    nested = {"_target_": "model.Needs", "scale": 2, "inner": {"_target_": "model.Inner", "width": 3}}
+    nested = {
+        "_target_": "model.Needs",
+        "scale": 2,
+        "inner": {"_target_": "model.Inner", "width": 3},
+    }
     cfg = load(tmp_path, with_(graph__mu__simulator=nested, graph__x__parents=["theta"]))
     sim = cfg.graph.nodes["mu"].simulator.build()
     assert type(sim.inner).__name__ == "Inner" and sim.inner.width == 3

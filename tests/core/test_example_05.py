@@ -56,11 +56,16 @@ def test_simulators_through_the_boundary(model):
 
 def test_committed_observation_and_its_posterior(model, obs):
     assert {k: v.shape for k, v in obs.items()} == {
-        "x": (1000,), "theta_true": (10,), "posterior_mean": (10,), "posterior_cov": (10, 10)}
+        "x": (1000,),
+        "theta_true": (10,),
+        "posterior_mean": (10,),
+        "posterior_cov": (10, 10),
+    }
     phi, sigma = model.design_matrix(), 0.1
     precision = phi.T @ phi / sigma**2 + np.eye(10)  # independent route: solve, not inv
-    np.testing.assert_allclose(obs["posterior_mean"], np.linalg.solve(precision, phi.T @ obs["x"]) / sigma**2,
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        obs["posterior_mean"], np.linalg.solve(precision, phi.T @ obs["x"]) / sigma**2, rtol=1e-12
+    )
     np.testing.assert_allclose(obs["posterior_cov"] @ precision, np.eye(10), atol=1e-12)
     std = np.sqrt(np.diag(obs["posterior_cov"]))
     assert (np.abs(obs["posterior_mean"] - obs["theta_true"]) < 5 * std).all()
@@ -74,10 +79,14 @@ def test_k35_make_observation_reproduces_the_committed_arrays(obs, tmp_path, bla
     signal, the inverse behind the posterior) only to a tolerance, since their last digits
     depend on the BLAS build and its thread count."""
     out = tmp_path / "obs.npz"
-    code = ("import numpy as np, make_observation as m; "
-            f"np.savez({str(out)!r}, **m.make())")
-    env = {**os.environ, **{var: blas_threads for var in (
-        "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}}
+    code = f"import numpy as np, make_observation as m; np.savez({str(out)!r}, **m.make())"
+    env = {
+        **os.environ,
+        **{
+            var: blas_threads
+            for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+        },
+    }
     subprocess.run([sys.executable, "-c", code], cwd=EXAMPLE / "data", check=True, env=env)
     with np.load(out) as fresh:
         assert sorted(fresh.files) == sorted(obs)
@@ -93,5 +102,10 @@ def test_config_prior_is_a_standard_normal_in_ten_dimensions():
     assert prior.specs == [["normal", 0.0, 1.0]] * 10
     assert theta["simulator"]["_target_"] == "kestrel_core.Product"
     assert (theta["evidence"], theta["scaffolds"]) == (["x"], ["mu"])
-    assert cfg["buffer"] == {"min_samples": 2048, "max_samples": 2048, "validation_samples": 1024,
-                             "simulate_count": 128, "simulate_interval": 0.1}
+    assert cfg["buffer"] == {
+        "min_samples": 2048,
+        "max_samples": 2048,
+        "validation_samples": 1024,
+        "simulate_count": 128,
+        "simulate_interval": 0.1,
+    }

@@ -18,15 +18,25 @@ from kestrel_core import (
 
 from . import graph_models as gm
 
-PRIOR = {"_target_": "kestrel_core.Product", "priors": [["uniform", 0.0, 1.0], ["normal", 0.0, 1.0]]}
+PRIOR = {
+    "_target_": "kestrel_core.Product",
+    "priors": [["uniform", 0.0, 1.0], ["normal", 0.0, 1.0]],
+}
 
 
 def chain(chunk=0, observed=None):
-    return (Graph()
-            .add_node("theta", PRIOR, sample_chunk_size=chunk)
-            .add_node("mu", gm.Shift, parents=["theta"])
-            .add_node("x", {"_target_": "tests.core.graph_models.Noise", "sigma": 0.5},
-                      parents=["mu"], observed=observed, sample_chunk_size=chunk))
+    return (
+        Graph()
+        .add_node("theta", PRIOR, sample_chunk_size=chunk)
+        .add_node("mu", gm.Shift, parents=["theta"])
+        .add_node(
+            "x",
+            {"_target_": "tests.core.graph_models.Noise", "sigma": 0.5},
+            parents=["mu"],
+            observed=observed,
+            sample_chunk_size=chunk,
+        )
+    )
 
 
 def test_trace_keys_shapes_and_values():
@@ -46,7 +56,9 @@ def test_same_seed_is_bit_identical_and_other_seeds_differ():
         assert a[key].tobytes() == b[key].tobytes()
     c = sample_forward(chain(), 20, seed=8)
     assert not np.array_equal(a["x.value"], c["x.value"])
-    assert not np.array_equal(sample_forward(chain(), 20)["theta.value"], sample_forward(chain(), 20)["theta.value"])
+    assert not np.array_equal(
+        sample_forward(chain(), 20)["theta.value"], sample_forward(chain(), 20)["theta.value"]
+    )
 
 
 def test_streams_follow_the_documented_scheme():
@@ -84,12 +96,21 @@ def test_simulator_built_once_per_call():
 
 
 def test_parents_are_passed_in_listed_order_and_per_sample_simulate_works():
-    g = (Graph().add_node("a", gm.Gauss, estimator=None).add_node("b", {"_target_": "tests.core.graph_models.Gauss", "dim": 1})
-         .add_node("ab", gm.Concat, parents=["a", "b"]).add_node("ba", gm.Concat, parents=["b", "a"])
-         .add_node("twice", gm.PerSample, parents=["a"]))
+    g = (
+        Graph()
+        .add_node("a", gm.Gauss, estimator=None)
+        .add_node("b", {"_target_": "tests.core.graph_models.Gauss", "dim": 1})
+        .add_node("ab", gm.Concat, parents=["a", "b"])
+        .add_node("ba", gm.Concat, parents=["b", "a"])
+        .add_node("twice", gm.PerSample, parents=["a"])
+    )
     t = sample_forward(g, 5, seed=0)
-    np.testing.assert_array_equal(t["ab.value"], np.concatenate([t["a.value"], t["b.value"]], axis=1))
-    np.testing.assert_array_equal(t["ba.value"], np.concatenate([t["b.value"], t["a.value"]], axis=1))
+    np.testing.assert_array_equal(
+        t["ab.value"], np.concatenate([t["a.value"], t["b.value"]], axis=1)
+    )
+    np.testing.assert_array_equal(
+        t["ba.value"], np.concatenate([t["b.value"], t["a.value"]], axis=1)
+    )
     np.testing.assert_array_equal(t["twice.value"], 2 * t["a.value"])
 
 
@@ -119,9 +140,14 @@ def test_conditioning_a_node_does_not_shift_other_streams():
 
 
 def test_bad_conditions():
-    with pytest.raises(ShapeError, match=r"condition 'theta' has leading dimension 5; expected 1 \(broadcast\) or 100"):
+    with pytest.raises(
+        ShapeError,
+        match=r"condition 'theta' has leading dimension 5; expected 1 \(broadcast\) or 100",
+    ):
         sample_forward(chain(), 100, conditions={"theta": np.zeros((5, 2))})
-    with pytest.raises(GraphError, match=r"conditions: unknown node 'thta' \(did you mean 'theta'\?\)"):
+    with pytest.raises(
+        GraphError, match=r"conditions: unknown node 'thta' \(did you mean 'theta'\?\)"
+    ):
         sample_forward(chain(), 3, conditions={"thta": np.zeros((3, 2))})
     with pytest.raises(ShapeError, match="shape \\(\\)"):
         sample_forward(chain(), 3, conditions={"theta": 1.0})
@@ -140,13 +166,19 @@ def test_invalid_graph_and_failing_simulator_are_named():
         sample_forward(Graph().add_node("x", gm.Shift, parents=["thta"]), 2)
     with pytest.raises(ConfigError, match=r"graph\.x\.simulator: cannot import 'nowhere_mod\.Sim'"):
         sample_forward(Graph().add_node("x", "nowhere_mod.Sim"), 2)
-    with pytest.raises(SimulatorError, match=r"node 'x': building simulator tests\.core\.graph_models\.Needs failed: TypeError"):
+    with pytest.raises(
+        SimulatorError,
+        match=r"node 'x': building simulator tests\.core\.graph_models\.Needs failed: TypeError",
+    ):
         sample_forward(Graph().add_node("x", gm.Needs), 2)
 
 
 def test_k08_observation_checked_against_simulated_shape():
     assert sample_forward(chain(observed=np.zeros(2)), 3, seed=0)["x.value"].shape == (3, 2)
-    with pytest.raises(ShapeError, match=r"node 'x': 5 observations given, one expected \(per-sample shape \(2,\)\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"node 'x': 5 observations given, one expected \(per-sample shape \(2,\)\)",
+    ):
         sample_forward(chain(observed=np.zeros((5, 2))), 3, seed=0)
     with pytest.raises(ShapeError, match=r"node 'x': observation has shape \(\)"):
         sample_forward(chain(observed=np.float64(1.0)), 3, seed=0)
@@ -156,7 +188,11 @@ def test_k08_observation_checked_against_simulated_shape():
 
 
 def test_scalar_per_sample_shape():
-    g = Graph().add_node("theta", gm.Gauss).add_node("s", gm.Scalar, parents=["theta"], observed=np.float64(0.5))
+    g = (
+        Graph()
+        .add_node("theta", gm.Gauss)
+        .add_node("s", gm.Scalar, parents=["theta"], observed=np.float64(0.5))
+    )
     t = sample_forward(g, 4, seed=0)
     assert t["s.value"].shape == (4,)
     np.testing.assert_allclose(t["s.value"], t["theta.value"].sum(axis=1))

@@ -7,7 +7,16 @@ import sys
 import numpy as np
 import pytest
 
-from kestrel_core import ConfigError, Graph, GraphError, Node, Product, Spec, import_target, instantiate
+from kestrel_core import (
+    ConfigError,
+    Graph,
+    GraphError,
+    Node,
+    Product,
+    Spec,
+    import_target,
+    instantiate,
+)
 
 from . import graph_models as gm
 
@@ -40,17 +49,21 @@ def test_add_node_is_chainable_and_keeps_config_order():
 
 
 def test_simulator_forms_become_specs():
-    g = (Graph()
-         .add_node("a", "tests.core.graph_models.Gauss")
-         .add_node("b", {"_target_": "tests.core.graph_models.Gauss", "dim": 2})
-         .add_node("c", gm.Gauss)
-         .add_node("d", gm.Gauss(dim=4))
-         .add_node("e", Spec(gm.Gauss, {"dim": 5})))
+    g = (
+        Graph()
+        .add_node("a", "tests.core.graph_models.Gauss")
+        .add_node("b", {"_target_": "tests.core.graph_models.Gauss", "dim": 2})
+        .add_node("c", gm.Gauss)
+        .add_node("d", gm.Gauss(dim=4))
+        .add_node("e", Spec(gm.Gauss, {"dim": 5}))
+    )
     specs = {n: node.simulator for n, node in g.nodes.items()}
     assert specs["a"] == Spec("tests.core.graph_models.Gauss", {})
     assert specs["b"].kwargs == {"dim": 2}
     assert specs["c"].target is gm.Gauss and not specs["c"].is_live
-    assert specs["d"].is_live and specs["d"].target_name == "<tests.core.graph_models.Gauss instance>"
+    assert (
+        specs["d"].is_live and specs["d"].target_name == "<tests.core.graph_models.Gauss instance>"
+    )
     assert [s.build().dim for s in specs.values()] == [3, 2, 3, 4, 5]
     assert specs["d"].build() is specs["d"].target
     assert specs["c"].build() is not specs["c"].build()
@@ -70,9 +83,14 @@ def test_duplicate_node_and_bad_fields():
         g.add_node("b", None)
     with pytest.raises(ConfigError, match=r"graph\.b\.parents\[1\]: expected a node name"):
         g.add_node("b", gm.Gauss, parents=["a", 2])
-    with pytest.raises(ConfigError, match=r"graph\.b\.num_actors: expected an integer ≥ 1, found True"):
+    with pytest.raises(
+        ConfigError, match=r"graph\.b\.num_actors: expected an integer ≥ 1, found True"
+    ):
         g.add_node("b", gm.Gauss, num_actors=True)
-    with pytest.raises(ConfigError, match=r"graph\.b\.ray\.num_gpu: unknown Ray actor option 'num_gpu' \(did you mean 'num_gpus'\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"graph\.b\.ray\.num_gpu: unknown Ray actor option 'num_gpu' \(did you mean 'num_gpus'\?\)",
+    ):
         g.add_node("b", gm.Gauss, ray={"num_gpu": 1})
     with pytest.raises(ConfigError, match="live instance; it takes no kwargs"):
         Spec(gm.Gauss(), {"dim": 1})
@@ -117,10 +135,12 @@ def test_unknown_reference_names_key_path_and_suggestion():
 
 
 def test_every_structure_problem_is_listed():
-    g = (Graph()
-         .add_node("a", gm.Gauss, evidence=["a"], scaffolds=["zz"])
-         .add_node("b", gm.Gauss, estimator="m.Est", parents=["a", "a"])
-         .add_node("c", gm.Gauss, estimator="m.Est", evidence=["a"], observed=np.zeros(1)))
+    g = (
+        Graph()
+        .add_node("a", gm.Gauss, evidence=["a"], scaffolds=["zz"])
+        .add_node("b", gm.Gauss, estimator="m.Est", parents=["a", "a"])
+        .add_node("c", gm.Gauss, estimator="m.Est", evidence=["a"], observed=np.zeros(1))
+    )
     with pytest.raises(GraphError) as info:
         g.validate()
     text = str(info.value)
@@ -136,12 +156,17 @@ def test_every_structure_problem_is_listed():
 
 
 def test_cycle_is_named():
-    g = (Graph().add_node("a", gm.Shift, parents=["c"]).add_node("b", gm.Shift, parents=["a"])
-         .add_node("c", gm.Shift, parents=["b"]).add_node("d", gm.Gauss))
+    g = (
+        Graph()
+        .add_node("a", gm.Shift, parents=["c"])
+        .add_node("b", gm.Shift, parents=["a"])
+        .add_node("c", gm.Shift, parents=["b"])
+        .add_node("d", gm.Gauss)
+    )
     with pytest.raises(GraphError, match=r"graph: cycle in parents: a -> c -> b -> a"):
         g.validate()
     with pytest.raises(GraphError, match="cycle"):
-        g.forward_order
+        _ = g.forward_order
 
 
 def test_empty_graph_is_invalid():
@@ -153,11 +178,13 @@ def test_empty_graph_is_invalid():
 
 
 def test_forward_order_is_topological_with_ties_in_config_order():
-    g = (Graph()
-         .add_node("x", gm.Concat, parents=["b", "a"])
-         .add_node("b", gm.Gauss)
-         .add_node("m", gm.Shift, parents=["a"])
-         .add_node("a", gm.Gauss))
+    g = (
+        Graph()
+        .add_node("x", gm.Concat, parents=["b", "a"])
+        .add_node("b", gm.Gauss)
+        .add_node("m", gm.Shift, parents=["a"])
+        .add_node("a", gm.Gauss)
+    )
     assert g.forward_order == ["b", "a", "x", "m"]
 
 
@@ -171,27 +198,35 @@ def test_inference_order_of_example05():
 
 def test_inference_order_includes_deterministic_intermediates():
     # theta → x (observed) → s (summary of x) → theta's evidence; plus an unrelated node
-    g = (Graph()
-         .add_node("theta", PRIOR, estimator="m.Est", evidence=["s"])
-         .add_node("other", gm.Gauss)
-         .add_node("s", gm.Shift, parents=["x"])
-         .add_node("x", gm.Noise, parents=["theta"], observed=np.zeros(3)))
+    g = (
+        Graph()
+        .add_node("theta", PRIOR, estimator="m.Est", evidence=["s"])
+        .add_node("other", gm.Gauss)
+        .add_node("s", gm.Shift, parents=["x"])
+        .add_node("x", gm.Noise, parents=["theta"], observed=np.zeros(3))
+    )
     assert g.inference_order == ["x", "s", "theta"]
 
 
 def test_hierarchical_latents_follow_their_evidence():
-    g = (Graph()
-         .add_node("hyper", PRIOR, estimator="m.Est", evidence=["theta", "x"])
-         .add_node("theta", gm.Shift, parents=["hyper"], estimator="m.Est", evidence=["x"])
-         .add_node("x", gm.Noise, parents=["theta"], observed=np.zeros(3)))
+    g = (
+        Graph()
+        .add_node("hyper", PRIOR, estimator="m.Est", evidence=["theta", "x"])
+        .add_node("theta", gm.Shift, parents=["hyper"], estimator="m.Est", evidence=["x"])
+        .add_node("x", gm.Noise, parents=["theta"], observed=np.zeros(3))
+    )
     assert g.inference_order == ["x", "theta", "hyper"]
 
 
 def test_evidence_depending_on_its_latent_is_an_inference_cycle():
-    g = (Graph()
-         .add_node("theta", PRIOR, estimator="m.Est", evidence=["s"])
-         .add_node("s", gm.Shift, parents=["theta"]))
-    with pytest.raises(GraphError, match=r"cycle in inference \(evidence\) order: theta -> s -> theta"):
+    g = (
+        Graph()
+        .add_node("theta", PRIOR, estimator="m.Est", evidence=["s"])
+        .add_node("s", gm.Shift, parents=["theta"])
+    )
+    with pytest.raises(
+        GraphError, match=r"cycle in inference \(evidence\) order: theta -> s -> theta"
+    ):
         g.validate()
 
 
@@ -221,7 +256,9 @@ def test_instantiate_builds_nested_targets_and_leaves_inputs_alone():
     obj = instantiate(spec)
     assert isinstance(obj, gm.Needs) and isinstance(obj.inner, gm.Inner) and obj.inner.width == 4
     embedding = {"_target_": "nowhere.Net", "_input_": ["x"]}
-    out = instantiate({"a": [embedding, {"_target_": "fractions.Fraction", "numerator": 2, "denominator": 4}]})
+    out = instantiate(
+        {"a": [embedding, {"_target_": "fractions.Fraction", "numerator": 2, "denominator": 4}]}
+    )
     assert out["a"][0] is embedding and out["a"][1] == fractions.Fraction(1, 2)
     assert spec["inner"] == {"_target_": "tests.core.graph_models.Inner", "width": 4}
     assert instantiate(None) is None and instantiate((1, "a")) == (1, "a")
@@ -240,7 +277,9 @@ def test_import_target_errors():
         import_target("Product")
     with pytest.raises(ConfigError, match="no module named 'nowhere_at_all'"):
         import_target("nowhere_at_all.Thing")
-    with pytest.raises(ConfigError, match=r"'kestrel_core' has no attribute 'Prodcut' \(did you mean 'Product'\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"'kestrel_core' has no attribute 'Prodcut' \(did you mean 'Product'\?\)"
+    ):
         import_target("kestrel_core.Prodcut")
 
 

@@ -14,7 +14,7 @@ SCRIPT = f"""
 import sys
 import kestrel_core
 from kestrel_core import _cli, load_config, sample_forward
-cfg = load_config({str(ROOT / 'examples' / '05_linear_regression' / 'config.yml')!r})
+cfg = load_config({str(ROOT / "examples" / "05_linear_regression" / "config.yml")!r})
 trace = sample_forward(cfg.graph, 4, seed=0)
 assert trace["x.value"].shape == (4, 1000)
 loaded = sorted(m for m in ("ray", "torch", "zuko", "kestrel_ray", "kestrel_torch", "pytest") if m in sys.modules)
@@ -23,6 +23,8 @@ print("loaded:", loaded)
 
 
 def test_importing_and_using_kestrel_core_loads_neither_ray_nor_torch():
-    run = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    run = subprocess.run(
+        [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "loaded: []"

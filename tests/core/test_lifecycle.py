@@ -7,8 +7,13 @@ import pytest
 
 from kestrel_core import LIVE, TRAINABLE, Status, rotate
 
-V, T, D, X, DEL = (Status.VALIDATION, Status.TRAINING, Status.DISFAVOURED, Status.TOMBSTONE,
-                   Status.DELETED)
+V, T, D, X, DEL = (
+    Status.VALIDATION,
+    Status.TRAINING,
+    Status.DISFAVOURED,
+    Status.TOMBSTONE,
+    Status.DELETED,
+)
 
 
 def counts(status: np.ndarray) -> tuple[int, int, int, int]:
@@ -70,15 +75,20 @@ def test_max_samples_caps_training_only():
 
 
 def test_validation_keeps_the_newest():
-    out = rotate(np.array([V, T, V, V], np.int8), min_samples=0, max_samples=10, validation_samples=2)
+    out = rotate(
+        np.array([V, T, V, V], np.int8), min_samples=0, max_samples=10, validation_samples=2
+    )
     assert out.tolist() == [T, T, V, V]
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_random_histories_keep_the_invariants(seed):
     rng = np.random.default_rng(seed)
-    cfg = {"min_samples": int(rng.integers(0, 8)), "max_samples": int(rng.integers(1, 12)),
-           "validation_samples": int(rng.integers(0, 4))}
+    cfg = {
+        "min_samples": int(rng.integers(0, 8)),
+        "max_samples": int(rng.integers(1, 12)),
+        "validation_samples": int(rng.integers(0, 4)),
+    }
     status = np.empty(0, np.int8)
     for _ in range(30):
         before = np.concatenate([status, np.full(int(rng.integers(1, 6)), V, np.int8)])

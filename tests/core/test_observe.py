@@ -22,7 +22,9 @@ def test_relative_paths_use_base_dir(tmp_path):
     (tmp_path / "data").mkdir()
     np.save(tmp_path / "data" / "obs.npy", np.zeros(2))
     assert load_observation("data/obs.npy", str(tmp_path)).shape == (2,)
-    np.testing.assert_array_equal(load_observation(str(tmp_path / "data" / "obs.npy"), "/nonexistent"), [0, 0])
+    np.testing.assert_array_equal(
+        load_observation(str(tmp_path / "data" / "obs.npy"), "/nonexistent"), [0, 0]
+    )
 
 
 def test_missing_file_key_and_ambiguous_npz_list_keys(tmp_path):
@@ -69,7 +71,10 @@ def test_k08_matching_shape_is_accepted():
 
 
 def test_k08_leading_one_is_squeezed_with_a_warning_pointing_at_the_caller():
-    with pytest.warns(UserWarning, match=r"node 'x': observation has shape \(1, 3\), the per-sample shape is \(3,\)") as record:
+    with pytest.warns(
+        UserWarning,
+        match=r"node 'x': observation has shape \(1, 3\), the per-sample shape is \(3,\)",
+    ) as record:
         out = check_observation("x", np.ones((1, 3)), (3,))
     assert out.shape == (3,)
     assert record[0].filename == __file__
@@ -82,11 +87,17 @@ def test_k08_several_observations_are_rejected():
 
 
 def test_k08_scalar_against_vector_names_both_shapes():
-    with pytest.raises(ShapeError, match=r"node 'x': observation has shape \(\), .*per-sample shape is \(3,\)"):
+    with pytest.raises(
+        ShapeError, match=r"node 'x': observation has shape \(\), .*per-sample shape is \(3,\)"
+    ):
         check_observation("x", np.float64(1.0), (3,))
-    with pytest.raises(ShapeError, match=r"node 'x': 3 observations given, one expected \(per-sample shape \(\)\)"):
+    with pytest.raises(
+        ShapeError, match=r"node 'x': 3 observations given, one expected \(per-sample shape \(\)\)"
+    ):
         check_observation("x", np.ones(3), ())
-    with pytest.raises(ShapeError, match=r"observation has shape \(2,\), .*per-sample shape is \(3,\)"):
+    with pytest.raises(
+        ShapeError, match=r"observation has shape \(2,\), .*per-sample shape is \(3,\)"
+    ):
         check_observation("x", np.ones(2), (3,))
 
 

@@ -33,7 +33,9 @@ def closed_form_log_pdf(entry: list, x: float) -> float:
     if kind == "normal":
         return -0.5 * ((x - p[0]) / p[1]) ** 2 - math.log(p[1] * math.sqrt(2 * math.pi))
     if kind == "lognormal":
-        return -0.5 * ((math.log(x) - p[0]) / p[1]) ** 2 - math.log(x * p[1] * math.sqrt(2 * math.pi))
+        return -0.5 * ((math.log(x) - p[0]) / p[1]) ** 2 - math.log(
+            x * p[1] * math.sqrt(2 * math.pi)
+        )
     if kind == "loguniform":
         return -math.log(x * math.log(p[1] / p[0])) if p[0] <= x <= p[1] else -math.inf
     if kind == "cosine":
@@ -77,7 +79,9 @@ def test_k10_out_of_support_raises_naming_parameter_value_and_bounds(method):
 def test_k10_round_trip_of_interior_points(dtype, tol, space):
     prior = Product(K10)
     rng = np.random.default_rng(0)
-    theta = np.stack([rng.uniform(1e-6, 1 - 1e-6, 1000), rng.normal(size=1000)], axis=1).astype(dtype)
+    theta = np.stack([rng.uniform(1e-6, 1 - 1e-6, 1000), rng.normal(size=1000)], axis=1).astype(
+        dtype
+    )
     latent = getattr(prior, f"to_{space}")(theta)
     back = getattr(prior, f"from_{space}")(latent)
     assert latent.dtype == dtype and back.dtype == dtype and np.isfinite(latent).all()
@@ -101,7 +105,9 @@ def test_round_trip_every_type(name, dtype, tol):
         if space == "unit" and dtype == np.float32:
             # float32 cannot resolve u near 0 or 1: far tails of unbounded priors lose precision
             keep = (latent[:, 0] > 0.01) & (latent[:, 0] < 0.99)
-        np.testing.assert_allclose(back[keep], theta[keep], rtol=tol, atol=tol * np.abs(theta).max())
+        np.testing.assert_allclose(
+            back[keep], theta[keep], rtol=tol, atol=tol * np.abs(theta).max()
+        )
 
 
 @pytest.mark.parametrize("name", BOUNDED + ["lognormal"])
@@ -118,7 +124,9 @@ def test_bounds_give_finite_monotone_latents(name, dtype):
     assert u64[0] == 0.0 and z64[0] == -Z_MAX  # the bounds are the extremes
     if name != "lognormal":
         assert u64[-1] == 1.0 and z64[-1] == Z_MAX
-    np.testing.assert_allclose(prior.from_normal(z64[[0, -1], None]), theta[[0, -1]], rtol=1e-14, atol=0)
+    np.testing.assert_allclose(
+        prior.from_normal(z64[[0, -1], None]), theta[[0, -1]], rtol=1e-14, atol=0
+    )
 
 
 def test_float32_rounding_of_a_bound_counts_as_the_bound():
@@ -190,16 +198,19 @@ def test_logdets_match_finite_difference_jacobians(name):
         np.testing.assert_allclose(inv_logdet, -logdet, atol=1e-9)
     z, logdet = prior.to_normal(theta, with_logdet=True)
     # change of variables: log p(θ) = log N(z) + log|dz/dθ|
-    np.testing.assert_allclose(prior.log_prob(theta),
-                               (-0.5 * z**2 - 0.5 * np.log(2 * np.pi)).sum(-1) + logdet, atol=1e-9)
+    np.testing.assert_allclose(
+        prior.log_prob(theta), (-0.5 * z**2 - 0.5 * np.log(2 * np.pi)).sum(-1) + logdet, atol=1e-9
+    )
 
 
 MOMENTS = {  # (mean, variance) in closed form
     "uniform": (1.0, 64 / 12),
     "normal": (1.0, 4.0),
     "lognormal": (math.exp(0.5 + 0.49 / 2), (math.exp(0.49) - 1) * math.exp(1 + 0.49)),
-    "loguniform": ((10 - 1e-3) / math.log(1e4),
-                   (100 - 1e-6) / (2 * math.log(1e4)) - ((10 - 1e-3) / math.log(1e4)) ** 2),
+    "loguniform": (
+        (10 - 1e-3) / math.log(1e4),
+        (100 - 1e-6) / (2 * math.log(1e4)) - ((10 - 1e-3) / math.log(1e4)) ** 2,
+    ),
     "cosine": (1.5, 9 / math.pi**2 * (math.pi**2 / 4 - 2)),
     "triangular": (5 / 3, (0 + 1 + 16 - 0 - 0 - 4) / 18),
     "triangular_left": (1 / 3, 1 / 18),
@@ -229,7 +240,11 @@ def test_sampler_moments_and_probability_integral_transform(name):
 def test_fixed_entries_are_outside_the_latent_space():
     prior = Product([["fixed", 2.0], ENTRIES["normal"], ["fixed", -1.0]])
     assert (prior.full_dim, prior.dim, prior.free.tolist()) == (3, 1, [False, True, False])
-    assert prior.low.tolist() == [2.0, -math.inf, -1.0] and prior.high.tolist() == [2.0, math.inf, -1.0]
+    assert prior.low.tolist() == [2.0, -math.inf, -1.0] and prior.high.tolist() == [
+        2.0,
+        math.inf,
+        -1.0,
+    ]
     theta = prior.from_normal(np.array([[0.0], [1.0]]))
     assert theta.tolist() == [[2.0, 1.0, -1.0], [2.0, 3.0, -1.0]]
     with pytest.raises(OutOfSupportError, match=r"priors\[2\].*fixed value=-1\.0.*-2\.0"):
@@ -271,8 +286,9 @@ def test_known_normal_quantiles():
     prior = Product([["uniform", 0.0, 1.0]])
     z = prior.to_normal(np.array([[0.975], [1e-10], [0.5]]))[:, 0]
     np.testing.assert_allclose(z, [1.959963984540054, -6.361340902404056, 0.0], rtol=1e-13, atol=0)
-    np.testing.assert_allclose(ndtr(np.array([-10.0, -30.0])), [7.619853024160527e-24, 4.906713927148187e-198],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        ndtr(np.array([-10.0, -30.0])), [7.619853024160527e-24, 4.906713927148187e-198], rtol=1e-12
+    )
     u = np.geomspace(1e-300, 0.5, 500)
     np.testing.assert_allclose(ndtr(ndtri(u)), u, rtol=5e-13)
     v = 1.0 - u  # 1 - v is exact for v ≥ 0.5: the upper half is the mirror image
@@ -286,19 +302,31 @@ def test_known_normal_quantiles():
     ("entries", "match"),
     [
         ([["uniform", 1.0, 0.0]], r"^priors\[0\]: uniform low=1\.0 must be < high=0\.0$"),
-        ([ENTRIES["normal"], ["normal", 0.0, -1.0]], r"^priors\[1\]: normal std=-1\.0 must be > 0$"),
+        (
+            [ENTRIES["normal"], ["normal", 0.0, -1.0]],
+            r"^priors\[1\]: normal std=-1\.0 must be > 0$",
+        ),
         ([["lognormal", 0.0, 0.0]], r"priors\[0\]: lognormal sigma=0\.0 must be > 0"),
         ([["loguniform", 0.0, 1.0]], r"priors\[0\]: loguniform low=0\.0 must be > 0"),
         ([["loguniform", 2.0, 1.0]], r"priors\[0\]: loguniform low=2\.0 must be < high=1\.0"),
         ([["cosine", 1.0, 1.0]], r"priors\[0\]: cosine low=1\.0 must be < high=1\.0"),
-        ([["triangular", 0.0, 2.0, 1.0]], r"priors\[0\]: triangular c=2\.0 must lie in \[a=0\.0, b=1\.0\]"),
+        (
+            [["triangular", 0.0, 2.0, 1.0]],
+            r"priors\[0\]: triangular c=2\.0 must lie in \[a=0\.0, b=1\.0\]",
+        ),
         ([["triangular", 1.0, 1.0, 1.0]], r"priors\[0\]: triangular a=1\.0 must be < b=1\.0"),
-        ([["unifrom", 0.0, 1.0]], r"priors\[0\]: unknown prior type 'unifrom'; did you mean 'uniform'\?"),
+        (
+            [["unifrom", 0.0, 1.0]],
+            r"priors\[0\]: unknown prior type 'unifrom'; did you mean 'uniform'\?",
+        ),
         ([["normal", 0.0]], r"priors\[0\]: normal takes 2 parameters \(mean, std\), got 1"),
         ([["normal", 0.0, "wide"]], r"priors\[0\]: normal std='wide' is not a number"),
         ([["uniform", 0.0, float("inf")]], r"priors\[0\]: uniform high=inf must be finite"),
         ([["uniform", True, 2.0]], r"priors\[0\]: uniform low=True is not a number"),
-        ([[0.0, 1.0]], r"priors\[0\]: expected a list \[type, \*params\] starting with the type name"),
+        (
+            [[0.0, 1.0]],
+            r"priors\[0\]: expected a list \[type, \*params\] starting with the type name",
+        ),
         (["uniform"], r"priors\[0\]: expected a list \[type, \*params\]"),
         ([], r"priors: needs at least one entry"),
     ],

@@ -37,9 +37,18 @@ def unshare_works() -> bool:
     probe = tempfile.mkdtemp(prefix="kestrel-unshare-")
     try:
         done = subprocess.run(
-            ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-             f"mount -t tmpfs kestrel-probe {probe} && touch {probe}/x"],
-            capture_output=True, timeout=20)
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f"mount -t tmpfs kestrel-probe {probe} && touch {probe}/x",
+            ],
+            capture_output=True,
+            timeout=20,
+        )
         return done.returncode == 0 and not os.path.exists(os.path.join(probe, "x"))
     except (OSError, subprocess.SubprocessError):
         return False
@@ -63,8 +72,13 @@ class RealCluster:
         dashboard: start the head's dashboard (Ray's job server), at :attr:`dashboard_url`.
     """
 
-    def __init__(self, hidden: list[Path], worker_resources: dict[str, float], worker_cpus: int = 2,
-                 dashboard: bool = False) -> None:
+    def __init__(
+        self,
+        hidden: list[Path],
+        worker_resources: dict[str, float],
+        worker_cpus: int = 2,
+        dashboard: bool = False,
+    ) -> None:
         self.hidden = [Path(p) for p in hidden]
         self.worker_resources = worker_resources
         self.worker_cpus = worker_cpus
@@ -88,8 +102,11 @@ class RealCluster:
 
     def driver_env(self) -> dict[str, str]:
         """Environment of a driver under test: the token file, no auth mode, no address."""
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN")
+        }
         env["RAY_AUTH_TOKEN_PATH"] = str(self.token_path)
         env["RAY_USAGE_STATS_ENABLED"] = "0"
         env["PYTHONUNBUFFERED"] = "1"
@@ -109,34 +126,83 @@ class RealCluster:
 
     def _spawn(self, argv: list[str], log: str) -> subprocess.Popen:
         out = open(self.temp_dir / log, "wb")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.node_env(),
-                                start_new_session=True, cwd=self.temp_dir)
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=self.node_env(),
+            start_new_session=True,
+            cwd=self.temp_dir,
+        )
         out.close()
         self._procs.append(proc)
         return proc
 
     def _start(self) -> None:
-        head = [*RAY, "start", "--head", "--block", "--port", str(self.port),
-                "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-                "--temp-dir", str(self.temp_dir), "--disable-usage-stats",
-                "--resources", json.dumps({"kestrel_head": 1}),
-                # every Ray on this host would take the agent's default port 52365
-                "--dashboard-agent-listen-port", str(free_port())]
+        head = [
+            *RAY,
+            "start",
+            "--head",
+            "--block",
+            "--port",
+            str(self.port),
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-cpus",
+            "1",
+            "--temp-dir",
+            str(self.temp_dir),
+            "--disable-usage-stats",
+            "--resources",
+            json.dumps({"kestrel_head": 1}),
+            # every Ray on this host would take the agent's default port 52365
+            "--dashboard-agent-listen-port",
+            str(free_port()),
+        ]
         if self.dashboard:
-            head += ["--include-dashboard", "true", "--dashboard-host", "127.0.0.1",
-                     "--dashboard-port", str(self.dashboard_port)]
+            head += [
+                "--include-dashboard",
+                "true",
+                "--dashboard-host",
+                "127.0.0.1",
+                "--dashboard-port",
+                str(self.dashboard_port),
+            ]
         else:
             head += ["--include-dashboard", "false"]
         self._spawn(head, "head.log")
         self._wait_log("head.log", "Ray runtime started", 90)
         mounts = " && ".join(f"mount -t tmpfs kestrel-hidden {p}" for p in self.hidden)
-        worker = " ".join([*RAY, "start", "--address", self.address, "--block",
-                           "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.worker_cpus),
-                           "--disable-usage-stats",
-                           "--dashboard-agent-listen-port", str(free_port()), "--resources",
-                           "'" + json.dumps(self.worker_resources) + "'"])
-        self._spawn(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                     f"{mounts} && exec {worker}"], "worker.log")
+        worker = " ".join(
+            [
+                *RAY,
+                "start",
+                "--address",
+                self.address,
+                "--block",
+                "--node-ip-address",
+                "127.0.0.1",
+                "--num-cpus",
+                str(self.worker_cpus),
+                "--disable-usage-stats",
+                "--dashboard-agent-listen-port",
+                str(free_port()),
+                "--resources",
+                "'" + json.dumps(self.worker_resources) + "'",
+            ]
+        )
+        self._spawn(
+            [
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f"{mounts} && exec {worker}",
+            ],
+            "worker.log",
+        )
         self._wait_log("worker.log", "Ray runtime started", 90)
         self._wait_nodes(2, 60)
 
@@ -150,17 +216,26 @@ class RealCluster:
             if any(p.poll() is not None for p in self._procs):
                 break
             time.sleep(0.5)
-        raise RuntimeError(f"{name}: no {text!r} within {timeout} s:\n"
-                           + (path.read_text(errors="replace")[-3000:] if path.exists() else ""))
+        raise RuntimeError(
+            f"{name}: no {text!r} within {timeout} s:\n"
+            + (path.read_text(errors="replace")[-3000:] if path.exists() else "")
+        )
 
     def _wait_nodes(self, n: int, timeout: float) -> None:
-        code = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
-                "print(sum(1 for node in ray.nodes() if node['Alive']))")
+        code = (
+            "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+            "print(sum(1 for node in ray.nodes() if node['Alive']))"
+        )
         deadline = time.monotonic() + timeout
         seen = ""
         while time.monotonic() < deadline:
-            done = subprocess.run([sys.executable, "-c", code, self.address], capture_output=True,
-                                  text=True, env=self.node_env(), timeout=60)
+            done = subprocess.run(
+                [sys.executable, "-c", code, self.address],
+                capture_output=True,
+                text=True,
+                env=self.node_env(),
+                timeout=60,
+            )
             seen = done.stdout.strip() or done.stderr[-500:]
             if seen == str(n):
                 return

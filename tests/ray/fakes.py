@@ -18,7 +18,7 @@ class Gauss:
         return rng.standard_normal((n, self.dim))
 
     def log_prob(self, value):
-        return -0.5 * (value ** 2).sum(axis=1) - 0.5 * self.dim * np.log(2 * np.pi)
+        return -0.5 * (value**2).sum(axis=1) - 0.5 * self.dim * np.log(2 * np.pi)
 
 
 class Noise:
@@ -150,9 +150,16 @@ class SlowEstimator:
         self._stop = True
 
     def status(self):
-        return {"epoch": 0, "max_epochs": 1, "train_loss": None, "val_loss": None,
-                "samples_seen": self.fetched, "state": self.state, "steps": self.done,
-                "seen_shapes": self.seen_shapes}
+        return {
+            "epoch": 0,
+            "max_epochs": 1,
+            "train_loss": None,
+            "val_loss": None,
+            "samples_seen": self.fetched,
+            "state": self.state,
+            "steps": self.done,
+            "seen_shapes": self.seen_shapes,
+        }
 
 
 class DyingWrapper:

@@ -16,8 +16,9 @@ from .helpers import chain_graph, estimator_graph, get, put, read, start_node
 
 @pytest.fixture(scope="module")
 def probe_graph():
-    return (Graph().add_node("x", Spec(Probe), parents=["c"])
-            .add_node("c", Spec(Probe)))  # only x's actor is started
+    return (
+        Graph().add_node("x", Spec(Probe), parents=["c"]).add_node("c", Spec(Probe))
+    )  # only x's actor is started
 
 
 def test_broadcast_condition_stays_one_row_until_the_simulator(track, probe_graph):
@@ -67,8 +68,11 @@ def test_k12_outputs_converted_once_or_rejected_naming_node_and_type(track):
     assert isinstance(err.value, TypeError)
     with pytest.raises(OutputTypeError, match=r"node 'q'.*without 'value'"):
         read(handle.submit("sample", 4, {}, [4]))
-    with pytest.raises(ShapeError, match=r"node 'q': simulate_batch\(5, …\) returned shape \(2,\), "
-                                         r"expected leading dimension 5"):  # K11
+    with pytest.raises(
+        ShapeError,
+        match=r"node 'q': simulate_batch\(5, …\) returned shape \(2,\), "
+        r"expected leading dimension 5",
+    ):  # K11
         read(handle.submit("sample", 5, {}, [5]))
 
 
@@ -76,8 +80,11 @@ def test_k05_ragged_per_sample_output_named_where_the_block_forms(track):
     g = Graph().add_node("theta", Spec(Quirky)).add_node("x", Spec(Ragged), parents=["theta"])
     handle = start_node(track, g, "x")
     theta = np.repeat(np.arange(8.0)[:, None], 2, axis=1)
-    with pytest.raises(ShapeError, match=r"node 'x', key 'x\.value': sample 5 has shape \(9,\), "
-                                         r"expected \(10,\)"):
+    with pytest.raises(
+        ShapeError,
+        match=r"node 'x', key 'x\.value': sample 5 has shape \(9,\), "
+        r"expected \(10,\)",
+    ):
         read(handle.submit("sample", 8, {"theta": put(theta)}, [8]))
 
 
@@ -92,8 +99,11 @@ def test_k07_broadcast_evidence_with_per_sample_scaffold(track):
     assert many["log_prob"].shape == (64,)
     seen = ray.get(handle.actor.status.remote())["estimator"]["seen_shapes"]
     assert seen[0] == {"x": (1, 5), "s": (64, 3)}  # x_o stayed one row up to the estimator
-    with pytest.raises(ShapeError, match=r"condition 'x' has leading dimension 5; "
-                                         r"expected 1 \(broadcast\) or 100"):
+    with pytest.raises(
+        ShapeError,
+        match=r"condition 'x' has leading dimension 5; "
+        r"expected 1 \(broadcast\) or 100",
+    ):
         read(handle.submit("sample_posterior", 100, {"x": put(np.zeros((5, 3)))}, [100]))
 
 

@@ -21,7 +21,9 @@ def test_remembered_observations_stay_correct_and_bounded(track):
         # still a read-only broadcast of the one stored row
         assert (out[:, 3] == 7.0).all() and (out[:, 0] == 1.0).all() and (out[:, 1] == 0.0).all()
     for v in range(BROADCAST_MEMO + 4):  # more distinct observations than are remembered
-        out = read(handle.submit("sample", 4, {"c": put(np.array([[float(v), 0.0]]))}, [4]))["value"]
+        out = read(handle.submit("sample", 4, {"c": put(np.array([[float(v), 0.0]]))}, [4]))[
+            "value"
+        ]
         assert (out[:, 3] == v).all()
     out = read(handle.submit("sample", 16, {"c": observed}, [16]))["value"]  # dropped, read again
     assert (out[:, 3] == 7.0).all()

@@ -18,9 +18,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from ray import cloudpickle
+
 from kestrel_core import Graph
 from kestrel_ray import NodeWrapper
-from ray import cloudpickle
 
 from ._data import DATA_KEYS, make_samples
 from ._naive import naive_resolve, put_per_sample, put_thread_pool
@@ -74,7 +75,9 @@ class ResolveProbe(NodeWrapper):
     Built with :func:`probe_node_blob` (a node conditioned on ``x``).
     """
 
-    async def timed_resolve(self, conditions: Mapping[str, list], n: int) -> tuple[float, dict[str, Any]]:
+    async def timed_resolve(
+        self, conditions: Mapping[str, list], n: int
+    ) -> tuple[float, dict[str, Any]]:
         """Run ``NodeWrapper._resolve(conditions, n)`` — one batched await of the distinct refs,
         broadcast detection, read-only views — and time it.
 
@@ -95,6 +98,9 @@ def probe_node_blob() -> bytes:
     """The pickled node a :class:`ResolveProbe` is built from: ``theta`` with evidence ``x``."""
     graph = Graph()
     graph.add_node("x", {"_target_": "kestrel_bench._data.Replay", "key": "x.value", "rows": 1})
-    graph.add_node("theta", {"_target_": "kestrel_bench._data.Replay", "key": "theta.value", "rows": 1},
-                   parents=["x"])
+    graph.add_node(
+        "theta",
+        {"_target_": "kestrel_bench._data.Replay", "key": "theta.value", "rows": 1},
+        parents=["x"],
+    )
     return cloudpickle.dumps(graph.nodes["theta"])

@@ -31,8 +31,15 @@ class InnerClock:
         self._now += float(seconds)
 
 
-def pedantic_inner(benchmark: Any, target: Callable[..., tuple[float, Any]], *, setup: Callable | None = None,
-                   rounds: int, warmup_rounds: int = 1, where: str = "inside the actor") -> Any:
+def pedantic_inner(
+    benchmark: Any,
+    target: Callable[..., tuple[float, Any]],
+    *,
+    setup: Callable | None = None,
+    rounds: int,
+    warmup_rounds: int = 1,
+    where: str = "inside the actor",
+) -> Any:
     """``benchmark.pedantic`` on durations that ``target`` measured itself.
 
     Args:
@@ -50,7 +57,9 @@ def pedantic_inner(benchmark: Any, target: Callable[..., tuple[float, Any]], *, 
             ``_timer`` attribute, present in 4.x and 5.x).
     """
     if not hasattr(benchmark, "_timer"):
-        raise RuntimeError("pytest-benchmark has no `_timer` attribute to replace; pedantic_inner needs 4.x/5.x")
+        raise RuntimeError(
+            "pytest-benchmark has no `_timer` attribute to replace; pedantic_inner needs 4.x/5.x"
+        )
     clock = InnerClock()
 
     def run(*args: Any, **kwargs: Any) -> Any:

@@ -9,6 +9,7 @@ of ``05_linear_regression`` — ``theta`` float64 ``(N, D)`` with its prior ``lo
 from __future__ import annotations
 
 import numpy as np
+
 from kestrel_core import Graph, Product
 
 __all__ = [
@@ -65,7 +66,12 @@ def make_samples(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     theta = rng.standard_normal((n, N_PARAMS))
     mu = theta @ design_matrix().T
     x = mu + SIGMA * rng.standard_normal(mu.shape)
-    return {"theta.value": theta, "theta.log_prob": prior().log_prob(theta), "mu.value": mu, "x.value": x}
+    return {
+        "theta.value": theta,
+        "theta.log_prob": prior().log_prob(theta),
+        "mu.value": mu,
+        "x.value": x,
+    }
 
 
 class Replay:
@@ -91,7 +97,7 @@ class Replay:
         total = self._data.shape[0]
         start, self._pos = self._pos, (self._pos + n) % total
         if start + n <= total:
-            return self._data[start:start + n]
+            return self._data[start : start + n]
         return self._data[(start + np.arange(n)) % total]
 
 
@@ -102,10 +108,19 @@ def replay_graph(rows: int = max(SIZES), seed: int = 0) -> Graph:
         rows, seed: passed to every :class:`Replay`.
     """
     graph = Graph()
-    graph.add_node("theta", {"_target_": f"{__name__}.Replay", "key": "theta.value", "rows": rows, "seed": seed})
-    graph.add_node("mu", {"_target_": f"{__name__}.Replay", "key": "mu.value", "rows": rows, "seed": seed},
-                   parents=["theta"])
-    graph.add_node("x", {"_target_": f"{__name__}.Replay", "key": "x.value", "rows": rows, "seed": seed},
-                   parents=["mu"])
+    graph.add_node(
+        "theta",
+        {"_target_": f"{__name__}.Replay", "key": "theta.value", "rows": rows, "seed": seed},
+    )
+    graph.add_node(
+        "mu",
+        {"_target_": f"{__name__}.Replay", "key": "mu.value", "rows": rows, "seed": seed},
+        parents=["theta"],
+    )
+    graph.add_node(
+        "x",
+        {"_target_": f"{__name__}.Replay", "key": "x.value", "rows": rows, "seed": seed},
+        parents=["mu"],
+    )
     graph.validate()
     return graph

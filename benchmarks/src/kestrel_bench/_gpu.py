@@ -36,7 +36,9 @@ class UtilizationSampler:
                 return
 
     def __enter__(self) -> UtilizationSampler:
-        self._thread = threading.Thread(target=self._run, name="kestrel-bench-gpu-busy", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="kestrel-bench-gpu-busy", daemon=True
+        )
         self._thread.start()
         return self
 

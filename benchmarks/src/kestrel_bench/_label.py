@@ -17,7 +17,9 @@ def rounds(n: int, small: int, big: int) -> int:
     return big if n > BIG else small
 
 
-def label(benchmark: Any, group: str, role: str, n: int, *, device: str = "cpu", **info: Any) -> None:
+def label(
+    benchmark: Any, group: str, role: str, n: int, *, device: str = "cpu", **info: Any
+) -> None:
     """Name a benchmark's group and fill its ``extra_info`` for :mod:`kestrel_bench.gate`.
 
     Args:
@@ -36,8 +38,14 @@ def label(benchmark: Any, group: str, role: str, n: int, *, device: str = "cpu",
     if role not in (KESTREL, BASELINE):
         raise ValueError(f"label(role={role!r}): expected {KESTREL!r} or {BASELINE!r}")
     benchmark.group = group if device == "cpu" else f"{group}[{device}]"
-    benchmark.extra_info.update(group=group, role=role, n=int(n), device=device,
-                                torch_threads=torch.get_num_threads(), **info)
+    benchmark.extra_info.update(
+        group=group,
+        role=role,
+        n=int(n),
+        device=device,
+        torch_threads=torch.get_num_threads(),
+        **info,
+    )
     if device == "cuda":
         benchmark.extra_info["device_name"] = torch.cuda.get_device_name()
 

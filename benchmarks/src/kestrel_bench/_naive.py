@@ -82,8 +82,9 @@ def fetch_per_sample(refs: Mapping[str, Sequence[Any]]) -> dict[str, np.ndarray]
     return {key: np.stack(ray.get(list(value))) for key, value in refs.items()}
 
 
-def apply_per_sample(cache: Mapping[str, Any], rows: Any, samples: Mapping[str, Sequence[np.ndarray]],
-                     device: Any) -> None:
+def apply_per_sample(
+    cache: Mapping[str, Any], rows: Any, samples: Mapping[str, Sequence[np.ndarray]], device: Any
+) -> None:
     """Put fetched samples into a tensor cache the original way, on the calling (training) thread.
 
     Per sample and key: ``np.array`` (copy out of the object store) → ``torch.as_tensor`` →
@@ -102,8 +103,9 @@ def apply_per_sample(cache: Mapping[str, Any], rows: Any, samples: Mapping[str, 
         cache[key][rows] = torch.stack(tensors)
 
 
-def blocking_fetch_and_apply(refs: Mapping[str, Sequence[Any]], cache: Mapping[str, Any], rows: Any,
-                             device: Any) -> None:
+def blocking_fetch_and_apply(
+    refs: Mapping[str, Sequence[Any]], cache: Mapping[str, Any], rows: Any, device: Any
+) -> None:
     """The original blocking ``sync()``: per-sample gets and :func:`apply_per_sample`, all on the
     training thread.
 
@@ -113,7 +115,9 @@ def blocking_fetch_and_apply(refs: Mapping[str, Sequence[Any]], cache: Mapping[s
     """
     import ray
 
-    apply_per_sample(cache, rows, {key: ray.get(list(value)) for key, value in refs.items()}, device)
+    apply_per_sample(
+        cache, rows, {key: ray.get(list(value)) for key, value in refs.items()}, device
+    )
 
 
 class TensorSet:
@@ -138,6 +142,7 @@ class TensorSet:
     def sample_batch(self, batch_size: int, generator: Any = None) -> Any:
         """B rows drawn uniformly with replacement, as a :class:`kestrel_torch.Batch` on the device."""
         import torch
+
         from kestrel_torch import Batch
 
         pos = torch.randint(self._count, (batch_size,), device=self._device, generator=generator)

@@ -25,10 +25,12 @@ __all__ = ["StoreRig", "LoaderRig", "BLOCK_ROWS", "split_blocks"]
 BLOCK_ROWS = 128
 
 
-def split_blocks(arrays: Mapping[str, np.ndarray], rows: int = BLOCK_ROWS) -> list[dict[str, np.ndarray]]:
+def split_blocks(
+    arrays: Mapping[str, np.ndarray], rows: int = BLOCK_ROWS
+) -> list[dict[str, np.ndarray]]:
     """Cut ``{key: (N, *D)}`` into blocks of at most ``rows`` rows (views, in order)."""
     n = len(next(iter(arrays.values())))
-    return [{k: v[a:a + rows] for k, v in arrays.items()} for a in range(0, n, rows)]
+    return [{k: v[a : a + rows] for k, v in arrays.items()} for a in range(0, n, rows)]
 
 
 class StoreRig:
@@ -45,8 +47,17 @@ class StoreRig:
         seed: data seed.
     """
 
-    def __init__(self, backend: str, buffer: Mapping[str, int], *, n: int, sets: int = 1,
-                 keys: Sequence[str] = DATA_KEYS, block_rows: int = BLOCK_ROWS, seed: int = 0):
+    def __init__(
+        self,
+        backend: str,
+        buffer: Mapping[str, int],
+        *,
+        n: int,
+        sets: int = 1,
+        keys: Sequence[str] = DATA_KEYS,
+        block_rows: int = BLOCK_ROWS,
+        seed: int = 0,
+    ):
         if backend not in ("ray", "memory"):
             raise ValueError(f"StoreRig(backend={backend!r}): expected 'ray' or 'memory'")
         self.backend, self.n, self.keys = backend, int(n), tuple(keys)
@@ -61,8 +72,9 @@ class StoreRig:
             from kestrel_ray import RayBufferView, create_store
 
             self.store = create_store(**buffer)
-            self._blocks: list[Any] = [({k: ray.put(v) for k, v in b.items()}, BlockMeta.of(b))
-                                       for b in blocks]
+            self._blocks: list[Any] = [
+                ({k: ray.put(v) for k, v in b.items()}, BlockMeta.of(b)) for b in blocks
+            ]
             self.view = RayBufferView(self.store)
         else:
             from kestrel_core import InMemoryStore
@@ -82,7 +94,7 @@ class StoreRig:
         """Append the next set of N samples (its blocks in one store call)."""
         start = (self._next // self._per_set) % (len(self._blocks) // self._per_set) * self._per_set
         self._next = start + self._per_set
-        self._append(self._blocks[start:start + self._per_set])
+        self._append(self._blocks[start : start + self._per_set])
 
     def _append(self, blocks: list[Any]) -> None:
         if self.backend == "ray":
@@ -118,8 +130,13 @@ class LoaderRig:
     def __init__(self, n: int, device: Any, backend: str = "ray", keys: Sequence[str] = DATA_KEYS):
         from kestrel_torch import CachedDataLoader
 
-        self.rig = StoreRig(backend, {"min_samples": 0, "max_samples": n, "validation_samples": 0},
-                            n=n, sets=2, keys=keys)
+        self.rig = StoreRig(
+            backend,
+            {"min_samples": 0, "max_samples": n, "validation_samples": 0},
+            n=n,
+            sets=2,
+            keys=keys,
+        )
         self.rig.append_set()
         self.loader = CachedDataLoader(self.rig.view, keys, device=device, name=f"bench-{n}")
         self.loader.sync()  # the first fill blocks until the cache holds the N samples

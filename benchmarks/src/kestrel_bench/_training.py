@@ -25,16 +25,26 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["EXAMPLE_05", "BUFFER_05", "RESIMULATION_05", "make_estimator", "train_steps", "Appender",
-           "tensor_set"]
+__all__ = [
+    "EXAMPLE_05",
+    "BUFFER_05",
+    "RESIMULATION_05",
+    "make_estimator",
+    "train_steps",
+    "Appender",
+    "tensor_set",
+]
 
 #: example 05's estimator configuration (config.yml), on the given device
 EXAMPLE_05: dict[str, Any] = {
     "batch_size": 128,
     "lr": 1e-3,
     "gamma": 0.5,
-    "embedding": {"_target_": "kestrel_torch.embeddings.SignalProjection", "_input_": ["x", "mu"],
-                  "n_components": 10},
+    "embedding": {
+        "_target_": "kestrel_torch.embeddings.SignalProjection",
+        "_input_": ["x", "mu"],
+        "n_components": 10,
+    },
 }
 #: example 05's buffer rules
 BUFFER_05 = {"min_samples": 2048, "max_samples": 2048, "validation_samples": 256}
@@ -50,11 +60,15 @@ def make_estimator(device: str = "cpu", seed: int = 0) -> Any:
     from ._data import prior
 
     est = GaussianPosterior(**EXAMPLE_05, device=device, seed=seed)
-    est.setup(EstimatorContext(node="theta", prior=prior(), evidence=("x",), scaffolds=("mu",), seed=seed))
+    est.setup(
+        EstimatorContext(node="theta", prior=prior(), evidence=("x",), scaffolds=("mu",), seed=seed)
+    )
     return est
 
 
-def train_steps(estimator: Any, source: Any, steps: int, *, sync: bool, durations: list | None = None) -> int:
+def train_steps(
+    estimator: Any, source: Any, steps: int, *, sync: bool, durations: list | None = None
+) -> int:
     """Run ``steps`` training steps of ``estimator`` on batches of ``source``.
 
     Args:
@@ -76,7 +90,9 @@ def train_steps(estimator: Any, source: Any, steps: int, *, sync: bool, duration
         if sync and step % epoch == 0:
             source.sync()
             epoch = max(1, source.count // batch_size)
-        loss = estimator._train_step(source.sample_batch(batch_size, estimator._binding.batch_generator))
+        loss = estimator._train_step(
+            source.sample_batch(batch_size, estimator._binding.batch_generator)
+        )
         good += loss is not None
         if durations is not None:
             durations.append(clock() - start)
@@ -97,7 +113,9 @@ def tensor_set(estimator: Any, arrays: dict, device: Any) -> Any:
     theta_key = "theta.value"
     out = {}
     for key, value in arrays.items():
-        value = estimator._binding.columns.to_latent(value) if key == theta_key else np.asarray(value)
+        value = (
+            estimator._binding.columns.to_latent(value) if key == theta_key else np.asarray(value)
+        )
         out[key] = torch.as_tensor(np.ascontiguousarray(value), dtype=torch.float64).to(device)
     return TensorSet(out)
 
@@ -121,7 +139,9 @@ class Appender:
         self._lock = threading.Lock()  # held while an append runs
         self._error: BaseException | None = None
         self.count = 0
-        self._thread = threading.Thread(target=self._run, name="kestrel-bench-appender", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name="kestrel-bench-appender", daemon=True
+        )
 
     def start(self) -> Appender:
         """Start appending; returns ``self``."""

@@ -68,8 +68,18 @@ PUBLISHED: dict[str, str] = {
     "sample_batch": "— (74 µs after, H200)",
     "training": "— (GPU 30–70 % busy)",
 }
-ORDER = ["resolve", "resolve_cold", "store", "fetch", "fill", "apply_fetch", "sync", "sample_batch",
-         "memory_fetch", "training"]
+ORDER = [
+    "resolve",
+    "resolve_cold",
+    "store",
+    "fetch",
+    "fill",
+    "apply_fetch",
+    "sync",
+    "sample_batch",
+    "memory_fetch",
+    "training",
+]
 
 
 @dataclass
@@ -112,8 +122,9 @@ def rows_from(data: dict[str, Any]) -> list[Row]:
         if "group" not in info or "role" not in info or not bench.get("stats"):
             continue
         key = (info["group"], info.get("device", "cpu"), int(info["n"]))
-        slot = entries.setdefault(key, {"kestrel": None, "baselines": [], "steps": info.get("steps"),
-                                        "paired": None})
+        slot = entries.setdefault(
+            key, {"kestrel": None, "baselines": [], "steps": info.get("steps"), "paired": None}
+        )
         median = float(bench["stats"]["median"])
         if info["role"] == "kestrel":
             slot["kestrel"] = median
@@ -127,9 +138,18 @@ def rows_from(data: dict[str, Any]) -> list[Row]:
         if slot["paired"]:
             pairs = [(float(b), float(k)) for b, k in slot["paired"] if b > 0 and k > 0]
             if pairs:
-                rows.append(Row(group, device, n, "interleaved rounds", statistics.median(b for b, _ in pairs),
-                                statistics.median(k for _, k in pairs), slot["steps"],
-                                paired_ratio=statistics.median(b / k for b, k in pairs)))
+                rows.append(
+                    Row(
+                        group,
+                        device,
+                        n,
+                        "interleaved rounds",
+                        statistics.median(b for b, _ in pairs),
+                        statistics.median(k for _, k in pairs),
+                        slot["steps"],
+                        paired_ratio=statistics.median(b / k for b, k in pairs),
+                    )
+                )
     # gate: CPU rows at GATE_N, or at every N of a group that has no GATE_N row; where a group
     # has interleaved rounds, those rows (robust to drifting load) are the gated ones
     for group, floor in FLOORS.items():
@@ -139,8 +159,16 @@ def rows_from(data: dict[str, Any]) -> list[Row]:
         for r in at:
             r.gated, r.floor = True, floor
     rank = {g: i for i, g in enumerate(ORDER)}
-    rows.sort(key=lambda r: (rank.get(r.group, len(ORDER)), r.group, r.device != "cpu", r.device, r.n,
-                             r.baseline_name))
+    rows.sort(
+        key=lambda r: (
+            rank.get(r.group, len(ORDER)),
+            r.group,
+            r.device != "cpu",
+            r.device,
+            r.n,
+            r.baseline_name,
+        )
+    )
     return rows
 
 
@@ -173,17 +201,32 @@ def render(rows: Sequence[Row], *, markdown: bool = False) -> str:
     """The table as text (aligned columns) or as a Markdown table."""
     head = ["group", "N", "baseline", "Kestrel", "ratio", "original (published)", "floor", ""]
     body = []
-    multi = {(r.group, r.device, r.n) for r in rows if sum(
-        (s.group, s.device, s.n) == (r.group, r.device, r.n) for s in rows) > 1}
+    multi = {
+        (r.group, r.device, r.n)
+        for r in rows
+        if sum((s.group, s.device, s.n) == (r.group, r.device, r.n) for s in rows) > 1
+    }
     for r in rows:
         name = r.group if r.device == "cpu" else f"{r.group}[{r.device}]"
         if (r.group, r.device, r.n) in multi:
             name += f" vs {r.baseline_name}"
-        ratio = "—" if r.ratio is None else f"{r.ratio:,.0f}×" if r.ratio >= 1000 else f"{r.ratio:.3g}×"
+        ratio = (
+            "—" if r.ratio is None else f"{r.ratio:,.0f}×" if r.ratio >= 1000 else f"{r.ratio:.3g}×"
+        )
         floor = str(r.floor) if r.gated and r.floor is not None else "—"
         status = ("ok" if r.ok else "FAIL") if r.gated else ""
-        body.append([name, str(r.n), _cell(r, r.baseline_s), _cell(r, r.kestrel_s), ratio,
-                     PUBLISHED.get(r.group, "—"), floor, status])
+        body.append(
+            [
+                name,
+                str(r.n),
+                _cell(r, r.baseline_s),
+                _cell(r, r.kestrel_s),
+                ratio,
+                PUBLISHED.get(r.group, "—"),
+                floor,
+                status,
+            ]
+        )
     if markdown:
         lines = ["| " + " | ".join(head[:-1] + ["gate"]) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(c or " " for c in row) + " |" for row in body]
@@ -197,9 +240,13 @@ def render(rows: Sequence[Row], *, markdown: bool = False) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Print the table; return the exit status (0 pass, 1 a floor missed/missing, 2 bad input)."""
-    parser = argparse.ArgumentParser(prog="python -m kestrel_bench.gate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m kestrel_bench.gate", description=__doc__.splitlines()[0]
+    )
     parser.add_argument("json", help="file written by pytest --benchmark-json")
-    parser.add_argument("--markdown", action="store_true", help="print a Markdown table (for RESULTS.md)")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print a Markdown table (for RESULTS.md)"
+    )
     args = parser.parse_args(argv)
     try:
         with open(args.json, encoding="utf-8") as fh:
@@ -210,17 +257,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = rows_from(data)
     machine = data.get("machine_info", {})
     cpu = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor") or "?"
-    print(f"Kestrel benchmark gate — {data.get('datetime', '?')} — {cpu}, "
-          f"{(machine.get('cpu') or {}).get('count', '?')} cores — medians; floors at N={GATE_N} on the CPU")
+    print(
+        f"Kestrel benchmark gate — {data.get('datetime', '?')} — {cpu}, "
+        f"{(machine.get('cpu') or {}).get('count', '?')} cores — medians; floors at N={GATE_N} on the CPU"
+    )
     print(render(rows, markdown=args.markdown))
     failed = [r for r in rows if not r.ok]
     missing = missing_groups(rows)
     for r in failed:
-        print(f"FAIL {r.group} N={r.n} vs {r.baseline_name}: ratio {r.ratio and f'{r.ratio:.3g}'}×, "
-              f"Kestrel {_time(r.kestrel_s)}; floor {r.floor}", file=sys.stderr)
+        print(
+            f"FAIL {r.group} N={r.n} vs {r.baseline_name}: ratio {r.ratio and f'{r.ratio:.3g}'}×, "
+            f"Kestrel {_time(r.kestrel_s)}; floor {r.floor}",
+            file=sys.stderr,
+        )
     for group in missing:
-        print(f"FAIL {group}: no complete CPU measurement (did its benchmarks fail or get skipped?)",
-              file=sys.stderr)
+        print(
+            f"FAIL {group}: no complete CPU measurement (did its benchmarks fail or get skipped?)",
+            file=sys.stderr,
+        )
     if failed or missing:
         return 1
     print(f"gate passed: {sum(r.gated for r in rows)} gated rows")

@@ -102,9 +102,13 @@ def _to_array(node: str, method: str, out: Any, *, field: str = "value") -> np.n
             )
         out = out[field]
     if out is None or isinstance(out, (str, bytes)):
-        raise OutputTypeError(f"node {node!r}: {method} returned {type(out).__name__}; expected an array")
+        raise OutputTypeError(
+            f"node {node!r}: {method} returned {type(out).__name__}; expected an array"
+        )
     if not isinstance(out, np.ndarray):
-        if not isinstance(out, (list, tuple, numbers.Number, np.generic)) and not hasattr(out, "__array__"):
+        if not isinstance(out, (list, tuple, numbers.Number, np.generic)) and not hasattr(
+            out, "__array__"
+        ):
             raise OutputTypeError(
                 f"node {node!r}: {method} returned {type(out).__module__}.{type(out).__qualname__}; "
                 "expected a numpy array, list, number or CPU tensor"
@@ -127,8 +131,11 @@ def _finish(out: np.ndarray, inputs: Sequence[np.ndarray]) -> np.ndarray:
     """C-contiguous, native-endian, writable, sharing no memory with ``inputs``."""
     if not out.dtype.isnative:
         out = out.astype(out.dtype.newbyteorder("="))
-    if (not out.flags.writeable or not out.flags.c_contiguous
-            or any(np.may_share_memory(out, p) for p in inputs)):
+    if (
+        not out.flags.writeable
+        or not out.flags.c_contiguous
+        or any(np.may_share_memory(out, p) for p in inputs)
+    ):
         out = np.array(out, order="C", copy=True)
     return out
 
@@ -291,7 +298,9 @@ def finite_rows(trace: Mapping[str, Any]) -> np.ndarray:
     for key, value in trace.items():
         arr = np.asarray(value)
         if arr.ndim == 0 or (ok is not None and arr.shape[0] != ok.shape[0]):
-            raise ShapeError(f"key {key!r} does not line up with the trace\n" + format_shapes(trace))
+            raise ShapeError(
+                f"key {key!r} does not line up with the trace\n" + format_shapes(trace)
+            )
         rows = np.ones(arr.shape[0], dtype=bool)
         if arr.dtype.kind in "fc":
             rows = np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)

@@ -57,10 +57,20 @@ ENTRY_POINT_GROUP = "kestrel.commands"
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``-c/--config`` (default ``config.yml``) and the ``key=value`` overrides."""
-    parser.add_argument("-c", "--config", default="config.yml", metavar="CONFIG",
-                        help="config YAML file (default: %(default)s)")
-    parser.add_argument("overrides", nargs="*", metavar="key=value", type=_override,
-                        help="config overrides, e.g. graph.x.simulator.sigma=0.2")
+    parser.add_argument(
+        "-c",
+        "--config",
+        default="config.yml",
+        metavar="CONFIG",
+        help="config YAML file (default: %(default)s)",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        type=_override,
+        help="config overrides, e.g. graph.x.simulator.sigma=0.2",
+    )
 
 
 def config_from_args(args: argparse.Namespace, **kwargs: Any) -> Any:
@@ -157,32 +167,51 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
         prog="kestrel", description="Kestrel: simulation-based inference on a graph of simulators."
     )
     parser.add_argument("--version", action="version", version=f"kestrel {__version__}")
-    parser.add_argument("--debug", action="store_true",
-                        help="show tracebacks of errors (also KESTREL_DEBUG=1)")
+    parser.add_argument(
+        "--debug", action="store_true", help="show tracebacks of errors (also KESTREL_DEBUG=1)"
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("graph", help="print the graph of a config", description="Print the graph: "
-                       "nodes in forward order with edges, observed nodes, evidence and estimators.")
+    p = sub.add_parser(
+        "graph",
+        help="print the graph of a config",
+        description="Print the graph: "
+        "nodes in forward order with edges, observed nodes, evidence and estimators.",
+    )
     add_config_arguments(p)
     p.set_defaults(func=_cmd_graph)
 
-    p = sub.add_parser("simulate", help="forward-simulate the graph in this process",
-                       description="Draw N joint samples in this process and write one array per "
-                       "node, shape (N, ...), to an .npz file.")
+    p = sub.add_parser(
+        "simulate",
+        help="forward-simulate the graph in this process",
+        description="Draw N joint samples in this process and write one array per "
+        "node, shape (N, ...), to an .npz file.",
+    )
     add_config_arguments(p)
     p.add_argument("-n", type=positive_int, required=True, metavar="N", help="number of samples")
     p.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="output file")
-    p.add_argument("--seed", type=non_negative_int, default=None, help="seed (default: fresh entropy, printed)")
+    p.add_argument(
+        "--seed", type=non_negative_int, default=None, help="seed (default: fresh entropy, printed)"
+    )
     p.set_defaults(func=_cmd_simulate)
 
-    p = sub.add_parser("plot", help="corner plot of a run's samples (needs matplotlib)",
-                       description="Draw the one- and two-dimensional marginals of a run's samples "
-                       "(true values overlaid when the observation file holds <node>_true) to "
-                       "RUN/plots/<mode>.png. Needs matplotlib: pip install 'kestrel-core[plot]'.")
+    p = sub.add_parser(
+        "plot",
+        help="corner plot of a run's samples (needs matplotlib)",
+        description="Draw the one- and two-dimensional marginals of a run's samples "
+        "(true values overlaid when the observation file holds <node>_true) to "
+        "RUN/plots/<mode>.png. Needs matplotlib: pip install 'kestrel-core[plot]'.",
+    )
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
-    p.add_argument("--mode", default="posterior", choices=("prior", "posterior", "proposal", "ppd"),
-                   help="which samples (default: %(default)s)")
-    p.add_argument("--file", default=None, metavar="IMAGE", help="image file (default: RUN/plots/<mode>.png)")
+    p.add_argument(
+        "--mode",
+        default="posterior",
+        choices=("prior", "posterior", "proposal", "ppd"),
+        help="which samples (default: %(default)s)",
+    )
+    p.add_argument(
+        "--file", default=None, metavar="IMAGE", help="image file (default: RUN/plots/<mode>.png)"
+    )
     p.set_defaults(func=_cmd_plot)
 
     unavailable: dict[str, str] = {}
@@ -196,7 +225,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     for name, package in LAYER_COMMANDS.items():
         if name not in sub.choices:
             sub.add_parser(name, help=f"(needs {package}: pip install {package})", add_help=False)
-            unavailable.setdefault(name, f"kestrel {name} needs the {package} package: pip install {package}")
+            unavailable.setdefault(
+                name, f"kestrel {name} needs the {package} package: pip install {package}"
+            )
     return parser, unavailable
 
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._config_io import read_source, resolve, apply_override, yamlable
+from ._config_io import apply_override, read_source, resolve, yamlable
 from ._errors import ConfigError, GraphError
 from ._graph import Graph
 from ._priors import Product
@@ -148,7 +148,9 @@ def _join(problems: list[str]) -> str:
     return f"{len(problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in problems)
 
 
-def _build_graph(nodes: Mapping[str, Any], base_dir: str, imports: tuple[str, ...], problems: list[str]) -> Graph:
+def _build_graph(
+    nodes: Mapping[str, Any], base_dir: str, imports: tuple[str, ...], problems: list[str]
+) -> Graph:
     graph = Graph(base_dir=base_dir)
     for name, node in nodes.items():
         node = dict(node or {})
@@ -243,7 +245,10 @@ def load_config(
         raise ConfigError(_join(problems))
     buffer = None
     if data.get("buffer") is not None:
-        data["buffer"] = {**data["buffer"], **{k: v for k, v in BUFFER_DEFAULTS.items() if k not in data["buffer"]}}
+        data["buffer"] = {
+            **data["buffer"],
+            **{k: v for k, v in BUFFER_DEFAULTS.items() if k not in data["buffer"]},
+        }
         buffer = BufferConfig(**data["buffer"])
     sample = {}
     for mode in SAMPLE_MODES:

@@ -34,7 +34,11 @@ def read_source(source: Any) -> tuple[Any, str]:
     from omegaconf.errors import OmegaConfBaseException
 
     source_pair = getattr(source, "_source", None)
-    if isinstance(source_pair, tuple) and len(source_pair) == 2 and isinstance(source_pair[0], DictConfig):
+    if (
+        isinstance(source_pair, tuple)
+        and len(source_pair) == 2
+        and isinstance(source_pair[0], DictConfig)
+    ):
         return source_pair[0].copy(), source_pair[1]
     if isinstance(source, (str, os.PathLike)):
         path = os.path.abspath(os.fspath(source))
@@ -45,12 +49,16 @@ def read_source(source: Any) -> tuple[Any, str]:
         except Exception as err:  # yaml.YAMLError and OmegaConf errors
             raise ConfigError(f"config file {path} is not valid YAML: {err}") from err
         if isinstance(cfg, ListConfig):
-            raise ConfigError(f"config file {path}: expected a mapping at the top level, found a list")
+            raise ConfigError(
+                f"config file {path}: expected a mapping at the top level, found a list"
+            )
         return cfg, os.path.dirname(path)
     if isinstance(source, DictConfig):
         source = OmegaConf.to_container(source, resolve=False)
     if not isinstance(source, Mapping):
-        raise ConfigError(f"config: expected a YAML path, mapping or DictConfig, found {type(source).__name__}")
+        raise ConfigError(
+            f"config: expected a YAML path, mapping or DictConfig, found {type(source).__name__}"
+        )
     try:
         cfg = OmegaConf.create(dict(source), flags=_FLAGS)
     except OmegaConfBaseException as err:
@@ -168,10 +176,14 @@ def _absolutise(data: dict[str, Any], base_dir: str) -> None:
         if isinstance(imports, str):
             imports = [imports]
         if isinstance(imports, list) and all(isinstance(d, str) for d in imports):
-            paths["imports"] = [os.path.normpath(os.path.join(base_dir, os.path.expanduser(d))) for d in imports]
+            paths["imports"] = [
+                os.path.normpath(os.path.join(base_dir, os.path.expanduser(d))) for d in imports
+            ]
     buf = data.get("buffer")
     if isinstance(buf, dict) and isinstance(buf.get("initial_samples_path"), str):
-        buf["initial_samples_path"] = os.path.normpath(os.path.join(base_dir, buf["initial_samples_path"]))
+        buf["initial_samples_path"] = os.path.normpath(
+            os.path.join(base_dir, buf["initial_samples_path"])
+        )
     graph = data.get("graph")
     if isinstance(graph, dict):
         for node in graph.values():

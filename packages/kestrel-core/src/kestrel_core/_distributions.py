@@ -258,8 +258,9 @@ class Triangular(Dist):
     def log_pdf(self, x):
         ok = self.in_support(x)
         rising = (x < self.c) & (self.left > 0)
-        dens = np.where(rising, 2 * (x - self.a) / (self.left or 1.0),
-                        2 * (self.b - x) / (self.right or 1.0))
+        dens = np.where(
+            rising, 2 * (x - self.a) / (self.left or 1.0), 2 * (self.b - x) / (self.right or 1.0)
+        )
         dens = np.where(x == self.c, 2 / (self.b - self.a), dens)
         with np.errstate(divide="ignore"):
             return np.where(ok, np.log(np.where(ok, dens, 1.0)), -np.inf)
@@ -339,17 +340,21 @@ def make_dist(where: str, entry: Any) -> Dist:
         raise ConfigError(f"{where}: expected a list [type, *params], got {entry!r}")
     items = list(entry)
     if not items or not isinstance(items[0], str):
-        raise ConfigError(f"{where}: expected a list [type, *params] starting with the type name, "
-                          f"got {items!r}")
+        raise ConfigError(
+            f"{where}: expected a list [type, *params] starting with the type name, got {items!r}"
+        )
     kind, raw = items[0], items[1:]
     if kind not in PRIOR_TYPES:
         close = difflib.get_close_matches(kind.lower(), list(PRIOR_TYPES), n=1, cutoff=0.5)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{where}: unknown prior type {kind!r}{hint} "
-                          f"(known: {', '.join(PRIOR_TYPES)})")
+        raise ConfigError(
+            f"{where}: unknown prior type {kind!r}{hint} (known: {', '.join(PRIOR_TYPES)})"
+        )
     cls = PRIOR_TYPES[kind]
     names = cls.param_names  # type: ignore[attr-defined]
     if len(raw) != len(names):
-        raise ConfigError(f"{where}: {kind} takes {len(names)} parameters ({', '.join(names)}), "
-                          f"got {len(raw)}: {raw!r}")
+        raise ConfigError(
+            f"{where}: {kind} takes {len(names)} parameters ({', '.join(names)}), "
+            f"got {len(raw)}: {raw!r}"
+        )
     return cls(where, [_number(where, kind, k, v) for k, v in zip(names, raw)])

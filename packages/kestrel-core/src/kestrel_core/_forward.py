@@ -42,7 +42,9 @@ def build_simulator(node: Node) -> Any:
         ) from err
 
 
-def _conditions(graph: Graph, conditions: Mapping[str, Any] | None, n: int) -> dict[str, np.ndarray]:
+def _conditions(
+    graph: Graph, conditions: Mapping[str, Any] | None, n: int
+) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
     for name, value in (conditions or {}).items():
         if name not in graph:
@@ -138,12 +140,18 @@ def sample_forward(
             chunks.append(value)
             if callable(log_prob):
                 out = log_prob(_read_only(value))
-                log_probs.append(as_record(name, "log_prob", {LOG_PROB: out}, b - a, fields=(LOG_PROB,))[LOG_PROB])
+                log_probs.append(
+                    as_record(name, "log_prob", {LOG_PROB: out}, b - a, fields=(LOG_PROB,))[
+                        LOG_PROB
+                    ]
+                )
         value = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
         if node.observed is not None:
             check_observation(name, node.observed, value.shape[1:])
         values[name] = trace[flat_key(name)] = value
         if log_probs:
-            trace[flat_key(name, LOG_PROB)] = log_probs[0] if len(log_probs) == 1 else np.concatenate(log_probs)
+            trace[flat_key(name, LOG_PROB)] = (
+                log_probs[0] if len(log_probs) == 1 else np.concatenate(log_probs)
+            )
     check_trace(trace, n)
     return trace

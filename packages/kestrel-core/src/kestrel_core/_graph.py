@@ -28,6 +28,7 @@ from ._suggest import key_path, unknown
 
 __all__ = ["Graph", "Node", "Spec", "RAY_OPTIONS"]
 
+
 class Graph:
     """A mutable builder of nodes; validated by :meth:`validate` (and by ``load_config``).
 

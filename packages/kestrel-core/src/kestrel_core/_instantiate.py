@@ -210,10 +210,14 @@ def argument_problems(target: Any, kwargs: Mapping[str, Any], where: str) -> lis
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         for key in kwargs:
             if key not in named:
-                problems.append(f"{key_path(where, key)}: unexpected argument{did_you_mean(key, named)}")
+                problems.append(
+                    f"{key_path(where, key)}: unexpected argument{did_you_mean(key, named)}"
+                )
     for p in params.values():
         if p.default is not inspect.Parameter.empty or p.name in kwargs:
             continue
         if p.kind in kinds or p.kind is inspect.Parameter.POSITIONAL_ONLY:
-            problems.append(f"{where}: missing required argument {p.name!r} of {target_name(target)}")
+            problems.append(
+                f"{where}: missing required argument {p.name!r} of {target_name(target)}"
+            )
     return problems

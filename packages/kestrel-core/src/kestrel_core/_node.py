@@ -71,10 +71,14 @@ def name_tuple(value: Any, where: str) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{where}: expected a list of node names, found {type(value).__name__} {value!r}")
+        raise ConfigError(
+            f"{where}: expected a list of node names, found {type(value).__name__} {value!r}"
+        )
     for i, item in enumerate(value):
         if not isinstance(item, str):
-            raise ConfigError(f"{key_path(where, i)}: expected a node name, found {type(item).__name__} {item!r}")
+            raise ConfigError(
+                f"{key_path(where, i)}: expected a node name, found {type(item).__name__} {item!r}"
+            )
     return tuple(value)
 
 
@@ -98,5 +102,7 @@ def ray_options(value: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: expected a mapping of Ray actor options, found {value!r}")
     for key in value:
         if key not in RAY_OPTIONS:
-            raise ConfigError(f"{key_path(where, key)}: {unknown('Ray actor option', key, RAY_OPTIONS)}")
+            raise ConfigError(
+                f"{key_path(where, key)}: {unknown('Ray actor option', key, RAY_OPTIONS)}"
+            )
     return dict(value)

@@ -35,7 +35,10 @@ def user_stacklevel() -> int:
 
     level = 1
     frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR:
+    while (
+        frame is not None
+        and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR
+    ):
         frame = frame.f_back
         level += 1
     return level
@@ -88,7 +91,9 @@ def load_observation(spec: Any, base_dir: str | os.PathLike[str] = ".") -> np.nd
         raise ConfigError(f"observation file not found: {full}")
     if full.endswith(".npy"):
         if key is not None:
-            raise ConfigError(f"observation {text!r}: a .npy file holds one array; remove [{key!r}]")
+            raise ConfigError(
+                f"observation {text!r}: a .npy file holds one array; remove [{key!r}]"
+            )
         return as_observation(np.load(full, allow_pickle=False), f"observation {full}")
     if not full.endswith(".npz"):
         raise ConfigError(f"observation {text!r}: expected a .npy or .npz file")
@@ -154,6 +159,8 @@ def absolute_observation_spec(spec: str, base_dir: str | os.PathLike[str]) -> st
     """``"data/obs.npz['x']"`` with its path made absolute against ``base_dir``."""
     text = spec.strip()
     match = _KEYED.match(text)
-    path, suffix = (match["path"].strip(), text[match.end("path"):].strip()) if match else (text, "")
+    path, suffix = (
+        (match["path"].strip(), text[match.end("path") :].strip()) if match else (text, "")
+    )
     full = os.path.normpath(os.path.join(os.fspath(base_dir), os.path.expanduser(path)))
     return full + suffix

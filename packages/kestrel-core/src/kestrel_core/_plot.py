@@ -37,10 +37,16 @@ def read_samples(run_dir: str, mode: str = "posterior") -> dict[str, np.ndarray]
         ConfigError: the run has no samples of ``mode``.
     """
     folder = os.path.join(_samples_dir(run_dir), mode)
-    files = sorted(f for f in os.listdir(folder) if _SAMPLE_FILE.match(f)) if os.path.isdir(folder) else []
+    files = (
+        sorted(f for f in os.listdir(folder) if _SAMPLE_FILE.match(f))
+        if os.path.isdir(folder)
+        else []
+    )
     if not files:
-        raise ConfigError(f"{folder}: no {mode} samples; run `kestrel launch` or "
-                          f"`kestrel sample {mode} -o {run_dir}` first")
+        raise ConfigError(
+            f"{folder}: no {mode} samples; run `kestrel launch` or "
+            f"`kestrel sample {mode} -o {run_dir}` first"
+        )
     parts: dict[str, list[np.ndarray]] = {}
     for name in files:
         with np.load(os.path.join(folder, name), allow_pickle=False) as data:
@@ -65,7 +71,11 @@ def _samples_dir(run_dir: str) -> str:
     except ConfigError:
         paths = {}
     samples = paths.get("samples")
-    return samples if isinstance(samples, str) and "${" not in samples else os.path.join(run_dir, "samples")
+    return (
+        samples
+        if isinstance(samples, str) and "${" not in samples
+        else os.path.join(run_dir, "samples")
+    )
 
 
 def read_truth(run_dir: str) -> dict[str, np.ndarray]:
@@ -88,8 +98,9 @@ def read_truth(run_dir: str) -> dict[str, np.ndarray]:
     return truth
 
 
-def _columns(samples: Mapping[str, np.ndarray], truth: Mapping[str, np.ndarray]
-             ) -> tuple[list[str], np.ndarray, list[float | None]]:
+def _columns(
+    samples: Mapping[str, np.ndarray], truth: Mapping[str, np.ndarray]
+) -> tuple[list[str], np.ndarray, list[float | None]]:
     labels, cols, marks = [], [], []
     for node, arr in samples.items():
         flat = np.asarray(arr, dtype=np.float64).reshape(arr.shape[0], -1)
@@ -102,7 +113,9 @@ def _columns(samples: Mapping[str, np.ndarray], truth: Mapping[str, np.ndarray]
     return labels[:MAX_DIMS], np.stack(cols[:MAX_DIMS], axis=1), marks[:MAX_DIMS]
 
 
-def plot_run(run_dir: str | os.PathLike[str], mode: str = "posterior", output: str | None = None) -> str:
+def plot_run(
+    run_dir: str | os.PathLike[str], mode: str = "posterior", output: str | None = None
+) -> str:
     """Draw the corner plot of a run's ``mode`` samples.
 
     Args:
@@ -125,7 +138,9 @@ def plot_run(run_dir: str | os.PathLike[str], mode: str = "posterior", output: s
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise MissingExtra("kestrel plot needs matplotlib: pip install 'kestrel-core[plot]'") from None
+        raise MissingExtra(
+            "kestrel plot needs matplotlib: pip install 'kestrel-core[plot]'"
+        ) from None
     labels, data, marks = _columns(samples, read_truth(run_dir))
     d = data.shape[1]
     size = min(2.0 * d, 24.0)
@@ -155,7 +170,9 @@ def plot_run(run_dir: str | os.PathLike[str], mode: str = "posterior", output: s
                 ax.set_yticklabels([])
             ax.tick_params(labelsize=6)
     n = data.shape[0]
-    fig.suptitle(f"{mode}: {n} samples" + (" (red: true value)" if any(m is not None for m in marks) else ""))
+    fig.suptitle(
+        f"{mode}: {n} samples" + (" (red: true value)" if any(m is not None for m in marks) else "")
+    )
     path = output or os.path.join(run_dir, "plots", f"{mode}.png")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=100)

@@ -76,7 +76,9 @@ class Product:
     def _setup(self, priors: Any, path: str) -> None:
         if isinstance(priors, (str, bytes, Mapping)) or not hasattr(priors, "__iter__"):
             raise ConfigError(f"{path}: expected a list of [type, *params] entries, got {priors!r}")
-        self.dists: tuple[Dist, ...] = tuple(make_dist(f"{path}[{i}]", e) for i, e in enumerate(priors))
+        self.dists: tuple[Dist, ...] = tuple(
+            make_dist(f"{path}[{i}]", e) for i, e in enumerate(priors)
+        )
         if not self.dists:
             raise ConfigError(f"{path}: needs at least one entry")
         self.full_dim = len(self.dists)

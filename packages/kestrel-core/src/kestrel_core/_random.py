@@ -17,6 +17,7 @@ from the same sequence gives *new* children, which is what successive calls want
 from __future__ import annotations
 
 import numbers
+
 import numpy as np
 
 from ._boundary import check_count
@@ -74,4 +75,3 @@ def spawn_rngs(seq: np.random.SeedSequence | int | None, k: int) -> list[np.rand
     k = check_count(k, "k")
     parent = seq if isinstance(seq, np.random.SeedSequence) else seed_sequence(seq)
     return [np.random.Generator(np.random.PCG64(child)) for child in parent.spawn(k)]
-

@@ -80,7 +80,9 @@ def name_list(value: Any) -> tuple[str, ...] | None:
     return None
 
 
-def _keys(section: Any, allowed: tuple[str, ...], where: str, problems: list[str], what: str = "key") -> bool:
+def _keys(
+    section: Any, allowed: tuple[str, ...], where: str, problems: list[str], what: str = "key"
+) -> bool:
     if section is None:
         return False
     if not isinstance(section, Mapping):
@@ -105,7 +107,10 @@ def _buffer_problems(buf: Any, problems: list[str]) -> None:
         problems.append(f"buffer.min_samples: {lo} is larger than buffer.max_samples {hi}")
     checks = {
         "simulate_count": (lambda v: _is_int(v, 1), "an integer ≥ 1"),
-        "simulate_interval": (lambda v: isinstance(v, Real) and not isinstance(v, bool) and float(v) >= 0, "seconds ≥ 0"),
+        "simulate_interval": (
+            lambda v: isinstance(v, Real) and not isinstance(v, bool) and float(v) >= 0,
+            "seconds ≥ 0",
+        ),
         "simulate_when_full": (lambda v: isinstance(v, bool), "true or false"),
         "snapshot_every": (lambda v: _is_int(v), "an integer ≥ 0"),
         "initial_samples_path": (lambda v: v is None or isinstance(v, str), "a path or null"),
@@ -122,7 +127,9 @@ def _paths_problems(paths: Any, problems: list[str]) -> None:
         if key in paths and paths[key] is not None and not isinstance(paths[key], str):
             problems.append(f"paths.{key}: expected a path, found {paths[key]!r}")
     if "imports" in paths and name_list(paths["imports"]) is None:
-        problems.append(f"paths.imports: expected a list of directories, found {paths['imports']!r}")
+        problems.append(
+            f"paths.imports: expected a list of directories, found {paths['imports']!r}"
+        )
 
 
 def _sample_problems(sample: Any, nodes: list[str], problems: list[str]) -> None:
@@ -138,7 +145,9 @@ def _sample_problems(sample: Any, nodes: list[str], problems: list[str]) -> None
         for key in ("exclude_keys", "add_keys"):
             names = name_list(entry.get(key))
             if names is None:
-                problems.append(f"{where}.{key}: expected a list of node names, found {entry[key]!r}")
+                problems.append(
+                    f"{where}.{key}: expected a list of node names, found {entry[key]!r}"
+                )
                 continue
             for i, name in enumerate(names):
                 if nodes and name not in nodes:

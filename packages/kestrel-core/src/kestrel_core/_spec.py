@@ -77,7 +77,9 @@ class Spec:
                 bool or list.
         """
         if isinstance(value, Spec):
-            return value if value.imports or not imports else cls(value.target, value.kwargs, imports)
+            return (
+                value if value.imports or not imports else cls(value.target, value.kwargs, imports)
+            )
         value = plain(value)
         if value is None:
             raise ConfigError(f"{where}: missing (expected a '_target_' path, mapping or class)")

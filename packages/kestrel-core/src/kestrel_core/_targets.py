@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -44,7 +43,9 @@ def _prefix(where: str, msg: str, kwargs: Mapping[str, Any]) -> str:
     return f"{where}: {msg}"
 
 
-def spec_problems(spec: Spec, where: str, build: Callable[[Any], bool] = lambda target: False) -> list[str]:
+def spec_problems(
+    spec: Spec, where: str, build: Callable[[Any], bool] = lambda target: False
+) -> list[str]:
     """Check that a spec's target imports and accepts its kwargs (nested specs too).
 
     Args:

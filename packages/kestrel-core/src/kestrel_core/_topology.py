@@ -52,7 +52,7 @@ def find_cycle(deps: Mapping[str, Sequence[str]]) -> list[str] | None:
                 stack[-1] = (node, i + 1)
                 nxt = targets[i]
                 if state.get(nxt) == 1:
-                    return path[path.index(nxt):] + [nxt]
+                    return path[path.index(nxt) :] + [nxt]
                 if not state.get(nxt):
                     state[nxt] = 1
                     stack.append((nxt, 0))

@@ -123,8 +123,11 @@ def check_trace(trace: Mapping[str, Any], n: int | None = None) -> int:
             n = shape[0]
         if shape[0] != n:
             raise ShapeError(
-                f"key {key!r} has leading dimension {shape[0]}, expected {n}\n" + format_shapes(trace)
+                f"key {key!r} has leading dimension {shape[0]}, expected {n}\n"
+                + format_shapes(trace)
             )
         if key.endswith("." + LOG_PROB) and len(shape) != 1:
-            raise ShapeError(f"key {key!r} has shape {shape}, expected ({n},)\n" + format_shapes(trace))
+            raise ShapeError(
+                f"key {key!r} has shape {shape}, expected ({n},)\n" + format_shapes(trace)
+            )
     return 0 if n is None else int(n)

@@ -68,16 +68,20 @@ def check_address(address: str, source: str) -> None:
         raise ClusterError(
             f"Ray Client addresses are not supported: {where}; run kestrel on a machine of the "
             "cluster with the head's host:port, or submit it as a job: "
-            "ray job submit --working-dir DIR -- kestrel launch …")
+            "ray job submit --working-dir DIR -- kestrel launch …"
+        )
     if "://" in address:
         raise ClusterError(
             f"{where} is a URL; kestrel joins a cluster at the head's host:port (the GCS port, "
-            "6379 by default), e.g. --address 10.0.0.1:6379")
+            "6379 by default), e.g. --address 10.0.0.1:6379"
+        )
     if address == "auto":
         return
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ClusterError(f"cannot read the Ray address {where}; expected host:port, e.g. 10.0.0.1:6379")
+        raise ClusterError(
+            f"cannot read the Ray address {where}; expected host:port, e.g. 10.0.0.1:6379"
+        )
     try:
         with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT):
             pass
@@ -85,7 +89,8 @@ def check_address(address: str, source: str) -> None:
         reason = err.strerror or type(err).__name__
         raise ClusterError(
             f"no Ray cluster at {where}: {reason.lower()}; start one with `ray start --head` "
-            "or correct the address") from None
+            "or correct the address"
+        ) from None
 
 
 def _use_token_auth() -> None:
@@ -145,9 +150,15 @@ def init_ray(address: str | None = None, **kwargs: Any) -> Any:
         return ray.init(address=address, **opts)
     except (ConnectionError, ray.exceptions.AuthenticationError) as err:
         mode = os.environ.get("RAY_AUTH_MODE", "disabled")
-        hint = (f"token authentication is {mode!r}; if the cluster uses tokens, put its token in "
-                "~/.ray/auth_token (or RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH)") if token is None else (
-                f"token from {token}; check that it is the cluster's token")
+        hint = (
+            (
+                f"token authentication is {mode!r}; if the cluster uses tokens, put its token in "
+                "~/.ray/auth_token (or RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH)"
+            )
+            if token is None
+            else (f"token from {token}; check that it is the cluster's token")
+        )
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ClusterError(f"cannot join the Ray cluster at {address!r} (from {source}): {first}; "
-                           f"{hint}") from None
+        raise ClusterError(
+            f"cannot join the Ray cluster at {address!r} (from {source}): {first}; {hint}"
+        ) from None
