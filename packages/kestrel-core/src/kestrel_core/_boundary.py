@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import numbers
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -191,9 +191,11 @@ def call_simulator(
             )
         view = np.broadcast_to(arr, (n,) + arr.shape[1:]) if arr.shape[0] != n else _read_only(arr)
         inputs.append(view)
-    batch = getattr(simulator, "simulate_batch", None)
-    single = getattr(simulator, "simulate", None)
-    method = batch if callable(batch) else single if callable(single) else None
+    batch: Any = getattr(simulator, "simulate_batch", None)
+    single: Any = getattr(simulator, "simulate", None)
+    method: Callable[..., Any] | None = (
+        batch if callable(batch) else single if callable(single) else None
+    )
     if method is None:
         raise OutputTypeError(
             f"node {node!r}: simulator {type(simulator).__qualname__} has neither "
@@ -210,7 +212,7 @@ def call_simulator(
                 )
         else:
             label = "simulate(…)"
-            rows = []
+            rows: list[np.ndarray] = []
             for k in range(n):
                 row = _to_array(node, label, method(*(p[k] for p in inputs), **kwargs))
                 if rows and row.shape != rows[0].shape:

@@ -10,6 +10,7 @@ address (the dashboard's, not the cluster's), a ``ray://`` client address.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import socket
@@ -97,9 +98,8 @@ def _use_token_auth() -> None:
     """Switch this process to token authentication (as ``ray start`` does when a token exists)."""
     os.environ["RAY_AUTH_MODE"] = "token"
     try:  # Ray reads the mode into its C++ config once; re-read it now that it changed
-        from ray._raylet import Config
-
-        Config.initialize("")
+        config = importlib.import_module("ray._raylet").Config
+        config.initialize("")
     except (ImportError, AttributeError):  # pragma: no cover - other Ray versions
         pass
 

@@ -96,7 +96,7 @@ class NodeWrapper:
         self._samples = 0
         self._sim_lock: asyncio.Lock | None = None
         self._estimator = None
-        self._simulator = None
+        self._simulator: Any = None
         for path in reversed(local_import_paths(list(import_paths))):
             if path not in sys.path:
                 sys.path.insert(0, path)
@@ -247,7 +247,7 @@ class NodeWrapper:
         conditions: Mapping[str, list] | None,
         chunks: Sequence[int] | None,
         seeds: Sequence[Any] | None,
-    ) -> tuple:
+    ) -> Any:
         self._check()
         n = check_count(n)
         if n == 0:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._imports import SHIPPED_FROM_VAR
@@ -94,7 +94,7 @@ def _job_working_dir() -> bool:
 
 
 def code_runtime_env(
-    imports: tuple[str, ...] | list[str],
+    imports: Sequence[str],
     run_dir: str | None,
     user_env: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any] | None, list[str]]:
