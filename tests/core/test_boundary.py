@@ -16,7 +16,7 @@ from kestrel_core import (
     check_count,
     finite_rows,
 )
-from kestrel_core._boundary import CountError, OutputTypeError
+from kestrel_core._errors import CountError, OutputTypeError
 
 
 class FakeTensor:

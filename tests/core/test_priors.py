@@ -9,7 +9,7 @@ import pytest
 
 from kestrel_core import ConfigError, KestrelError, Product, ShapeError, prior_from_spec
 from kestrel_core._boundary import call_simulator
-from kestrel_core._priors import OutOfSupportError
+from kestrel_core._errors import OutOfSupportError
 from kestrel_core._special import Z_MAX, ndtr, ndtri
 
 ENTRIES = {

@@ -71,8 +71,6 @@ __all__ = [
 
 from .__about__ import __version__
 from ._boundary import (
-    CountError,
-    OutputTypeError,
     as_record,
     call_simulator,
     check_count,
@@ -81,9 +79,12 @@ from ._boundary import (
 from ._config import BufferConfig, PathsConfig, RunConfig, SampleConfig, load_config
 from ._errors import (
     ConfigError,
+    CountError,
     EstimatorError,
     GraphError,
     KestrelError,
+    OutOfSupportError,
+    OutputTypeError,
     ShapeError,
     SimulatorError,
     StoreError,
@@ -93,7 +94,7 @@ from ._forward import sample_forward
 from ._graph import Graph, Node, Spec
 from ._instantiate import import_target, instantiate
 from ._observe import check_observation, load_observation
-from ._priors import OutOfSupportError, Product, prior_from_spec
+from ._priors import Product, prior_from_spec
 from ._protocols import (
     BlockMeta,
     BlockRead,

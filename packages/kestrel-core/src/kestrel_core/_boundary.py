@@ -17,12 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import KestrelError, ShapeError, SimulatorError
+from ._errors import CountError, KestrelError, OutputTypeError, ShapeError
 from ._trace import flat_key, format_shapes
 
 __all__ = [
-    "CountError",
-    "OutputTypeError",
     "check_count",
     "call_simulator",
     "as_record",
@@ -30,14 +28,6 @@ __all__ = [
 ]
 
 _NUMERIC_KINDS = "biufc"
-
-
-class CountError(KestrelError, TypeError, ValueError):
-    """A sample count is not a non-negative integer (catch as TypeError or ValueError)."""
-
-
-class OutputTypeError(SimulatorError, TypeError):
-    """User code returned something of the wrong type (``None``, a dict without ``value``, …)."""
 
 
 def check_count(n: Any, what: str = "n") -> int:

@@ -16,6 +16,9 @@ __all__ = [
     "StoreError",
     "EstimatorError",
     "StoreWarning",
+    "CountError",
+    "OutputTypeError",
+    "OutOfSupportError",
 ]
 
 
@@ -49,3 +52,15 @@ class StoreWarning(UserWarning):
 
 class EstimatorError(KestrelError):
     """An estimator could not train or sample (e.g. no training samples)."""
+
+
+class CountError(KestrelError, TypeError, ValueError):
+    """A sample count is not a non-negative integer (catch as TypeError or ValueError)."""
+
+
+class OutputTypeError(SimulatorError, TypeError):
+    """User code returned something of the wrong type (``None``, a dict without ``value``, …)."""
+
+
+class OutOfSupportError(KestrelError, ValueError):
+    """A value handed to a prior bijection lies outside the prior's support (or is NaN)."""

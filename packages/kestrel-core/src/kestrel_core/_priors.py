@@ -13,14 +13,10 @@ import numpy as np
 
 from ._boundary import check_count
 from ._distributions import Dist, make_dist
-from ._errors import ConfigError, KestrelError, ShapeError
+from ._errors import ConfigError, OutOfSupportError, ShapeError
 from ._special import U_MIN, Z_MAX, log_phi, ndtr, ndtri
 
-__all__ = ["Product", "prior_from_spec", "OutOfSupportError"]
-
-
-class OutOfSupportError(KestrelError, ValueError):
-    """A value handed to a prior bijection lies outside the prior's support (or is NaN)."""
+__all__ = ["Product", "prior_from_spec"]
 
 
 def _float_array(x: Any) -> np.ndarray:
