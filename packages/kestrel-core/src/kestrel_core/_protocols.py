@@ -118,7 +118,8 @@ class Estimator(Protocol):
         ...
 
     def save(self, directory: str) -> None:
-        """Write :meth:`save_bytes` to ``<directory>/``:data:`ESTIMATOR_FILE`."""
+        """Write :meth:`save_bytes` to ``<directory>/``:data:`ESTIMATOR_FILE` (in-process use;
+        node actors only ever call :meth:`save_bytes` / :meth:`load_bytes`)."""
         ...
 
     def load(self, directory: str) -> None:

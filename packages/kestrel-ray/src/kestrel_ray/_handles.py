@@ -4,8 +4,9 @@
 many objects the call returns (chunks × fields + one meta dict) and calls the actor with
 ``.options(num_returns=k)``, so the refs exist immediately, the driver owns every block, and a
 downstream node can be called with refs whose values are still being computed. The other
-methods (status, training, estimator files, logs) return ObjectRefs the caller waits on;
-:class:`~kestrel_ray.DeployedGraph` is their only caller.
+methods (status, training, logs) return ObjectRefs the caller waits on. Two driver-side
+helpers call actor methods beside them, each for one job: ``_estimator_files`` (estimator state
+as bytes) and ``run._nodelog.NodeLogSink`` (draining logs and metrics rows).
 """
 
 from __future__ import annotations

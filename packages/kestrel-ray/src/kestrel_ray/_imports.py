@@ -23,8 +23,8 @@ def local_import_paths(
 ) -> list[str]:
     """The driver's import directories as this process finds them (in a node actor).
 
-    A directory under the shipped folder (:data:`SHIPPED_FROM_VAR`) that does not exist here
-    is mapped onto the unpacked copy (the actor's working directory); others are kept.
+    A directory under the shipped folder (:data:`SHIPPED_FROM_VAR`) is mapped onto the
+    unpacked copy (the actor's working directory); others are kept.
 
     Args:
         paths: the driver's import directories (absolute).
@@ -38,7 +38,7 @@ def local_import_paths(
     here = os.getcwd() if cwd is None else cwd
     out = []
     for path in paths:
-        if shipped and not os.path.isdir(path):
+        if shipped:  # the shipped copy wins, even over a stale folder at the driver's path
             rel = os.path.relpath(path, shipped)
             if rel == "." or not rel.startswith(".."):
                 path = os.path.normpath(os.path.join(here, rel))

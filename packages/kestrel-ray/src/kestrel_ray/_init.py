@@ -104,7 +104,7 @@ def _use_token_auth() -> None:
         pass
 
 
-def init_ray(address: str | None = None, **kwargs: Any) -> Any:
+def init_ray(address: str | None = None, *, source: str | None = None, **kwargs: Any) -> Any:
     """Start a local Ray (embedded in this process) or join a cluster; idempotent.
 
     ``address`` (or the ``RAY_ADDRESS`` environment variable) joins an existing cluster; without
@@ -119,6 +119,7 @@ def init_ray(address: str | None = None, **kwargs: Any) -> Any:
 
     Args:
         address: ``"auto"`` or ``"host:port"`` of a running cluster.
+        source: where ``address`` came from, for messages (default ``"--address"``).
         **kwargs: passed to ``ray.init`` (e.g. ``num_cpus=2``, ``runtime_env``), over Kestrel's
             defaults.
 
@@ -134,7 +135,7 @@ def init_ray(address: str | None = None, **kwargs: Any) -> Any:
 
     if ray.is_initialized():
         return None
-    source = "--address" if address else "RAY_ADDRESS"
+    source = (source or "--address") if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
     opts: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     if address is None:
@@ -143,21 +144,22 @@ def init_ray(address: str | None = None, **kwargs: Any) -> Any:
         return ray.init(**opts)
     check_address(address, source)
     token = token_source()
+    mode_set = os.environ.get("RAY_AUTH_MODE")
     if "RAY_AUTH_MODE" not in os.environ and token is not None:
         _use_token_auth()
     opts.update(kwargs)
     try:
         return ray.init(address=address, **opts)
-    except (ConnectionError, ray.exceptions.AuthenticationError) as err:
-        mode = os.environ.get("RAY_AUTH_MODE", "disabled")
-        hint = (
-            (
-                f"token authentication is {mode!r}; if the cluster uses tokens, put its token in "
+    except (ConnectionError, ray.exceptions.AuthenticationError, ValueError) as err:
+        if mode_set is not None:
+            hint = f"RAY_AUTH_MODE={mode_set} is set; it must match the cluster's"
+        elif token is None:
+            hint = (
+                "no token found; if the cluster uses tokens, put its token in "
                 "~/.ray/auth_token (or RAY_AUTH_TOKEN / RAY_AUTH_TOKEN_PATH)"
             )
-            if token is None
-            else (f"token from {token}; check that it is the cluster's token")
-        )
+        else:
+            hint = f"token from {token}; check that it is the cluster's token"
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ClusterError(
             f"cannot join the Ray cluster at {address!r} (from {source}): {first}; {hint}"

@@ -166,7 +166,9 @@ class StoreHandle:
     ) -> StoreHandle:
         """The same actor, waited on differently (see the constructor)."""
         futures = self._use_futures if use_futures is None else use_futures
-        return StoreHandle(self._actor, timeout=timeout, use_futures=futures)
+        return StoreHandle(
+            self._actor, timeout=timeout, use_futures=futures, snapshot_dir=self._snapshot_dir
+        )
 
     def wait(self, refs: Any) -> Any:
         """The value of one ref, or the values of a list of refs (one batched wait).

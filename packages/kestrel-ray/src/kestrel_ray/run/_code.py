@@ -14,8 +14,9 @@ What is not shipped (the documented rule):
   Observations are read on the driver and travel as objects; a simulator that reads a large
   file of its own needs it on every node (a shared filesystem) or inside an installed package.
 
-Other ``paths.imports`` directories inside the config's folder travel with it; those outside it
-are not shipped (a warning names them): install them on every node as a package.
+Ray also leaves out what the folder's ``.gitignore`` and ``.rayignore`` files name. Other
+``paths.imports`` directories inside the config's folder travel with it; those outside it are
+not shipped (a warning names them): install them on every node as a package.
 
 Inside a Ray job (``ray job submit --working-dir DIR -- kestrel launch …``) the job's own
 ``working_dir`` already carries the code, and nothing more is added.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -35,6 +37,8 @@ __all__ = ["MAX_FILE_BYTES", "code_runtime_env", "shipped_excludes"]
 #: files larger than this stay behind (bytes)
 MAX_FILE_BYTES = 16 * 2**20
 
+#: characters gitwildmatch patterns (Ray's excludes) give a meaning: escaped in paths
+_GLOB_SPECIAL = re.compile(r"[][*?!\\#]|\s$")
 _ALWAYS_EXCLUDED = [".git", "__pycache__", "*.pyc"]
 #: set by Ray's job supervisor for the driver of a submitted job
 _JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
@@ -58,26 +62,37 @@ def shipped_excludes(folder: str, run_dir: str | None = None) -> list[str]:
     """
     folder = os.path.abspath(folder)
     excludes = list(_ALWAYS_EXCLUDED)
-    skip = {os.path.abspath(run_dir)} if run_dir else set()
-    for root, dirs, files in os.walk(folder):
-        kept = []
-        for name in sorted(dirs):
-            path = os.path.join(root, name)
-            if name in (".git", "__pycache__"):
-                continue
-            if path in skip or _is_run_directory(path):
-                excludes.append("/" + os.path.relpath(path, folder).replace(os.sep, "/"))
+    skip = {os.path.realpath(run_dir)} if run_dir else set()
+
+    def pattern(path: str) -> str:  # anchored at the folder, gitwildmatch specials escaped
+        rel = os.path.relpath(path, folder).replace(os.sep, "/")
+        return "/" + _GLOB_SPECIAL.sub(r"\\\g<0>", rel)
+
+    def visit(directory: str, ancestors: frozenset[str]) -> None:
+        # Ray packs what lies behind symlinked folders too: follow them, but not in a circle
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            return
+        for entry in entries:
+            path = entry.path
+            if entry.is_dir():
+                real = os.path.realpath(path)
+                if entry.name in (".git", "__pycache__") or real in ancestors:
+                    continue
+                if real in skip or _is_run_directory(path):
+                    excludes.append(pattern(path))
+                else:
+                    visit(path, ancestors | {real})
             else:
-                kept.append(name)
-        dirs[:] = kept
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            try:
-                big = os.path.getsize(path) > MAX_FILE_BYTES
-            except OSError:
-                continue
-            if big:
-                excludes.append("/" + os.path.relpath(path, folder).replace(os.sep, "/"))
+                try:
+                    big = entry.stat().st_size > MAX_FILE_BYTES
+                except OSError:
+                    continue
+                if big:
+                    excludes.append(pattern(path))
+
+    visit(folder, frozenset({os.path.realpath(folder)}))
     return excludes
 
 

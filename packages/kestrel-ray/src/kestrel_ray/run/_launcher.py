@@ -4,8 +4,8 @@ A :class:`Launcher` runs one launch on a :class:`~kestrel_ray.run._session.RunSe
 its :class:`~kestrel_ray.run._states.Phase` s (the driver handles ObjectRefs only; data moves
 between actors and the store):
 
-1. ``STARTING``: deploy one actor per node (logging into the run directory) and load saved
-   weights (a resume);
+1. ``STARTING``: deploy one actor per node (the driver writes their logs into the run
+   directory) and load saved weights (a resume);
 2. ``INITIAL_SIMULATION``: append ``buffer.initial_samples_path`` if set, then simulate the rest
    of ``min_samples + validation_samples`` from the prior, in chunks;
 3. ``TRAINING``: start training on every estimator node, then one :meth:`Launcher._step` at a

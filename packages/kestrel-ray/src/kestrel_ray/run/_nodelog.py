@@ -46,7 +46,7 @@ METRIC_COLUMNS = (
     "samples_seen",
 )
 _FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-#: log lines an actor keeps between two drains (older ones are dropped and counted)
+#: log lines an actor keeps between two drains (older ones are dropped)
 MAX_PENDING_LINES = 20_000
 
 
@@ -60,9 +60,12 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self._owner._lines.append(self.format(record))
+            line = self.format(record)
         except Exception:  # a record that cannot be formatted must not break the caller
             self.handleError(record)
+            return
+        with self._owner._buffer_lock:
+            self._owner._lines.append(line)
         if record.name.startswith("kestrel"):
             self._owner._record_metrics()
 
@@ -74,7 +77,10 @@ class RunNodeWrapper(NodeWrapper):
     _last_epoch: int | None = None
 
     def _buffers(self) -> None:
+        # records arrive from the event loop, the simulator's worker thread and the loader's
+        # fetch thread: one lock guards the buffers and the epoch counter
         if not hasattr(self, "_lines"):
+            self._buffer_lock = threading.Lock()
             self._lines: collections.deque[str] = collections.deque(maxlen=MAX_PENDING_LINES)
             self._rows: list[list[str]] = []
 
@@ -116,9 +122,10 @@ class RunNodeWrapper(NodeWrapper):
             ``{"log": [line, …], "metrics": [[field, …], …]}``.
         """
         self._buffers()
-        lines, self._lines = list(self._lines), collections.deque(maxlen=MAX_PENDING_LINES)
-        rows, self._rows = self._rows, []
-        return {"log": lines, "metrics": rows}
+        with self._buffer_lock:
+            lines, self._lines = self._lines, collections.deque(maxlen=MAX_PENDING_LINES)
+            rows, self._rows = self._rows, []
+        return {"log": list(lines), "metrics": rows}
 
     async def load_bytes(self, data: bytes, source: str = "checkpoint bytes") -> None:
         """Load the estimator (see :meth:`NodeWrapper.load_bytes`); metrics continue its epochs."""
@@ -148,12 +155,14 @@ class RunNodeWrapper(NodeWrapper):
         self._buffers()
         status = self._estimator.status()
         epoch = int(status.get("epoch") or 0)
-        if epoch == self._last_epoch:
-            return
-        self._last_epoch = epoch
-        self._rows.append(
-            [str(epoch), f"{time.time():.3f}"] + [_fmt(status.get(c)) for c in METRIC_COLUMNS[2:]]
-        )
+        with self._buffer_lock:
+            if epoch == self._last_epoch:
+                return
+            self._last_epoch = epoch
+            self._rows.append(
+                [str(epoch), f"{time.time():.3f}"]
+                + [_fmt(status.get(c)) for c in METRIC_COLUMNS[2:]]
+            )
 
 
 def _fmt(value: Any) -> str:
@@ -192,6 +201,9 @@ class NodeLogSink:
         self._interval = interval
         self._stop = threading.Event()
         self._lock = threading.Lock()
+        #: (node, replica) → a drain call not answered yet: waited for again, never re-sent,
+        #: since the actor forgot what it answered
+        self._pending: dict[tuple[str, int], Any] = {}
         self._thread: threading.Thread | None = None
         for name, group in self._actors.items():
             os.makedirs(self._dirs[name], exist_ok=True)
@@ -218,16 +230,19 @@ class NodeLogSink:
     def drain(self) -> None:
         """Collect from every actor once and append to the files."""
         with self._lock:
-            pending = [
-                (name, i, actor.drain.remote())
-                for name, group in self._actors.items()
-                for i, actor in enumerate(group)
-            ]
-            for name, i, ref in pending:
+            for name, group in self._actors.items():
+                for i, actor in enumerate(group):
+                    if (name, i) not in self._pending:
+                        self._pending[name, i] = actor.drain.remote()
+            for (name, i), ref in list(self._pending.items()):
                 try:
                     got = ray.get(ref, timeout=30)
+                except ray.exceptions.GetTimeoutError:
+                    continue  # still pending: collected at the next drain
                 except (ray.exceptions.RayError, TimeoutError):
+                    del self._pending[name, i]  # the actor is gone
                     continue
+                del self._pending[name, i]
                 if got["log"]:
                     with open(self._path(name, "output", i, "log"), "a", encoding="utf-8") as fh:
                         fh.write("\n".join(got["log"]) + "\n")

@@ -8,8 +8,8 @@
    a launch on a directory that holds ``config.yml`` continues with that file;
 2. :meth:`RunSession.ray` starts (or joins) Ray for the command, and shuts it down afterwards
    only if it started it;
-3. :meth:`RunSession.deployed` deploys the run's graph (a launch's actors also log into the run
-   directory) and kills every actor when the command ends;
+3. :meth:`RunSession.deployed` deploys the run's graph (a launch's actors' logs and metrics are
+   written into the run directory by the driver) and kills every actor when the command ends;
 4. :meth:`RunSession.load_weights` / :meth:`RunSession.save_weights` move the estimators' files
    between the actors and ``<graph>/<node>/``.
 """
@@ -207,9 +207,11 @@ class RunSession:
                 ).start()
             yield dg
         finally:
-            if sink is not None:
-                sink.stop()
-            dg.shutdown()
+            try:
+                if sink is not None:
+                    sink.stop()
+            finally:
+                dg.shutdown()
 
     def load_weights(self, dg: DeployedGraph, nodes: Iterable[str]) -> list[str]:
         """Load the estimators of ``nodes`` from ``<graph>/<node>/``; returns the nodes.
@@ -269,6 +271,7 @@ def ray_for_run(
         ClusterError: Ray could not be joined (see :func:`~kestrel_ray.init_ray`).
     """
     kwargs = dict(ray_kwargs)
+    source = "--address" if address else "ray.address (config)"
     address = address or kwargs.pop("address", None)
     kwargs.pop("address", None)
     started = not ray.is_initialized()
@@ -282,7 +285,7 @@ def ray_for_run(
             for message in warnings:
                 if log is not None:
                     log.warning("%s", message)
-        init_ray(address, **kwargs)
+        init_ray(address, source=source, **kwargs)
         if log is not None:
             joined = address or os.environ.get("RAY_ADDRESS")
             log.info(
