@@ -104,6 +104,42 @@ def _use_token_auth() -> None:
         pass
 
 
+class _Probe:
+    """A do-nothing actor: can this driver start actors on the cluster it joined?"""
+
+    def ping(self) -> bool:
+        return True
+
+
+def _check_actors_start(address: str, source: str, token: str) -> None:
+    """Start one tiny actor after joining with a token Kestrel chose to use.
+
+    A cluster without authentication accepts such a driver's tasks but cancels its actors; this
+    turns that into one clear error instead of a node actor dying later.
+
+    Raises:
+        ClusterError: the probe actor died (Ray is shut down first).
+    """
+    import ray
+
+    probe = ray.remote(num_cpus=0)(_Probe).remote()
+    try:
+        ray.get(probe.ping.remote(), timeout=60)
+    except ray.exceptions.GetTimeoutError:
+        pass  # a busy cluster: nothing learnt, nothing wrong
+    except ray.exceptions.RayActorError:
+        ray.shutdown()
+        raise ClusterError(
+            f"joined the Ray cluster at {address!r} (from {source}) with token authentication "
+            f"(token from {token}), but it starts no actor for this driver: its authentication "
+            "is probably off; run kestrel with RAY_AUTH_MODE=disabled, or start the cluster "
+            "with RAY_AUTH_MODE=token"
+        ) from None
+    finally:
+        if ray.is_initialized():
+            ray.kill(probe)
+
+
 def init_ray(address: str | None = None, *, source: str | None = None, **kwargs: Any) -> Any:
     """Start a local Ray (embedded in this process) or join a cluster; idempotent.
 
@@ -145,11 +181,15 @@ def init_ray(address: str | None = None, *, source: str | None = None, **kwargs:
     check_address(address, source)
     token = token_source()
     mode_set = os.environ.get("RAY_AUTH_MODE")
-    if "RAY_AUTH_MODE" not in os.environ and token is not None:
+    auto_token = mode_set is None and token is not None
+    if auto_token:
         _use_token_auth()
     opts.update(kwargs)
     try:
-        return ray.init(address=address, **opts)
+        context = ray.init(address=address, **opts)
+        if auto_token:
+            _check_actors_start(address, source, str(token))
+        return context
     except (ConnectionError, ray.exceptions.AuthenticationError, ValueError) as err:
         if mode_set is not None:
             hint = f"RAY_AUTH_MODE={mode_set} is set; it must match the cluster's"

@@ -19,7 +19,9 @@ Ray also leaves out what the folder's ``.gitignore`` and ``.rayignore`` files na
 not shipped (a warning names them): install them on every node as a package.
 
 Inside a Ray job (``ray job submit --working-dir DIR -- kestrel launch …``) the job's own
-``working_dir`` already carries the code, and nothing more is added.
+``working_dir`` already carries the code, and nothing more is added. Where every node sees the
+config's folder (a shared filesystem), ``ray: {runtime_env: {working_dir: null}}`` turns
+shipping off.
 """
 
 from __future__ import annotations
@@ -119,13 +121,17 @@ def code_runtime_env(
         imports: the config's ``paths.imports`` (absolute; the first is the config's folder).
         run_dir: the run directory (never shipped).
         user_env: the config's ``ray.runtime_env``; its fields win over Kestrel's, and a
-            ``working_dir`` of its own replaces the shipping rule.
+            ``working_dir`` of its own replaces the shipping rule (``working_dir: null``: ship
+            nothing — every node sees the config's folder, e.g. on a shared filesystem).
 
     Returns:
         ``(runtime_env or None, warnings)``: the ``runtime_env`` for ``ray.init`` and the
         ``paths.imports`` entries that were not shipped, as messages.
     """
     env: dict[str, Any] = dict(user_env or {})
+    if "working_dir" in env and env["working_dir"] is None:
+        del env["working_dir"]  # shipping turned off: every node sees the folder already
+        return (env or None), []
     if not imports or "working_dir" in env or _job_working_dir():
         return (env or None), []
     folder = os.path.abspath(imports[0])
