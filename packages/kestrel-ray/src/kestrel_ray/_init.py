@@ -122,7 +122,7 @@ def _check_actors_start(address: str, source: str, token: str) -> None:
     """
     import ray
 
-    probe = ray.remote(num_cpus=0)(_Probe).remote()
+    probe: Any = ray.remote(num_cpus=0)(_Probe).remote()
     try:
         ray.get(probe.ping.remote(), timeout=60)
     except ray.exceptions.GetTimeoutError:
