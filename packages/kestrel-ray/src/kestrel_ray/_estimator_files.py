@@ -11,44 +11,23 @@ inside).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import ray
 
 from kestrel_core import EstimatorError
+from kestrel_core._files import write_atomic
 from kestrel_core._protocols import ESTIMATOR_FILE
 
 from ._errors import unwrap_error
 
-__all__ = ["estimator_file", "transfer_estimators", "write_atomic"]
+__all__ = ["estimator_file", "transfer_estimators"]
 
 
 def estimator_file(folder: str) -> str:
     """``<folder>/estimator.pt``: where a node's estimator state is kept."""
     return os.path.join(folder, ESTIMATOR_FILE)
-
-
-def write_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder (created).
-
-    Raises:
-        OSError: the folder or the file cannot be written (the old file, if any, is intact).
-    """
-    folder = os.path.dirname(path) or "."
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def transfer_estimators(

@@ -12,8 +12,8 @@ all its rows are dead and unpinned is what lets Ray free the objects.
 
 The store never reads data, snapshots included: it has no directory (the run directory lives
 with the driver, possibly on another machine), so the rows due for a snapshot wait in the store
-until the driver takes them (:meth:`~kestrel_ray.StoreHandle.write_snapshots`), reads the blocks
-and writes the files.
+go back to the driver with the append's answer (``Appended.snapshots``), and the driver's
+:class:`~kestrel_ray.StoreHandle` reads those blocks and writes the files.
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ class SampleStore(BlockStore):
     Args:
         min_samples, max_samples, validation_samples: buffer rules (see :func:`kestrel_core.rotate`).
         snapshot_every: keep every k-th appended sample for a snapshot (0 = never); the driver
-            takes them with :meth:`take_snapshots`.
+            writes them (:attr:`~kestrel_core._store.Appended.snapshots`).
         seed: seed of the random subsets of ``checkout(max_samples=…)``.
 
     Raises:
         ConfigError: a rule value is not a count (``max_samples`` ≥ 1).
     """
 
-    queues_snapshots = True
+    returns_snapshots = True
 
     def __init__(
         self,

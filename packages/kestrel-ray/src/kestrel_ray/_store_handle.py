@@ -293,23 +293,20 @@ class StoreHandle:
             StoreError: the blocks break the key schema (nothing of the call was stored).
         """
         done = self.wait(ref)
-        self.write_snapshots()
+        self.write_snapshots(done.snapshots)
         return done
 
-    def write_snapshots(self) -> int:
-        """Write the snapshots the store has due (see ``buffer.snapshot_every``); returns how many.
+    def write_snapshots(self, due: Sequence[tuple[np.ndarray, np.ndarray, Any]]) -> int:
+        """Write the snapshots an append returned as due (``Appended.snapshots``); returns how many.
 
-        The driver's side of snapshots: the store keeps the rows due, this handle reads their
+        The driver's side of snapshots: the store names the rows, this handle reads their
         blocks (one batched ``ray.get``) and writes ``<snapshot_dir>/<id>.npz``. A no-op for a
         handle without snapshot folder (an actor's copy, a store without snapshots).
 
         Raises:
             OSError: a file cannot be written.
         """
-        if self._snapshot_dir is None:
-            return 0
-        due = self.wait(self._actor.take_snapshots.remote())
-        if not due:
+        if self._snapshot_dir is None or not due:
             return 0
         refs = [[block[k] for k in sorted(block)] for _, _, block in due]
         values = self.wait([ref for group in refs for ref in group])

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from kestrel_core._files import write_atomic
+
 from ._errors import CheckpointError
 from ._fit import FitState
 
@@ -227,11 +229,8 @@ def write_checkpoint(path: str | os.PathLike[str], data: bytes) -> None:
         CheckpointError: the file cannot be written (names the path).
     """
     target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(data)
-        os.replace(tmp, target)
+        write_atomic(target, data)
     except OSError as err:
         raise CheckpointError(f"cannot write checkpoint {str(target)!r}: {err}") from err
 

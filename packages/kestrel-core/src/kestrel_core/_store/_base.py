@@ -39,11 +39,16 @@ class Appended(NamedTuple):
         ids: int64 ``(n,)``: the new ids of every row appended, in order (invalid rows included).
         kept: how many of those rows were valid (entered the buffer readable).
         notes: warning texts for the caller to show (an append larger than the buffer).
+        snapshots: ``[(ids, rows, block), …]`` due for a snapshot and not written by the store
+            (a store without snapshot directory, whose files another process writes): a block's
+            ids, the rows of it to save, what the block holds — the arguments of
+            :func:`~kestrel_core._store._snapshot.write_snapshots` once read.
     """
 
     ids: np.ndarray
     kept: int
     notes: list[str]
+    snapshots: list[tuple[np.ndarray, np.ndarray, Any]] = []
 
 
 class BlockStore:
@@ -84,33 +89,17 @@ class BlockStore:
             seed=seed,
         )
         self._snapshot_every = buffer_int(snapshot_every or 0, "snapshot_every", 0)
-        if self._snapshot_every and snapshot_dir is None and not self.queues_snapshots:
+        if self._snapshot_every and snapshot_dir is None and not self.returns_snapshots:
             raise ConfigError(
                 f"buffer.snapshot_every={self._snapshot_every} needs a snapshot directory"
             )
         self._snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
-        self._due: list[tuple[np.ndarray, np.ndarray, Any]] = []
         self._schema: Schema | None = None
         self._lock = threading.RLock()
 
-    #: without a snapshot directory, keep the rows due for a snapshot for
-    #: :meth:`take_snapshots` (a store whose files are written by another process)
-    queues_snapshots = False
-
-    def take_snapshots(self) -> list[tuple[np.ndarray, np.ndarray, Any]]:
-        """The snapshots due since the last call, for the caller to write (then forgotten).
-
-        Only a store without a snapshot directory keeps them (:attr:`queues_snapshots`).
-
-        Returns:
-            ``[(ids, rows, block), …]``: a block's sample ids (int64 ``(n,)``), the rows of it
-            to save (:func:`~kestrel_core._store._snapshot.snapshot_rows`) and what the block
-            holds (arrays, or ObjectRefs in the Ray store) — the arguments of
-            :func:`~kestrel_core._store._snapshot.write_snapshots` once read.
-        """
-        with self._lock:
-            due, self._due = self._due, []
-        return due
+    #: without a snapshot directory, hand the rows due for a snapshot back to the caller
+    #: (:attr:`Appended.snapshots`): a store whose files another process writes
+    returns_snapshots = False
 
     # -- what a block holds (subclasses) ----------------------------------------------------------
     def _accept(self, block: Mapping[str, Any], meta: BlockMeta, spec: Schema) -> Any:
@@ -175,6 +164,7 @@ class BlockStore:
             note = oversized_note(kept, self._index.rules)
             self._schema = schema
             out = [np.zeros(0, np.int64)]
+            due: list[tuple[np.ndarray, np.ndarray, Any]] = []
             for handle, n, valid in checked:
                 ids = self._index.append(handle, n, valid)
                 out.append(ids)
@@ -182,8 +172,8 @@ class BlockStore:
                 if rows.size and self._snapshot_dir is not None:
                     write_snapshots(self._snapshot_dir, ids, rows, self._read(handle))
                 elif rows.size:
-                    self._due.append((ids, rows, handle))
-            return Appended(np.concatenate(out), kept, [note] if note else [])
+                    due.append((ids, rows, handle))
+            return Appended(np.concatenate(out), kept, [note] if note else [], due)
 
     # -- checkout / release -----------------------------------------------------------------------
     def checkout(
