@@ -48,6 +48,7 @@ EXPECTED = [
     "load_observation",
     "check_observation",
     "Product",
+    "MultivariateNormal",
     "prior_from_spec",
     "seed_sequence",
     "spawn_rngs",

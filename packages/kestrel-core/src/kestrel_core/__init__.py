@@ -56,6 +56,7 @@ __all__ = [
     "check_observation",
     # priors, simulation, store
     "Product",
+    "MultivariateNormal",
     "prior_from_spec",
     "seed_sequence",
     "spawn_rngs",
@@ -94,6 +95,7 @@ from ._forward import sample_forward
 from ._graph import Graph, Node, Spec
 from ._instantiate import import_target, instantiate
 from ._observe import check_observation, load_observation
+from ._mvnormal import MultivariateNormal
 from ._priors import Product, prior_from_spec
 from ._protocols import (
     BlockMeta,

@@ -27,6 +27,7 @@ from typing import Any
 from ._config_io import apply_override, read_source, resolve, yamlable
 from ._errors import ConfigError, GraphError
 from ._graph import Graph
+from ._mvnormal import MultivariateNormal
 from ._priors import Product
 from ._schema import BUFFER_DEFAULTS, SAMPLE_MODES, name_list, schema_problems
 from ._spec import Spec
@@ -176,7 +177,7 @@ def _check_targets(graph: Graph, roles: Sequence[str]) -> list[str]:
 
 
 def _is_prior(target: Any) -> bool:
-    return isinstance(target, type) and isinstance(Product, type) and issubclass(target, Product)
+    return isinstance(target, type) and issubclass(target, (Product, MultivariateNormal))
 
 
 def load_config(
@@ -185,6 +186,7 @@ def load_config(
     *,
     run_dir: str | os.PathLike[str] | None = None,
     check_targets: Sequence[str] = ("simulator",),
+    base_dir: str | os.PathLike[str] | None = None,
 ) -> RunConfig:
     """Load, override, resolve and validate a run config.
 
@@ -198,6 +200,9 @@ def load_config(
             folders inside it.
         check_targets: roles (``"simulator"``, ``"estimator"``) whose ``_target_`` is imported
             and whose kwargs are checked against the constructor signature now.
+        base_dir: the directory relative paths (``observed``, ``paths.imports``,
+            ``buffer.initial_samples_path``) are resolved against; default: the config file's
+            folder, or the current directory for a mapping.
 
     Returns:
         The frozen :class:`RunConfig`.
@@ -217,7 +222,8 @@ def load_config(
     for role in check_targets:
         if role not in _ROLES:
             raise ConfigError(f"check_targets: unknown role {role!r} (expected {_ROLES})")
-    cfg, base_dir = read_source(source)
+    cfg, source_dir = read_source(source)
+    base_dir = source_dir if base_dir is None else os.path.abspath(os.fspath(base_dir))
     nodes = list(cfg.get("graph") or {}) if hasattr(cfg.get("graph"), "keys") else []
     problems = []
     for item in [overrides] if isinstance(overrides, str) else overrides:

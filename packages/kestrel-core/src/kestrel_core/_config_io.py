@@ -11,6 +11,7 @@ import numpy as np
 from ._errors import ConfigError
 from ._instantiate import target_name
 from ._observe import absolute_observation_spec
+from ._resolvers import register_resolvers
 from ._schema import override_problem, split_key_path
 
 __all__ = ["read_source", "apply_override", "resolve", "yamlable"]
@@ -136,6 +137,7 @@ def resolve(cfg: Any, run_dir: Any, base_dir: str) -> dict[str, Any]:
     """
     from omegaconf import DictConfig, OmegaConf
 
+    register_resolvers()  # ${calc:...}, ${sqrt:...}, ${exp:...}, ${log:...}
     if run_dir is not None:
         cfg["run_dir"] = os.fspath(run_dir)
     elif "run_dir" not in cfg or (not OmegaConf.is_missing(cfg, "run_dir") and cfg.run_dir is None):

@@ -73,7 +73,7 @@ class Product:
         if isinstance(priors, (str, bytes, Mapping)) or not hasattr(priors, "__iter__"):
             raise ConfigError(f"{path}: expected a list of [type, *params] entries, got {priors!r}")
         self.dists: tuple[Dist, ...] = tuple(
-            make_dist(f"{path}[{i}]", e) for i, e in enumerate(priors)
+            dist for i, e in enumerate(priors) for dist in _entries(f"{path}[{i}]", e)
         )
         if not self.dists:
             raise ConfigError(f"{path}: needs at least one entry")
@@ -328,6 +328,29 @@ class Product:
     def _out(arr: np.ndarray, logdet: np.ndarray, dtype: np.dtype, with_logdet: bool):
         arr = arr.astype(dtype, copy=False)
         return (arr, logdet.astype(dtype, copy=False)) if with_logdet else arr
+
+
+def _entries(where: str, entry: Any) -> list[Dist]:
+    """One entry ``[type, *params]``, or ``[type, *params, {repeat: k}]`` for ``k`` copies."""
+    items = list(entry) if isinstance(entry, Sequence) or hasattr(entry, "_iter_ex") else None
+    if items and _is_mapping(items[-1]):
+        options = dict(items[-1])
+        unknown = sorted(set(options) - {"repeat"})
+        if unknown:
+            raise ConfigError(
+                f"{where}: unknown entry option {unknown[0]!r}; the one option is "
+                f"{{repeat: k}} (k copies of the entry), e.g. [normal, 0.0, 1.0, {{repeat: 10}}]"
+            )
+        k = options["repeat"]
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"{where}: repeat must be a positive integer, got {k!r}")
+        dist = make_dist(where, items[:-1])
+        return [dist] * k
+    return [make_dist(where, entry)]
+
+
+def _is_mapping(value: Any) -> bool:
+    return isinstance(value, Mapping) or type(value).__name__ == "DictConfig"
 
 
 def prior_from_spec(spec: Any, *, path: str = "priors") -> Product:
