@@ -9,7 +9,10 @@ Layout (``RUN`` is the directory given with ``-o``)::
                                       output.log (the node actor's log), metrics.csv (one row
                                       per epoch), saved.json (written after a successful save)
     RUN/graph/driver/output.log       the driver's log
-    RUN/samples/<mode>/NNNNNN.npz     one file per sampling call: one array per node, (n, …)
+    RUN/samples/prior/NNNNNN.npz      one file per sampling call: one array per node, (n, …)
+    RUN/samples/<mode>/<digest>/      posterior, proposal, ppd: NNNNNN.npz per call and the
+                                      observation they are drawn for (observation.npz), one
+                                      folder per observation (kestrel_core._samplefiles)
     RUN/buffer/snapshots/             buffer snapshots (``buffer.snapshot_every``)
     RUN/plots/                        ``kestrel plot``
 
@@ -21,15 +24,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from kestrel_core import ConfigError
-from kestrel_core._npz import save_npz
+from kestrel_core import _samplefiles as samplefiles
 
 __all__ = ["RunDir", "SAVED_MARKER", "CONFIG_FILE"]
 
@@ -37,7 +38,6 @@ CONFIG_FILE = "config.yml"
 STATUS_FILE = "status.json"
 #: written into ``graph/<node>/`` after the node's estimator saved without error
 SAVED_MARKER = "saved.json"
-_SAMPLE_FILE = re.compile(r"^(\d{6,})\.npz$")
 
 
 class RunDir:
@@ -55,6 +55,7 @@ class RunDir:
         self.graph = getattr(paths, "graph", None) or os.path.join(self.root, "graph")
         self.samples = getattr(paths, "samples", None) or os.path.join(self.root, "samples")
         self.buffer = getattr(paths, "buffer", None) or os.path.join(self.root, "buffer")
+        self._graph = getattr(config, "graph", None)  # its observations: write_samples' default
 
     # -- files -----------------------------------------------------------------------------
     @property
@@ -119,48 +120,76 @@ class RunDir:
         except FileNotFoundError:
             return {}
 
-    # -- samples ---------------------------------------------------------------------------
-    def sample_files(self, mode: str) -> list[str]:
-        """The sample files of ``mode``, in order."""
-        folder = os.path.join(self.samples, mode)
-        if not os.path.isdir(folder):
-            return []
-        names = sorted(n for n in os.listdir(folder) if _SAMPLE_FILE.match(n))
-        return [os.path.join(folder, n) for n in names]
+    # -- samples (layout: kestrel_core._samplefiles) -----------------------------------------
+    def sample_files(
+        self, mode: str, observation: str | Mapping[str, Any] | None = None
+    ) -> list[str]:
+        """The sample files of ``mode``, oldest first.
 
-    def write_samples(self, mode: str, arrays: Mapping[str, np.ndarray]) -> str:
-        """Write ``samples/<mode>/NNNNNN.npz``, numbered after the existing files.
+        Args:
+            mode: ``prior``, ``posterior``, ``proposal`` or ``ppd``.
+            observation: an observation digest or node → ``x_o``: only the files drawn for it
+                (``samples/<mode>/<digest>/``); ``None``: every file of the mode.
+        """
+        return samplefiles.sample_files(self.samples, mode, observation)
+
+    def latest_sample_file(
+        self, mode: str, observation: str | Mapping[str, Any] | None = None
+    ) -> str:
+        """The newest sample file of ``mode`` (of one observation when given).
+
+        Raises:
+            ConfigError: there is none.
+        """
+        return samplefiles.latest_sample_file(self.samples, mode, observation)
+
+    @staticmethod
+    def sample_observation(path: str) -> dict[str, np.ndarray] | None:
+        """The observation a sample file was drawn for (node → ``x_o``), saved beside it;
+        ``None`` for prior samples and files of the old flat layout."""
+        return samplefiles.sample_observation(path)
+
+    def run_observations(self) -> dict[str, np.ndarray]:
+        """The run's own observations (node → ``x_o``), from the config this RunDir was made
+        with (empty without one)."""
+        return dict(getattr(self._graph, "observations", None) or {})
+
+    def write_samples(
+        self,
+        mode: str,
+        arrays: Mapping[str, np.ndarray],
+        observations: Mapping[str, Any] | None = None,
+    ) -> str:
+        """Write the next sample file of ``mode``: ``samples/prior/NNNNNN.npz``, or
+        ``samples/<mode>/<digest>/NNNNNN.npz`` with ``observation.npz`` beside it for
+        ``posterior``, ``proposal`` and ``ppd``.
 
         Args:
             mode: ``prior``, ``posterior``, ``proposal`` or ``ppd``.
             arrays: node name → array ``(n, *D)``.
+            observations: node → ``x_o`` the samples were drawn for (default: the run's own,
+                :meth:`run_observations`).
 
         Returns:
             The path written.
-        """
-        names = (_SAMPLE_FILE.match(os.path.basename(p)) for p in self.sample_files(mode))
-        existing = [int(m.group(1)) for m in names if m is not None]
-        index = max(existing) + 1 if existing else 0
-        return save_npz(os.path.join(self.samples, mode, f"{index:06d}.npz"), arrays)
-
-    def read_samples(self, mode: str) -> dict[str, np.ndarray]:
-        """Every sample file of ``mode`` concatenated: node name → array ``(n_total, *D)``.
 
         Raises:
-            ConfigError: there are no samples of ``mode`` in this run.
+            ConfigError: an observation-dependent mode and no observation known.
         """
-        files = self.sample_files(mode)
-        if not files:
-            raise ConfigError(
-                f"{os.path.join(self.samples, mode)}: no {mode} samples in this run; "
-                f"run `kestrel sample {mode} -o {self.root}` first"
-            )
-        parts: dict[str, list[np.ndarray]] = {}
-        for path in files:
-            with np.load(path) as data:
-                for key in data.files:
-                    parts.setdefault(key, []).append(data[key])
-        return {k: np.concatenate(v) for k, v in parts.items()}
+        obs = self.run_observations() if observations is None else observations
+        return samplefiles.write_sample_file(self.samples, mode, arrays, obs)
+
+    def read_samples(
+        self, mode: str, observation: str | Mapping[str, Any] | None = None
+    ) -> dict[str, np.ndarray]:
+        """The newest sample file of ``mode`` (of one observation when given), never a pool of
+        several: node name → array ``(n, *D)``.
+
+        Raises:
+            ConfigError: there are no samples of ``mode`` (for that observation) in this run.
+        """
+        with np.load(self.latest_sample_file(mode, observation), allow_pickle=False) as data:
+            return {key: data[key] for key in data.files}
 
 
 def _write_json(path: str, data: Mapping[str, Any]) -> None:
