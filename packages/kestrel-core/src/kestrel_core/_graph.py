@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _topology
 from ._errors import ConfigError, GraphError
-from ._node import RAY_OPTIONS, Node, count, name_tuple, ray_options
+from ._node import ON_ERROR, RAY_OPTIONS, Node, choice, count, flag, name_tuple, ray_options
 from ._observe import load_observation
 from ._spec import Spec
 from ._suggest import key_path, unknown
@@ -54,6 +54,8 @@ class Graph:
         num_actors: int = 1,
         sample_chunk_size: int = 0,
         ray: Mapping[str, Any] | None = None,
+        on_error: str = "raise",
+        dry_run: bool = True,
     ) -> Graph:
         """Add a node; returns the graph so calls chain.
 
@@ -66,6 +68,8 @@ class Graph:
             observed: an array (shape ``D``) or a path spec ``"file.npz['key']"``.
             num_actors: ≥ 1. sample_chunk_size: ≥ 0 (0 = one call for all samples).
             ray: Ray actor options, keys from :data:`RAY_OPTIONS`.
+            on_error: ``"raise"`` or ``"skip"`` (samples whose simulation raised are dropped).
+            dry_run: simulate the node in-process before a launch starts Ray (default true).
 
         Raises:
             GraphError: the name is not an identifier or already used.
@@ -98,6 +102,8 @@ class Graph:
             num_actors=count(num_actors, f"{where}.num_actors", 1),
             sample_chunk_size=count(sample_chunk_size, f"{where}.sample_chunk_size", 0),
             ray=ray_options(ray, f"{where}.ray"),
+            on_error=choice(on_error, f"{where}.on_error", ON_ERROR),
+            dry_run=flag(dry_run, f"{where}.dry_run"),
         )
         self._nodes[name] = node
         return self

@@ -10,9 +10,21 @@ import numpy as np
 
 from ._errors import ConfigError
 from ._spec import Spec, plain
-from ._suggest import key_path, unknown
+from ._suggest import did_you_mean, key_path, unknown
 
-__all__ = ["Node", "RAY_OPTIONS", "ray_options", "name_tuple", "count"]
+__all__ = [
+    "Node",
+    "RAY_OPTIONS",
+    "ON_ERROR",
+    "ray_options",
+    "name_tuple",
+    "count",
+    "choice",
+    "flag",
+]
+
+#: what a node does when its simulator raises for some samples (``on_error``)
+ON_ERROR = ("raise", "skip")
 
 #: actor options a node's ``ray`` mapping may hold (passed to ``.options()`` of its actors)
 RAY_OPTIONS = (
@@ -45,6 +57,12 @@ class Node:
         num_actors: simulator replicas (Ray layer), ≥ 1.
         sample_chunk_size: most samples per simulator call, ``0`` = all at once.
         ray: Ray actor options (keys from :data:`RAY_OPTIONS`).
+        on_error: ``"raise"`` (a simulator exception stops the run) or ``"skip"`` (the samples
+            whose simulation raised are counted and kept out of training, like non-finite
+            ones); see :data:`ON_ERROR`.
+        dry_run: simulate this node on a few prior draws in-process before a launch starts
+            Ray (``False`` for a simulator too expensive for that; its descendants are then
+            not dry-run either).
     """
 
     name: str
@@ -57,6 +75,8 @@ class Node:
     num_actors: int = 1
     sample_chunk_size: int = 0
     ray: dict[str, Any] = field(default_factory=dict)
+    on_error: str = "raise"
+    dry_run: bool = True
 
     @property
     def is_latent(self) -> bool:
@@ -86,6 +106,29 @@ def count(value: Any, where: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral) or value < minimum:
         raise ConfigError(f"{where}: expected an integer ≥ {minimum}, found {value!r}")
     return int(value)
+
+
+def choice(value: Any, where: str, allowed: tuple[str, ...]) -> str:
+    """Check a value that must be one of ``allowed`` strings.
+
+    Raises:
+        ConfigError: naming the key path, the value found and the allowed ones.
+    """
+    if not isinstance(value, str) or value not in allowed:
+        hint = did_you_mean(value, allowed) if isinstance(value, str) else ""
+        raise ConfigError(f"{where}: expected {' | '.join(allowed)}, found {value!r}{hint}")
+    return value
+
+
+def flag(value: Any, where: str) -> bool:
+    """Check a ``true``/``false`` value.
+
+    Raises:
+        ConfigError: not a bool.
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{where}: expected true or false, found {value!r}")
+    return bool(value)
 
 
 def ray_options(value: Any, where: str) -> dict[str, Any]:

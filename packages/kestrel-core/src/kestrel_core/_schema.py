@@ -53,6 +53,8 @@ NODE_KEYS = (
     "num_actors",
     "sample_chunk_size",
     "ray",
+    "on_error",
+    "dry_run",
 )
 LOGGING_KEYS = ("level",)
 _FREE = ("simulator", "estimator")  # kwargs beneath these are checked against signatures

@@ -6,6 +6,11 @@
   validates keyword arguments; models are built later, in the node's actor), so a misspelt
   keyword (``num_epochs``) or an out-of-range value fails here, naming the key path, rather
   than when the actor starts.
+* simulators (a launch) — the dry run of kestrel-core (:func:`kestrel_core._dryrun.dry_run`):
+  every simulator once on two prior draws, in this process, its output checked against the
+  node's observation, so a 59-vs-60 simulator or one that raises is blamed by node, ``_target_``
+  and the user's file and line before Ray starts. ``dry_run: false`` on a node skips it (and
+  its descendants).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import inspect
 from typing import Any
 
 from kestrel_core import ConfigError, KestrelError
+from kestrel_core._dryrun import dry_run as _dry_run
 from kestrel_core._suggest import unknown
 
 __all__ = ["preflight", "ray_init_problems", "estimator_problems"]
@@ -48,11 +54,20 @@ def estimator_problems(config: Any) -> list[str]:
     return problems
 
 
-def preflight(config: Any) -> None:
+def preflight(config: Any, *, dry_run: bool = False) -> list[str]:
     """Run every check; raise one :class:`ConfigError` listing all problems.
+
+    Args:
+        config: the run's :class:`~kestrel_core.RunConfig`.
+        dry_run: also dry-run the simulators (after the config checks passed).
+
+    Returns:
+        The dry run's notes on nodes it did not check (empty without ``dry_run``).
 
     Raises:
         ConfigError: unknown ``ray.init`` arguments, or an estimator that cannot be built.
+        GraphError: (dry run) a simulator's output does not fit its observation.
+        SimulatorError: (dry run) a simulator raised, with the user's frames of the traceback.
     """
     problems = ray_init_problems(dict(config.ray)) + estimator_problems(config)
     if len(problems) == 1:
@@ -61,3 +76,4 @@ def preflight(config: Any) -> None:
         raise ConfigError(
             f"{len(problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in problems)
         )
+    return _dry_run(config.graph) if dry_run else []

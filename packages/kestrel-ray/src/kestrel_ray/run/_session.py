@@ -110,7 +110,7 @@ class RunSession:
                 "graph: no node has an estimator; kestrel launch trains estimators (use "
                 "`kestrel simulate` for forward simulation only)"
             )
-        preflight(cfg)
+        preflight(cfg, dry_run=True)  # every simulator on two prior draws, before Ray starts
         return cls(run, cfg, seed=seed, config_from_run=from_run)
 
     @classmethod
