@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import CountError, KestrelError, OutputTypeError, ShapeError
+from ._readonly import input_write_error
 from ._trace import flat_key, format_shapes
 
 __all__ = [
@@ -150,7 +151,9 @@ def call_simulator(
         n: number of samples, an integer ≥ 1 (callers skip empty calls).
         parents: parent values in order (or a mapping name → value, which names them in
             errors), arrays of shape ``(N, *D_p)`` or ``(1, *D_p)`` (broadcast). User code
-            receives read-only views, broadcast ones via ``np.broadcast_to``.
+            receives read-only views, broadcast ones via ``np.broadcast_to``: they share memory
+            with stored samples and observations, so a simulator copies an input
+            (``x = x.copy()``) before changing it in place.
         rng: generator for this call.
 
     Returns:
@@ -163,6 +166,8 @@ def call_simulator(
             returned a leading dimension other than ``n``; per-sample shapes differ.
         OutputTypeError: the output is ``None``, a dict without ``value``, not convertible or
             not numeric; the simulator has neither method.
+        InputWriteError: the simulator wrote into one of its (read-only) inputs; the message
+            names the node, the input and the remedy (copy it). Also a ``ValueError``.
         Exception: the simulator's own exceptions pass through with a note naming the node.
     """
     n = check_count(n)
@@ -170,10 +175,11 @@ def call_simulator(
         raise CountError(f"node {node!r}: call_simulator needs n ≥ 1 (callers skip empty calls)")
     names = list(parents) if isinstance(parents, Mapping) else None
     values = list(parents.values()) if isinstance(parents, Mapping) else list(parents)
-    inputs = []
+    inputs, labels = [], []
     for i, p in enumerate(values):
         arr = np.asarray(p)
         label = f"parent {names[i]!r}" if names else f"parent {i}"
+        labels.append(label)
         if arr.ndim == 0 or arr.shape[0] not in (1, n):
             raise ShapeError(
                 f"node {node!r}: {label} has shape {arr.shape}; expected leading dimension "
@@ -215,6 +221,9 @@ def call_simulator(
     except KestrelError:
         raise
     except Exception as err:
+        written = input_write_error(node, label, err, inputs, labels)
+        if written is not None:
+            raise written from err
         if hasattr(err, "add_note"):
             err.add_note(f"(raised by the simulator of node {node!r})")
         raise

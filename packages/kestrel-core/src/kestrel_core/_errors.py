@@ -19,6 +19,7 @@ __all__ = [
     "CountError",
     "OutputTypeError",
     "OutOfSupportError",
+    "InputWriteError",
 ]
 
 
@@ -64,3 +65,10 @@ class OutputTypeError(SimulatorError, TypeError):
 
 class OutOfSupportError(KestrelError, ValueError):
     """A value handed to a prior bijection lies outside the prior's support (or is NaN)."""
+
+
+class InputWriteError(SimulatorError, ValueError):
+    """User code wrote into one of its inputs, which Kestrel hands over read-only.
+
+    The message names the node, the input (which parent) and the remedy: copy it first.
+    """

@@ -13,6 +13,7 @@ import numpy as np
 from ._boundary import as_record, call_simulator, check_count
 from ._errors import ConfigError, GraphError, KestrelError, ShapeError, SimulatorError
 from ._graph import Graph, Node
+from ._inputs import as_input
 from ._observe import check_observation
 from ._random import seed_sequence, spawn_rngs
 from ._suggest import unknown
@@ -49,7 +50,7 @@ def _conditions(
     for name, value in (conditions or {}).items():
         if name not in graph:
             raise GraphError(f"conditions: {unknown('node', name, graph.nodes)}")
-        arr = np.asarray(value)
+        arr = as_input(value, f"condition {name!r}", copy=False)  # native, C-contiguous
         if arr.ndim == 0 or arr.shape[0] not in (1, n):
             raise ShapeError(
                 f"condition {name!r} has leading dimension "

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import ConfigError, ShapeError
+from ._inputs import as_input
 
 __all__ = [
     "load_observation",
@@ -47,16 +48,13 @@ def user_stacklevel() -> int:
 def as_observation(array: Any, what: str = "observation") -> np.ndarray:
     """Copy ``array`` to a native-endian, C-contiguous, read-only numeric ndarray.
 
+    The one normalisation of run-time inputs (:func:`~kestrel_core._inputs.as_input`): an
+    observation from a file and one passed at run time become the same array.
+
     Raises:
         ConfigError: the array is not numeric or boolean (e.g. an object array).
     """
-    arr = np.array(array, copy=True, order="C")
-    if arr.dtype.kind not in "biufc":
-        raise ConfigError(f"{what}: expected a numeric array, found dtype {arr.dtype}")
-    if not arr.dtype.isnative:
-        arr = arr.astype(arr.dtype.newbyteorder("="), order="C")
-    arr.setflags(write=False)
-    return arr
+    return as_input(array, what)
 
 
 def load_observation(spec: Any, base_dir: str | os.PathLike[str] = ".") -> np.ndarray:

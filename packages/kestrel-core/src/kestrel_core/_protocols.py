@@ -50,7 +50,11 @@ class Simulator(Protocol):
 
     ``parents`` are the parent nodes' values in the listed order, numpy arrays of shape
     ``(n, *D_parent)`` (read-only; a broadcast condition arrives as a read-only
-    ``np.broadcast_to`` view). Root nodes get no positional arguments. If the method accepts a
+    ``np.broadcast_to`` view). The inputs share memory with the stored samples and the
+    observation, so a simulator must not change them: copy one first (``x = x.copy()``); a
+    write into an input raises :class:`~kestrel_core.SimulatorError` (an ``InputWriteError``,
+    also a ``ValueError``) naming the node, the input and this remedy. Root nodes get no
+    positional arguments. If the method accepts a
     keyword argument ``rng``, Kestrel passes a ``numpy.random.Generator`` spawned from the run's
     ``SeedSequence`` for that chunk, which makes runs reproducible bit for bit.
     """
