@@ -7,6 +7,7 @@
 ``_meta``          the key schema and the check of a block's metadata against it
 ``_index``         ids, statuses, block addresses and pins (:class:`BlockIndex`), no data
 ``_snapshot``      which appended samples are saved, and how
+``_buffer_file``   the whole buffer in one file: saved at a launch's end, restored on resume
 ``_base``          :class:`BlockStore`: all of the above behind the ``SampleStore`` methods
 ``_memory``        :class:`InMemoryStore`: a ``BlockStore`` whose blocks hold numpy arrays
 ``_gather``        rows of a checkout into fresh arrays (every view reads through it)
@@ -17,6 +18,13 @@ kestrel-ray's store actor is a ``BlockStore`` whose blocks hold ObjectRefs.
 """
 
 from ._base import Appended, BlockStore
+from ._buffer_file import (
+    BUFFER_FILE,
+    BufferSnapshot,
+    read_buffer_file,
+    take_snapshot,
+    write_buffer_file,
+)
 from ._gather import empty_spec, gather_rows, read_checkout
 from ._index import BlockIndex
 from ._lifecycle import LIVE, TRAINABLE, Status, rotate
@@ -46,6 +54,11 @@ __all__ = [
     "BlockIndex",
     "snapshot_rows",
     "write_snapshots",
+    "BUFFER_FILE",
+    "BufferSnapshot",
+    "take_snapshot",
+    "write_buffer_file",
+    "read_buffer_file",
     "BlockStore",
     "Appended",
     "InMemoryStore",

@@ -175,6 +175,51 @@ class BlockStore:
                     due.append((ids, rows, handle))
             return Appended(np.concatenate(out), kept, [note] if note else [], due)
 
+    def restore(
+        self,
+        block: Mapping[str, Any],
+        meta: BlockMeta,
+        ids: np.ndarray,
+        statuses: np.ndarray | None = None,
+        *,
+        next_id: int = 0,
+    ) -> int:
+        """Put back rows saved from an earlier store, keeping their ids and statuses.
+
+        A resumed run calls this on its new, empty store with its buffer snapshot
+        (:mod:`._buffer_file`), instead of simulating a new buffer from the prior. The block is
+        checked like an append (it fixes the key schema when it is the first); no snapshot
+        file is written for restored rows.
+
+        Args:
+            block: flat key → the block's value for that key (what this store holds), row ``i``
+                holding sample ``ids[i]``.
+            meta: the block's :class:`~kestrel_core.BlockMeta` (``valid`` must be ``None``).
+            ids: int64 ``(n,)``, strictly ascending, above every id assigned so far.
+            statuses: int8 ``(n,)`` (VALIDATION, TRAINING or DISFAVOURED), or ``None`` for rows
+                that enter as new (VALIDATION, then the buffer rules).
+            next_id: the first id later appends use (the earlier store's id count).
+
+        Returns:
+            The number of rows restored.
+
+        Raises:
+            StoreError: a malformed block, one that differs from the key schema, ids or
+                statuses that do not fit (see :meth:`BlockIndex.restore`); nothing is stored.
+        """
+        with self._lock:
+            if meta.valid is not None:
+                raise StoreError("restore: restored rows are valid rows (meta.valid must be None)")
+            spec = check_block(block, meta, self._schema)
+            ids = np.asarray(ids, dtype=np.int64).ravel()
+            if len(ids) != meta.n:
+                raise StoreError(f"restore: {len(ids)} ids for a block of {meta.n} rows")
+            handle = self._accept(block, meta, spec)
+            self._index.restore(handle, ids, statuses, next_id=next_id)
+            if self._schema is None and meta.n:
+                self._schema = spec
+            return int(meta.n)
+
     # -- checkout / release -----------------------------------------------------------------------
     def checkout(
         self,

@@ -37,6 +37,15 @@ class _Block:
     n: int
     alive: int  # rows whose status is LIVE
     pins: int = 0
+    ids: np.ndarray | None = None  # a restored block's ids (ascending); None: start … start+n-1
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Rows of ``ids`` (ids of this block) in the block."""
+        return ids - self.start if self.ids is None else np.searchsorted(self.ids, ids)
+
+    def all_ids(self) -> np.ndarray | slice:
+        """Every id of the block (an index into the status array)."""
+        return slice(self.start, self.start + self.n) if self.ids is None else self.ids
 
 
 class BlockIndex:
@@ -106,6 +115,67 @@ class BlockIndex:
         self._live_start += int(alive[0]) if alive.size else self._size - self._live_start
         return ids
 
+    def restore(
+        self,
+        handle: Any,
+        ids: np.ndarray,
+        statuses: np.ndarray | None = None,
+        *,
+        next_id: int = 0,
+    ) -> np.ndarray:
+        """Add a block of rows that keep the ids (and statuses) they had in an earlier store.
+
+        A resumed run restores its buffer from a snapshot this way: the rows keep their ids, so
+        ids are never reused across launches, and their statuses, so the validation set stays
+        the same. The buffer rules run afterwards (they change nothing when the rules are those
+        the snapshot was taken under).
+
+        Args:
+            handle: the block (opaque); row ``i`` holds id ``ids[i]``.
+            ids: int64 ``(n,)``, strictly ascending, each ≥ every id assigned so far.
+            statuses: int8 ``(n,)``, each VALIDATION, TRAINING or DISFAVOURED; ``None``: every
+                row is new (VALIDATION, as an append).
+            next_id: the first id later appends may use (the earlier store's id count); at
+                least ``ids[-1] + 1``.
+
+        Returns:
+            ``ids`` as int64.
+
+        Raises:
+            StoreError: ids not strictly ascending or below an id already assigned; a status
+                that is not readable; ``statuses`` of another length than ``ids``.
+        """
+        ids = np.asarray(ids, dtype=np.int64).ravel()
+        n = len(ids)
+        if n and (np.any(np.diff(ids) <= 0) or ids[0] < self._size):
+            raise StoreError(
+                f"restore: ids must be strictly ascending and ≥ {self._size} (the ids assigned "
+                f"so far), got {ids[:1].tolist()}…{ids[-1:].tolist()}"
+            )
+        if statuses is None:
+            status = np.full(n, Status.VALIDATION, np.int8)
+        else:
+            status = np.asarray(statuses).astype(np.int8).ravel()
+            if status.shape != (n,):
+                raise StoreError(f"restore: {len(status)} statuses for {n} ids")
+            self._check_statuses(np.unique(status).tolist())
+        size = max(int(next_id), int(ids[-1]) + 1 if n else 0, self._size)
+        if n:
+            self._grow(size)
+            b = self._next_block
+            self._next_block += 1
+            self._blocks[b] = _Block(handle=handle, start=int(ids[0]), n=n, alive=n, ids=ids)
+            self._status[ids] = status
+            self._block_of[ids] = b
+        self._size = size
+        if n:
+            self._apply(
+                self._live_start, rotate(self._status[self._live_start : size], **self._rules)
+            )
+            alive = np.flatnonzero(np.isin(self._status[self._live_start : size], _LIVE))
+            self._live_start += int(alive[0]) if alive.size else size - self._live_start
+        return ids
+
     @property
     def rules(self) -> dict[str, int]:
         """``min_samples``, ``max_samples``, ``validation_samples``."""
@@ -136,7 +206,7 @@ class BlockIndex:
         for b in candidates:
             blk = self._blocks.get(b)
             if blk is not None and blk.alive == 0 and blk.pins == 0:
-                self._status[blk.start : blk.start + blk.n] = Status.DELETED
+                self._status[blk.all_ids()] = Status.DELETED
                 del self._blocks[b]  # drops the handle: for Ray, the last store ref to its objects
 
     # -- reading ---------------------------------------------------------------------------
@@ -191,7 +261,7 @@ class BlockIndex:
                 blk = self._blocks[b]
                 blk.pins += 1
                 pinned.append(b)
-                reads.append((blk.handle, ids - blk.start, ids))
+                reads.append((blk.handle, blk.rows(ids), ids))
         self._checkouts[token] = pinned
         return token, active, new, reads
 
