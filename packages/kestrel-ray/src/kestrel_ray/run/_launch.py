@@ -31,14 +31,17 @@ def launch(
     address: str | None = None,
     auto_sample: bool = True,
     progress: Any = None,
+    mode: str = "auto",
 ) -> RunResult:
     """Train the graph's estimators with adaptive re-simulation; save; sample the posterior.
 
     Args:
         config: a YAML path, a mapping, an OmegaConf config or a :class:`kestrel_core.RunConfig`
-            (never modified). Ignored when ``run_dir`` already holds a ``config.yml``: then the
-            run is continued with that config (and its saved weights, if any).
-        run_dir: the run directory (created).
+            (never modified). On a run directory that holds a ``config.yml``: ``None`` resumes
+            the run with that config; a config that equals it resumes too; one that differs
+            is an error unless ``mode`` says what to do.
+        run_dir: the run directory (created). Nothing inside it refers to it by an absolute
+            path, so a copy or a moved run directory works where it is.
         overrides: dotlist overrides (``"graph.theta.estimator.max_epochs=10"``).
         seed: the run's seed; ``None`` draws fresh entropy (recorded in the result and in
             ``status.json``).
@@ -48,28 +51,49 @@ def launch(
         auto_sample: draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples at the end.
         progress: ``None`` (live table on a terminal, log lines otherwise), ``False``, a number
             of seconds between log lines, or an object with ``start``/``update``/``stop``.
+        mode: on an existing run: ``"auto"`` (resume when ``config`` is ``None`` or equals
+            the run's config, else raise), ``"resume"`` (the run's own config plus
+            ``overrides``; ``config`` is ignored) or ``"restart"`` (move the old contents to
+            ``RUN/previous/N/`` and start afresh with ``config``, or the run's own config when
+            it is ``None``). Ignored for a new run directory.
 
     Returns:
-        A :class:`RunResult` (status ``"completed"`` or ``"interrupted"``).
+        A :class:`RunResult` (status ``"completed"``, ``"interrupted"`` (Ctrl-C) or
+        ``"timeout"``).
 
     Raises:
-        ConfigError, GraphError: the config is invalid (before Ray starts).
+        ConfigError, GraphError: the config is invalid (before Ray starts); in ``"auto"`` mode,
+            the config differs from the run's own (the message names the keys, old → new).
         RunError: a node failed during the run (status ``"failed"`` in ``status.json``; every
             actor of the run was killed).
         KeyboardInterrupt: a second Ctrl-C (status ``"aborted"``).
     """
-    session = RunSession.for_launch(config, run_dir, overrides=overrides, seed=seed)
+    session = RunSession.for_launch(config, run_dir, overrides=overrides, seed=seed, mode=mode)
     session.create()
-    with driver_logger(session.run, console=progress is not False) as log:
-        if session.config_from_run:
-            log.info("run %s: continuing with its config.yml", session.run.root)
-        reporter = make_progress(progress, log)
-        with StopControl(timeout) as stop, session.ray(address, log):
-            launcher = Launcher(
-                session, stop=stop, log=log, on_progress=reporter.update, auto_sample=auto_sample
-            )
-            reporter.start()
-            try:
-                return launcher.run()
-            finally:
-                reporter.stop()
+    launcher: Launcher | None = None
+    try:
+        with driver_logger(session.run, console=progress is not False) as log:
+            if session.archived:
+                log.info(
+                    "run %s: restarted; the old contents are in %s",
+                    session.run.root,
+                    session.archived,
+                )
+            elif session.config_from_run:
+                log.info("run %s: continuing with its config.yml", session.run.root)
+            reporter = make_progress(progress, log)
+            with StopControl(timeout) as stop, session.ray(address, log):
+                launcher = Launcher(
+                    session,
+                    stop=stop,
+                    log=log,
+                    on_progress=reporter.update,
+                    auto_sample=auto_sample,
+                )
+                reporter.start()
+                try:
+                    return launcher.run()
+                finally:
+                    reporter.stop()
+    finally:
+        session.end_launch(None if launcher is None else launcher.result)

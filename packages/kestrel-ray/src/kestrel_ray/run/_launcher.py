@@ -34,10 +34,12 @@ from kestrel_core import ConfigError, KestrelError, StoreError
 
 from .._errors import RunError, describe_failure, unwrap_error
 from ._initial import append_initial_samples
+from ._logging import FILE_ONLY
 from ._progress import ProgressState, recent_rate
 from ._result import RunResult
 from ._sampling import draw_samples, shapes_text
 from ._session import RunSession, cluster_nodes
+from ._skipped import count_errors
 from ._states import Phase, RunStatus
 from ._stop import StopControl
 
@@ -133,7 +135,8 @@ class Launcher:
             raise
         except Exception as err:  # a user exception from a node: add what the driver knows
             self._end(RunStatus.FAILED, f"{type(err).__name__}: {err}")
-            raise RunError(describe_failure(err), result=self.result) from err
+            self.log.error("%s", describe_failure(err), extra=FILE_ONLY)  # the full traceback
+            raise RunError(describe_failure(err, short=True), result=self.result) from err
         return self.result
 
     def _enter(self, phase: Phase) -> None:
@@ -158,6 +161,7 @@ class Launcher:
                 "samples": r.samples,
                 "simulated": r.simulated,
                 "nonfinite": r.nonfinite,
+                "errors": r.errors,
                 "buffer": self.stats,
                 "wall_time": round(time.monotonic() - self.t0, 3),
                 "placement": r.placement,
@@ -256,7 +260,7 @@ class Launcher:
         )
 
     def _finish(self) -> None:
-        status = RunStatus.INTERRUPTED if self.stop.requested else RunStatus.COMPLETED
+        status = self.stop.status  # completed, timeout or interrupted
         self._enter(Phase.SAVING)
         self._save()
         self._report(force=True)
@@ -276,6 +280,8 @@ class Launcher:
             r.simulated,
             f", non-finite dropped {r.nonfinite}" if any(r.nonfinite.values()) else "",
         )
+        if any(r.errors.values()):
+            self.log.info("simulations that raised (skipped, on_error: skip): %s", r.errors)
 
     def _save(self) -> None:
         status = self._poll_status(timeout=10.0)
@@ -324,6 +330,7 @@ class Launcher:
         """Append a trace (its non-finite rows counted; the store keeps them dead); ``wait=False``
         returns the append's ref (finish it with :meth:`_finish_append`)."""
         counts = trace.check_finite(what)
+        count_errors(self.result.errors, trace, what, self.log)  # on_error: skip
         if any(counts.values()):
             for node, count in counts.items():
                 self.result.nonfinite[node] = self.result.nonfinite.get(node, 0) + count

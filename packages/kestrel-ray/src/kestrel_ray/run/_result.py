@@ -26,6 +26,7 @@ class RunResult:
         samples: mode → file written.
         simulated: samples appended.
         nonfinite: node → non-finite simulations dropped.
+        errors: node → simulations that raised and were skipped (``on_error: skip``).
         wall_time: seconds.
         placement: node → the Ray node id of each of its actors.
         config: the run's config.
@@ -40,6 +41,7 @@ class RunResult:
     samples: dict[str, str] = field(default_factory=dict)
     simulated: int = 0
     nonfinite: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
     wall_time: float = 0.0
     placement: dict[str, list[str]] = field(default_factory=dict)
     config: Any = field(default=None, repr=False)

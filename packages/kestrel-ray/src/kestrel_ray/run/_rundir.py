@@ -2,9 +2,15 @@
 
 Layout (``RUN`` is the directory given with ``-o``)::
 
-    RUN/config.yml                    the resolved config of the run (a resume reads it)
-    RUN/status.json                   status ("running", "completed", "interrupted", "failed",
-                                      "aborted"), seed, times, epochs, buffer counts
+    RUN/config.yml                    the run's config, relocatable: no absolute path to the
+                                      run's own files (kestrel_core._run_config)
+    RUN/observations/<node>.npy|npz   the observations, copied in at launch
+    RUN/run.json                      the history of launches (seed, times, status, epochs,
+                                      config digest; :class:`RunHistory`)
+    RUN/status.json                   status of the latest launch ("running", "completed",
+                                      "interrupted", "timeout", "failed", "aborted"), seed,
+                                      times, epochs, buffer counts
+    RUN/previous/N/                   the contents of the run before ``--restart`` number N
     RUN/graph/<node>/                 estimator weights (the estimator's own files),
                                       output.log (the node actor's log), metrics.csv (one row
                                       per epoch), saved.json (written after a successful save)
@@ -17,13 +23,15 @@ Layout (``RUN`` is the directory given with ``-o``)::
     RUN/plots/                        ``kestrel plot``
 
 The ``paths`` section of the config may move ``graph``, ``samples`` and ``buffer`` elsewhere;
-:class:`RunDir` follows it.
+:class:`RunDir` follows it. Paths inside the run are always found from the directory the
+:class:`RunDir` was opened at, so a copied or moved run directory works where it is.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -31,11 +39,24 @@ from typing import Any
 import numpy as np
 
 from kestrel_core import _samplefiles as samplefiles
+from kestrel_core._run_config import (
+    OBSERVATIONS_DIR,
+    RUN_CONFIG_FILE,
+    config_digest,
+    load_run_config,
+    portable_config,
+    run_config_yaml,
+    save_observations,
+)
 
-__all__ = ["RunDir", "SAVED_MARKER", "CONFIG_FILE"]
+from ._history import RUN_FILE, RunHistory
 
-CONFIG_FILE = "config.yml"
+__all__ = ["RunDir", "SAVED_MARKER", "CONFIG_FILE", "PREVIOUS_DIR"]
+
+CONFIG_FILE = RUN_CONFIG_FILE
 STATUS_FILE = "status.json"
+#: ``RUN/previous/N/``: the contents of the run before a restart
+PREVIOUS_DIR = "previous"
 #: written into ``graph/<node>/`` after the node's estimator saved without error
 SAVED_MARKER = "saved.json"
 
@@ -100,13 +121,72 @@ class RunDir:
         for path in (self.root, self.node_dir("driver"), self.samples, self.snapshots):
             os.makedirs(path, exist_ok=True)
 
-    def write_config(self, config: Any) -> None:
-        """Write ``config.to_yaml()`` to ``RUN/config.yml``."""
+    @property
+    def observations(self) -> str:
+        """``RUN/observations`` (the observations copied in at launch)."""
+        return os.path.join(self.root, OBSERVATIONS_DIR)
+
+    @property
+    def history(self) -> RunHistory:
+        """The launches recorded in ``RUN/run.json``."""
+        return RunHistory(os.path.join(self.root, RUN_FILE))
+
+    def write_config(self, config: Any) -> str:
+        """Copy the observations into ``RUN/observations/`` and write ``RUN/config.yml``.
+
+        The file names nothing inside the run by an absolute path
+        (:func:`kestrel_core._run_config.portable_config`); it is rewritten only when its
+        text changes.
+
+        Args:
+            config: the run's :class:`kestrel_core.RunConfig`.
+
+        Returns:
+            The config's digest (sha256 of its canonical YAML, ``paths.imports`` left out).
+
+        Raises:
+            OSError: a file cannot be written.
+        """
         os.makedirs(self.root, exist_ok=True)
-        tmp = self.config_file + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(config.to_yaml())
-        os.replace(tmp, self.config_file)
+        data = portable_config(config, self.root, save_observations(config, self.root))
+        text = run_config_yaml(data)
+        try:
+            with open(self.config_file, encoding="utf-8") as fh:
+                same = fh.read() == text
+        except FileNotFoundError:
+            same = False
+        if not same:
+            tmp = self.config_file + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, self.config_file)
+        return config_digest(data)
+
+    def load_config(self, overrides: Any = (), *, check_targets: Any = ("simulator",)) -> Any:
+        """``RUN/config.yml`` loaded for this directory (wherever the run lies now).
+
+        Raises:
+            ConfigError, GraphError: as :func:`kestrel_core._run_config.load_run_config`.
+        """
+        return load_run_config(self.root, overrides, check_targets=check_targets)
+
+    def archive(self) -> str:
+        """Move everything in the run directory to ``RUN/previous/N/`` (N = 1, 2, …).
+
+        Returns:
+            The folder the old contents went to.
+
+        Raises:
+            OSError: a file cannot be moved.
+        """
+        previous = os.path.join(self.root, PREVIOUS_DIR)
+        numbers = [int(n) for n in _listdir(previous) if n.isdigit()]
+        target = os.path.join(previous, str(max(numbers, default=0) + 1))
+        os.makedirs(target)
+        for name in _listdir(self.root):
+            if name != PREVIOUS_DIR:
+                shutil.move(os.path.join(self.root, name), os.path.join(target, name))
+        return target
 
     def write_status(self, status: Mapping[str, Any]) -> None:
         """Write ``RUN/status.json`` (atomically)."""
@@ -190,6 +270,13 @@ class RunDir:
         """
         with np.load(self.latest_sample_file(mode, observation), allow_pickle=False) as data:
             return {key: data[key] for key in data.files}
+
+
+def _listdir(folder: str) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except FileNotFoundError:
+        return []
 
 
 def _write_json(path: str, data: Mapping[str, Any]) -> None:

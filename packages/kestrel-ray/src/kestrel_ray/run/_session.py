@@ -5,7 +5,9 @@
 1. :meth:`RunSession.for_launch` / :meth:`RunSession.for_sample` load the config and check
    everything that can be checked before Ray starts (``load_config(...,
    check_targets=("simulator", "estimator"))`` and :func:`~kestrel_ray.run._preflight.preflight`);
-   a launch on a directory that holds ``config.yml`` continues with that file;
+   a launch on a directory that holds ``config.yml`` resumes it or restarts it, never
+   silently: :func:`~kestrel_ray.run._plan.launch_plan` decides which config is used;
+   :meth:`RunSession.create` prepares the directory and records the launch in ``run.json``;
 2. :meth:`RunSession.ray` starts (or joins) Ray for the command, and shuts it down afterwards
    only if it started it;
 3. :meth:`RunSession.deployed` deploys the run's graph (a launch's actors' logs and metrics are
@@ -24,13 +26,15 @@ from typing import Any, cast
 
 import ray
 
-from kestrel_core import ConfigError, EstimatorError, RunConfig, load_config, seed_sequence
+from kestrel_core import ConfigError, EstimatorError, RunConfig, seed_sequence
+from kestrel_core._run_config import observation_digests
 
 from .._deployed import DeployedGraph
 from .._init import init_ray
 from .._wrapper import NodeWrapper
 from ._code import code_runtime_env
 from ._nodelog import NodeLogSink, RunNodeWrapper
+from ._plan import launch_plan
 from ._preflight import preflight
 from ._rundir import RunDir
 
@@ -46,13 +50,17 @@ class RunSession:
         run: the run directory.
         config: the run's config (already checked; see :meth:`for_launch`, :meth:`for_sample`).
         seed: the run's seed; ``None`` draws fresh entropy.
-        config_from_run: whether ``config`` was read from ``RUN/config.yml``.
+        config_from_run: whether the launch continues the run (its config is the run's own).
+        mode: ``"new"``, ``"resume"`` or ``"restart"`` (recorded in ``run.json``).
+        overrides: the overrides given (recorded in ``run.json``).
 
     Attributes:
         run: the :class:`RunDir`, following the config's ``paths``.
         config: the :class:`kestrel_core.RunConfig`.
         seed: the seed (the entropy drawn when none was given).
-        config_from_run: see above (a launch then continues the run instead of writing it).
+        config_from_run, mode, overrides: see above.
+        archived: where a restart moved the old contents (after :meth:`create`).
+        launch_number: this launch's entry in ``run.json`` (after :meth:`create`).
         placement: node → the Ray node id of each of its actors (after :meth:`deployed` with
             ``node_logs=True``).
     """
@@ -64,12 +72,18 @@ class RunSession:
         *,
         seed: int | None = None,
         config_from_run: bool = False,
+        mode: str = "new",
+        overrides: Sequence[str] = (),
     ):
         self.run = RunDir(run.root, config)
         self.config = config
         self.seed = int(cast(int, seed_sequence(seed).entropy))  # an int when drawn or given
         self.config_from_run = config_from_run
+        self.mode = mode
+        self.overrides = list(overrides)
         self.placement: dict[str, list[str]] = {}
+        self.archived: str | None = None
+        self.launch_number: int | None = None
 
     @classmethod
     def for_launch(
@@ -79,27 +93,25 @@ class RunSession:
         *,
         overrides: Iterable[str] = (),
         seed: int | None = None,
+        mode: str = "auto",
     ) -> RunSession:
-        """The session of ``launch``: ``RUN/config.yml`` when it exists, else ``config``.
+        """The session of ``launch``: which config a launch uses (see :func:`launch_plan`).
 
         Args:
             config: a YAML path, a mapping, an OmegaConf config or a RunConfig (never modified);
-                ignored when the run directory holds a ``config.yml``.
+                ``None`` on an existing run: resume it.
             run_dir: the run directory (not created here: see :meth:`create`).
             overrides: dotlist overrides. seed: the run's seed.
+            mode: ``"auto"``, ``"resume"`` or ``"restart"`` (see :func:`launch_plan`).
 
         Raises:
-            ConfigError, GraphError: no config; an invalid one; no ``buffer`` section; no
+            ConfigError, GraphError: no config; an invalid one; a config that differs from the
+                run's own in ``"auto"`` mode (naming the keys); no ``buffer`` section; no
                 estimator in the graph; an estimator or ``ray.init`` argument that cannot work.
         """
         run = RunDir(run_dir)
-        from_run = run.has_config()
-        source = run.config_file if from_run else config
-        if source is None:
-            raise ConfigError(
-                "launch: give a config (path, mapping or RunConfig) or an existing run directory"
-            )
-        cfg = load_config(source, overrides, run_dir=run.root, check_targets=_TARGETS)
+        overrides = [overrides] if isinstance(overrides, str) else list(overrides)
+        cfg, how = launch_plan(config, run, overrides, mode)
         if cfg.buffer is None:
             raise ConfigError(
                 "buffer: kestrel launch needs a buffer section (min_samples, max_samples, "
@@ -111,7 +123,9 @@ class RunSession:
                 "`kestrel simulate` for forward simulation only)"
             )
         preflight(cfg, dry_run=True)  # every simulator on two prior draws, before Ray starts
-        return cls(run, cfg, seed=seed, config_from_run=from_run)
+        return cls(
+            run, cfg, seed=seed, config_from_run=how == "resume", mode=how, overrides=overrides
+        )
 
     @classmethod
     def for_sample(
@@ -136,16 +150,45 @@ class RunSession:
                 f"{run.root}: not a run directory (no {os.path.basename(run.config_file)}); "
                 f"start a run with `kestrel launch -c CONFIG -o {run.root}`"
             )
-        cfg = load_config(run.config_file, overrides, run_dir=run.root, check_targets=_TARGETS)
+        cfg = run.load_config(overrides, check_targets=_TARGETS)
         preflight(cfg)
-        return cls(run, cfg, seed=seed, config_from_run=True)
+        return cls(run, cfg, seed=seed, config_from_run=True, mode="resume")
 
     # -- the run directory ---------------------------------------------------------------------
     def create(self) -> None:
-        """Create the run's folders and write ``RUN/config.yml`` (unless it was read from there)."""
+        """Prepare the run directory for a launch and record the launch in ``RUN/run.json``.
+
+        A restart first moves the old contents to ``RUN/previous/N/``. Then the folders are
+        created, the observations copied into ``RUN/observations/`` and ``RUN/config.yml``
+        written (relocatable; unchanged text is not rewritten).
+
+        Raises:
+            OSError: a file cannot be moved or written.
+        """
+        if self.mode == "restart" and os.path.isdir(self.run.root):
+            self.archived = self.run.archive()
         self.run.makedirs()
-        if not self.config_from_run:
-            self.run.write_config(self.config)
+        digest = self.run.write_config(self.config)
+        self.launch_number = self.run.history.begin(
+            mode=self.mode,
+            seed=self.seed,
+            config_sha256=digest,
+            observations=observation_digests(self.config),
+            overrides=self.overrides,
+        )
+
+    def end_launch(self, result: Any) -> None:
+        """Record how the launch ended in ``RUN/run.json`` (``result``: its :class:`RunResult`,
+        or ``None`` when it failed before one existed)."""
+        if self.launch_number is None:
+            return
+        status = getattr(result, "status", None)
+        self.run.history.end(
+            self.launch_number,
+            status=str(status) if status not in (None, "running") else "failed",
+            reason=getattr(result, "reason", None),
+            epochs=dict(getattr(result, "epochs", None) or {}),
+        )
 
     def saved_nodes(self) -> list[str]:
         """The estimator nodes whose weights a launch saved in this run."""

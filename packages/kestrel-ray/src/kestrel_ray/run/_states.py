@@ -38,6 +38,7 @@ class RunStatus(_Text):
 
     RUNNING = "running"
     COMPLETED = "completed"  #: every estimator stopped by itself; saved and sampled
-    INTERRUPTED = "interrupted"  #: Ctrl-C or timeout; saved and sampled
+    INTERRUPTED = "interrupted"  #: Ctrl-C (or a stop requested by a call); saved and sampled
+    TIMEOUT = "timeout"  #: ``timeout`` seconds passed; saved and sampled
     FAILED = "failed"  #: a node raised; every actor killed
     ABORTED = "aborted"  #: a second Ctrl-C; nothing more saved

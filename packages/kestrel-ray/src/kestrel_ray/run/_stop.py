@@ -2,9 +2,10 @@
 
 The first SIGINT (Ctrl-C) asks for a graceful stop: the launch loop stops simulating, asks the
 estimators to stop after their current step, saves their weights and still samples the
-posterior; the run's status becomes ``"interrupted"``. A second SIGINT raises
-:class:`KeyboardInterrupt` at once (abort: the actors are killed, nothing more is saved).
-A timeout triggers the same graceful stop as the first Ctrl-C.
+posterior; the run's status becomes ``"interrupted"`` (``kestrel launch`` then exits with
+status 130). A second SIGINT raises :class:`KeyboardInterrupt` at once (abort: the actors are
+killed, nothing more is saved). A timeout triggers the same graceful stop as the first Ctrl-C;
+the run's status becomes ``"timeout"`` (exit status 0).
 
 The SIGINT handler is installed only while a launch runs, only from the main thread (Python
 delivers signals there), and the previous handler is restored afterwards.
@@ -17,6 +18,8 @@ import threading
 import time
 from types import FrameType
 from typing import Any
+
+from ._states import RunStatus
 
 __all__ = ["StopControl"]
 
@@ -42,6 +45,7 @@ class StopControl:
         self._previous: Any = None
         self._installed = False
         self._interrupts = 0
+        self.timed_out = False
 
     def __enter__(self) -> StopControl:
         self.start()
@@ -77,8 +81,17 @@ class StopControl:
             and self._deadline is not None
             and time.monotonic() >= self._deadline
         ):
+            self.timed_out = self.reason is None
             self.request(f"timeout after {self.timeout:g} s")
         return self._event.is_set()
+
+    @property
+    def status(self) -> RunStatus:
+        """How a launch that ends now ends: ``completed`` (no stop asked for), ``timeout``
+        (the timeout came first) or ``interrupted`` (Ctrl-C or :meth:`request`)."""
+        if not self.requested:
+            return RunStatus.COMPLETED
+        return RunStatus.TIMEOUT if self.timed_out else RunStatus.INTERRUPTED
 
     def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
         self._interrupts += 1

@@ -1,0 +1,101 @@
+"""Which config a launch uses on a run directory: explicit intent, never a silent choice.
+
+=====================  =================================================================
+run directory          launch
+=====================  =================================================================
+new (no config.yml)    the config given (with overrides) — ``new``
+exists, no config      the run's own ``config.yml`` plus overrides — ``resume``
+exists, same config    the config given, which equals the run's — ``resume``
+exists, other config   an error naming the keys that differ (old → new) and the choices:
+``mode="resume"``      the run's own ``config.yml`` plus overrides (the config given is ignored)
+``mode="restart"``     old contents moved to ``RUN/previous/N/``; the config given (or, without
+                       one, the run's own) plus overrides — ``restart``
+=====================  =================================================================
+
+"Same" compares the configs as the run records them (:func:`kestrel_core._run_config.
+run_config_changes`): where the run, the code and the data files lie does not count; the
+observations are compared by value.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from kestrel_core import ConfigError, KestrelError, RunConfig, load_config
+from kestrel_core._config_diff import Change, describe_changes
+from kestrel_core._run_config import run_config_changes
+
+from ._rundir import PREVIOUS_DIR, RunDir
+
+__all__ = ["launch_plan", "MODES", "differs_message"]
+
+#: the ``mode`` argument of :func:`~kestrel_ray.launch`
+MODES = ("auto", "resume", "restart")
+_TARGETS = ("simulator", "estimator")
+
+
+def launch_plan(
+    config: Any, run: RunDir, overrides: Sequence[str], mode: str = "auto"
+) -> tuple[RunConfig, str]:
+    """The config a launch on ``run`` uses, and how it treats the directory.
+
+    Args:
+        config: a YAML path, mapping, OmegaConf config or RunConfig; ``None``: the run's own.
+        run: the run directory.
+        overrides: dotlist overrides (applied to whichever config is used).
+        mode: ``"auto"``, ``"resume"`` or ``"restart"`` (see the module docstring).
+
+    Returns:
+        ``(config, how)``, ``how`` one of ``"new"``, ``"resume"``, ``"restart"``.
+
+    Raises:
+        ConfigError: an unknown mode; no config for a new run; in ``"auto"`` mode a config
+            that differs from the run's own (:func:`differs_message`); or as
+            :func:`~kestrel_core.load_config`.
+        GraphError: as :func:`~kestrel_core.load_config`.
+    """
+    if mode not in MODES:
+        raise ConfigError(f"launch: mode must be one of {', '.join(MODES)}; found {mode!r}")
+    if not run.has_config():
+        if config is None:
+            raise ConfigError(
+                "launch: give a config (path, mapping or RunConfig) or an existing run directory"
+            )
+        return _load(config, run, overrides), "new"
+    if mode == "resume" or (mode == "auto" and config is None):
+        return run.load_config(overrides, check_targets=_TARGETS), "resume"
+    if mode == "restart":
+        if config is None:
+            return run.load_config(overrides, check_targets=_TARGETS), "restart"
+        return _load(config, run, overrides), "restart"
+    cfg = _load(config, run, overrides)
+    try:
+        recorded = run.load_config(check_targets=())
+    except KestrelError as err:
+        raise ConfigError(
+            f"{run.config_file}: the run's own config cannot be read ({err}); launch with "
+            f"--restart (Python: mode='restart') to move the old run to "
+            f"{os.path.join(run.root, PREVIOUS_DIR)}/N/ and start afresh"
+        ) from err
+    changes = run_config_changes(recorded, cfg, run.root)
+    if changes:
+        raise ConfigError(differs_message(run, changes))
+    return cfg, "resume"
+
+
+def _load(config: Any, run: RunDir, overrides: Sequence[str]) -> RunConfig:
+    return load_config(config, overrides, run_dir=run.root, check_targets=_TARGETS)
+
+
+def differs_message(run: RunDir, changes: Sequence[Change]) -> str:
+    """The one-paragraph error of a launch whose config differs from the run's own."""
+    keys = "1 key differs" if len(changes) == 1 else f"{len(changes)} keys differ"
+    return (
+        f"{run.root} was launched with another config; {keys} from its config.yml "
+        f"(old → new): {describe_changes(changes)}. Choose: --resume to continue this run with "
+        f"its own config.yml (plus any key=value overrides; Python: mode='resume'), or "
+        f"--restart to move its contents to {os.path.join(run.root, PREVIOUS_DIR)}/N/ and "
+        f"start afresh with the new config (Python: mode='restart')."
+    )
