@@ -2,13 +2,13 @@
 
 ::
 
-    kestrel launch [-c CONFIG] -o RUN [--resume | --restart] [--address ADDR] [--seed S]
-                   [--timeout SEC] [--no-auto-sample] [--progress {auto,live,log,none}]
-                   [key=value ...]
+    kestrel launch -c CONFIG -o RUN [--address ADDR] [--seed S] [--timeout SEC]
+                   [--no-auto-sample] [--progress {auto,live,log,none}] [key=value ...]
     kestrel sample prior|posterior|proposal|ppd -o RUN [-n N] [--seed S] [--address ADDR]
-                   [key=value ...]
+                   [--observation [NODE=]FILE[:key] ...] [--ray] [key=value ...]
 
-Ray is imported only when a command runs, so ``kestrel --help`` stays fast.
+Ray is imported only when a command runs, so ``kestrel --help`` stays fast; ``kestrel sample``
+draws in one process without Ray unless it needs Ray (see :mod:`._sampling`).
 """
 
 from __future__ import annotations
@@ -30,32 +30,11 @@ def launch_command(subparsers: Any) -> None:
         help="train the estimators (adaptive simulation on Ray), save, sample the posterior",
         description="Train every estimator of the graph while simulations from the current proposal keep "
         "arriving; save the weights under RUN/graph/<node>/ and draw sample.posterior.n posterior samples "
-        "to RUN/samples/posterior/. On an existing RUN, `-o RUN` alone (or a -c CONFIG equal to "
-        "RUN/config.yml) resumes it; a different CONFIG is an error naming the keys that differ, "
-        "unless --resume or --restart says what to do. Ctrl-C stops gracefully (exit status 130); "
-        "a second Ctrl-C aborts; --timeout stops gracefully with status 'timeout' (exit status 0).",
+        "to RUN/samples/posterior/. On an existing RUN with saved weights the run is resumed (with "
+        "RUN/config.yml). Ctrl-C stops gracefully; a second Ctrl-C aborts.",
     )
     add_config_arguments(p)
-    # no -c on an existing run: resume it (a new run still defaults to config.yml)
-    p.set_defaults(config=None)
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
-    intent = p.add_mutually_exclusive_group()
-    intent.add_argument(
-        "--resume",
-        dest="mode",
-        action="store_const",
-        const="resume",
-        default="auto",
-        help="continue RUN with its own config.yml plus the key=value overrides (-c is ignored)",
-    )
-    intent.add_argument(
-        "--restart",
-        dest="mode",
-        action="store_const",
-        const="restart",
-        help="move RUN's contents to RUN/previous/N/ and start afresh with CONFIG "
-        "(default: RUN's own config.yml) plus the overrides",
-    )
     p.add_argument(
         "--address",
         default=None,
@@ -94,12 +73,10 @@ def _run_launch(args: argparse.Namespace) -> int:
     import os
 
     from ._launch import launch
-    from ._states import RunStatus
 
     progress = {"auto": None, "live": True, "log": 10.0, "none": False}[args.progress]
-    config = args.config
-    if config is None and not os.path.isfile(os.path.join(args.output, "config.yml")):
-        config = "config.yml"  # a new run: the default config file
+    # an existing run's own config.yml wins over -c (resume)
+    config = None if os.path.isfile(os.path.join(args.output, "config.yml")) else args.config
     result = launch(
         config,
         args.output,
@@ -109,7 +86,6 @@ def _run_launch(args: argparse.Namespace) -> int:
         address=args.address,
         auto_sample=args.auto_sample,
         progress=progress,
-        mode=args.mode,
     )
     print(
         f"kestrel launch: {result.status} in {result.wall_time:.1f} s (seed {result.seed}); "
@@ -117,8 +93,7 @@ def _run_launch(args: argparse.Namespace) -> int:
     )
     for mode, path in result.samples.items():
         print(f"  {mode} samples: {path}")
-    # Ctrl-C: the shell's convention for a run ended by SIGINT (128 + 2), weights saved
-    return 130 if result.status == RunStatus.INTERRUPTED else 0
+    return 0
 
 
 def sample_command(subparsers: Any) -> None:
@@ -126,9 +101,14 @@ def sample_command(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "sample",
         help="draw prior / posterior / proposal / ppd samples of a run",
-        description="Load a run (RUN/config.yml and the saved weights) and write n samples to "
-        "RUN/samples/<mode>/NNNNNN.npz, one array per node of shape (n, ...). n comes from -n or "
-        "from sample.<mode>.n in the run's config.",
+        description="Load a run (RUN/config.yml and the saved weights) and write n samples, one "
+        "array per node of shape (n, ...): prior samples to RUN/samples/prior/NNNNNN.npz; "
+        "posterior, proposal and ppd samples to RUN/samples/<mode>/<digest>/NNNNNN.npz, one folder "
+        "per observation (the run's own unless --observation or a graph.<node>.observed override "
+        "gives another; saved beside the samples as observation.npz). n comes from -n or from "
+        "sample.<mode>.n in the run's config. Draws are made in this process, without Ray, unless "
+        "--address or ray.address names a cluster, --ray is given, or a simulated node has "
+        "num_actors > 1.",
     )
     p.add_argument("mode", choices=_MODES, help="what to sample")
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
@@ -146,13 +126,27 @@ def sample_command(subparsers: Any) -> None:
         "--address",
         default=None,
         metavar="ADDR",
-        help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)",
+        help="sample on this Ray cluster (default: in this process, without Ray)",
+    )
+    p.add_argument(
+        "--observation",
+        action="append",
+        default=[],
+        metavar="[NODE=]FILE[:key]",
+        help="condition on this observation instead of the run's own (.npy, or .npz with :key); "
+        "repeat as NODE=FILE[:key] for a graph with several observed nodes",
+    )
+    p.add_argument(
+        "--ray",
+        action="store_true",
+        help="draw on Ray (a local Ray, or RAY_ADDRESS) even where one process can do it",
     )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (not saved)")
     p.set_defaults(func=_run_sample)
 
 
 def _run_sample(args: argparse.Namespace) -> int:
+    from ._observations import parse_observation_args
     from ._sampling import sample_run
 
     result = sample_run(
@@ -162,9 +156,13 @@ def _run_sample(args: argparse.Namespace) -> int:
         seed=args.seed,
         overrides=args.overrides,
         address=args.address,
+        observation=parse_observation_args(args.observation),
+        ray=True if args.ray else None,
     )
     shapes = ", ".join(f"{m} {s}" for m, s in result.shapes.items())
+    where = "on Ray" if result.ray else "in this process"
     print(
-        f"kestrel sample: {result.n} {result.mode} samples (seed {result.seed}) → {result.path}: {shapes}"
+        f"kestrel sample: {result.n} {result.mode} samples (seed {result.seed}, {where}) → "
+        f"{result.path}: {shapes}"
     )
     return 0

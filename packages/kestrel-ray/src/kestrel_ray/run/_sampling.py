@@ -14,6 +14,17 @@ ppd        posterior draws, the rest simulated from    every node (the observabl
 
 ``sample.<mode>.exclude_keys`` removes nodes from that list, ``add_keys`` adds nodes the call
 produced (for example a deterministic intermediate).
+
+Where the files go (:mod:`kestrel_core._samplefiles`): ``RUN/samples/prior/NNNNNN.npz``, and for
+the modes that depend on the observation ``RUN/samples/<mode>/<digest>/NNNNNN.npz`` with the
+observation beside them (``observation.npz``); ``<digest>`` names the observations the draws are
+conditioned on (the run's own by default, ``--observation`` or a ``graph.<node>.observed``
+override otherwise), so draws for different observations are never pooled.
+
+Where the draws are made (:func:`needs_ray`): in this process (:class:`~._local.LocalGraph`:
+no Ray started, the estimators loaded from ``<graph>/<node>/estimator.pt``) unless a cluster is
+named (``--address``, ``ray.address``), ``--ray`` asks for it, or a node that the mode simulates
+has ``num_actors > 1`` (its simulator is meant to run in parallel on Ray).
 """
 
 from __future__ import annotations
@@ -25,15 +36,32 @@ from typing import Any
 
 import numpy as np
 
-from kestrel_core import ConfigError, check_count, flat_key
+from kestrel_core import (
+    ConfigError,
+    EstimatorError,
+    RunConfig,
+    check_count,
+    flat_key,
+    load_config,
+    seed_sequence,
+)
+from kestrel_core._samplefiles import OBSERVED_MODES, observation_digest
 
-from .._deployed import DeployedGraph
-from ._session import RunSession
+from ._observations import given_observations
+from ._rundir import RunDir
 
-__all__ = ["MODES", "SampleResult", "draw_samples", "sample_run", "select_nodes", "shapes_text"]
+__all__ = [
+    "MODES",
+    "SampleResult",
+    "draw_samples",
+    "sample_run",
+    "select_nodes",
+    "shapes_text",
+    "needs_ray",
+]
 
 MODES = ("prior", "posterior", "proposal", "ppd")
-#: rows per DeployedGraph call when drawing many samples
+#: rows per graph call when drawing many samples
 _CALL_ROWS = 16384
 
 
@@ -44,6 +72,8 @@ class SampleResult:
     Attributes:
         path: the ``.npz`` file. mode: the sample mode. n: number of samples. seed: the seed
         used (the entropy when none was given). shapes: node → per-sample shape.
+        observation: the digest of the observations the draws are conditioned on (the name of
+        their folder; ``None`` for prior samples). ray: whether the draws were made on Ray.
     """
 
     path: str
@@ -51,6 +81,8 @@ class SampleResult:
     n: int
     seed: int
     shapes: dict[str, tuple[int, ...]]
+    observation: str | None = None
+    ray: bool = False
 
 
 def _check_mode(mode: str) -> None:
@@ -58,14 +90,14 @@ def _check_mode(mode: str) -> None:
         raise ConfigError(f"sample mode {mode!r} is not one of {', '.join(MODES)}")
 
 
-def _default_nodes(dg: DeployedGraph, mode: str, produced: Sequence[str]) -> list[str]:
+def _default_nodes(dg: Any, mode: str, produced: Sequence[str]) -> list[str]:
     graph = dg.graph
     if mode in ("posterior", "proposal"):
         return [m for m in produced if m in graph.latents]
     return list(produced)
 
 
-def select_nodes(dg: DeployedGraph, mode: str, produced: Sequence[str], entry: Any) -> list[str]:
+def select_nodes(dg: Any, mode: str, produced: Sequence[str], entry: Any) -> list[str]:
     """The nodes a mode writes: the defaults, minus ``exclude_keys``, plus ``add_keys``.
 
     Raises:
@@ -87,14 +119,22 @@ def select_nodes(dg: DeployedGraph, mode: str, produced: Sequence[str], entry: A
     return [m for m in produced if m in nodes]
 
 
-def draw_samples(dg: DeployedGraph, mode: str, n: int, entry: Any = None) -> dict[str, np.ndarray]:
-    """Draw ``n`` samples of ``mode`` from a deployed graph (weights already loaded).
+def draw_samples(
+    dg: Any,
+    mode: str,
+    n: int,
+    entry: Any = None,
+    observations: Mapping[str, Any] | None = None,
+) -> dict[str, np.ndarray]:
+    """Draw ``n`` samples of ``mode`` from a graph whose weights are loaded.
 
     Args:
-        dg: the deployed graph.
+        dg: a :class:`~kestrel_ray.DeployedGraph` or a :class:`~._local.LocalGraph` (the same
+            sampling methods and ``to_arrays``).
         mode: ``prior``, ``posterior``, ``proposal`` or ``ppd``.
         n: number of samples (≥ 1).
         entry: the config's ``sample.<mode>`` (for ``exclude_keys`` / ``add_keys``) or ``None``.
+        observations: node → ``x_o`` (shape ``D``) over the graph's own (not for ``prior``).
 
     Returns:
         node name → array ``(n, *D)`` (the node's values).
@@ -105,18 +145,19 @@ def draw_samples(dg: DeployedGraph, mode: str, n: int, entry: Any = None) -> dic
     """
     _check_mode(mode)
     n = check_count(n, "n")
-    call = {
-        "prior": dg.sample,
-        "posterior": dg.sample_posterior,
-        "proposal": dg.sample_proposal,
-        "ppd": dg.sample_ppd,
+    method = {
+        "prior": "sample",
+        "posterior": "sample_posterior",
+        "proposal": "sample_proposal",
+        "ppd": "sample_ppd",
     }[mode]
+    call = getattr(dg, method)
     parts: dict[str, list[np.ndarray]] = {}
     nodes: list[str] | None = None
     done = 0
     while done < n:
         rows = min(_CALL_ROWS, n - done)
-        trace = call(rows)
+        trace = call(rows) if mode == "prior" or not observations else call(rows, observations)
         if nodes is None:
             nodes = select_nodes(dg, mode, trace.nodes(), entry)
         arrays = dg.to_arrays(trace, [flat_key(m, "value") for m in nodes])
@@ -124,6 +165,58 @@ def draw_samples(dg: DeployedGraph, mode: str, n: int, entry: Any = None) -> dic
             parts.setdefault(m, []).append(arrays[flat_key(m, "value")])
         done += rows
     return {m: (v[0] if len(v) == 1 else np.concatenate(v)) for m, v in parts.items()}
+
+
+def needs_ray(config: RunConfig, mode: str, address: str | None = None) -> str | None:
+    """Why a sampling call of ``mode`` runs on Ray; ``None``: one process does it.
+
+    Ray when a cluster is named (``address``, the config's ``ray.address``), or when a node that
+    the mode simulates has ``num_actors > 1``: forward simulation (``prior``, ``ppd``, and
+    unobserved non-estimator nodes of ``posterior``/``proposal``) of a simulator the config
+    runs in parallel. Estimators always fit in one process.
+    """
+    if address:
+        return f"--address {address}"
+    if config.ray.get("address"):
+        return f"ray.address {config.ray['address']}"
+    graph = config.graph
+    if mode in ("prior", "ppd"):
+        simulated = [m for m in graph.forward_order if mode == "prior" or m not in graph.latents]
+    else:
+        simulated = [
+            m
+            for m in graph.inference_order
+            if m not in graph.latents and m not in graph.observations
+        ]
+    multi = [m for m in simulated if graph.nodes[m].num_actors > 1]
+    if multi:
+        return f"node {multi[0]!r} simulates with num_actors={graph.nodes[multi[0]].num_actors}"
+    return None
+
+
+def _open(
+    run_dir: str | os.PathLike[str], overrides: Iterable[str], mode: str
+) -> tuple[RunDir, RunConfig]:
+    """The run directory and its config (with ``overrides``), without Ray; the estimators'
+    ``_target_`` is imported only for the modes that use them (prior needs only the core)."""
+    run = RunDir(run_dir)
+    if not run.has_config():
+        raise ConfigError(
+            f"{run.root}: not a run directory (no {os.path.basename(run.config_file)}); "
+            f"start a run with `kestrel launch -c CONFIG -o {run.root}`"
+        )
+    targets = ("simulator",) if mode == "prior" else ("simulator", "estimator")
+    config = load_config(run.config_file, overrides, run_dir=run.root, check_targets=targets)
+    return RunDir(run.root, config), config
+
+
+def _require_weights(run: RunDir, config: RunConfig, purpose: str) -> None:
+    missing = [m for m in config.graph.latents if not run.has_weights(m)]
+    if missing:
+        raise EstimatorError(
+            f"node {missing[0]!r}: no saved weights in {run.node_dir(missing[0])}; "
+            f"{purpose} needs a trained estimator (run `kestrel launch -o {run.root}`)"
+        )
 
 
 def sample_run(
@@ -134,46 +227,101 @@ def sample_run(
     seed: int | None = None,
     overrides: Iterable[str] = (),
     address: str | None = None,
+    observation: Any = None,
+    ray: bool | None = None,
 ) -> SampleResult:
-    """Load a run, draw samples of ``mode`` and write ``RUN/samples/<mode>/NNNNNN.npz``.
+    """Load a run, draw samples of ``mode`` and write them into the run.
 
-    Everything that can be checked without Ray (the run's config, the count, saved weights)
-    is checked first.
+    Writes ``RUN/samples/prior/NNNNNN.npz``, or ``RUN/samples/<mode>/<digest>/NNNNNN.npz`` with
+    ``observation.npz`` beside it (see the module docstring). Everything that can be checked
+    before drawing (the run's config, the count, saved weights, the observation) is checked
+    first. Draws are made in this process unless :func:`needs_ray` (or ``ray=True``) says Ray.
 
     Args:
         run_dir: a directory written by :func:`~kestrel_ray.launch`.
         mode: ``prior``, ``posterior``, ``proposal`` or ``ppd``.
         n: number of samples; ``None`` takes ``sample.<mode>.n`` from the run's config.
         seed: seed of the draws (``None``: fresh entropy, reported in the result).
-        overrides: dotlist overrides of the run's config (not saved).
-        address: Ray cluster to join (default: ``RAY_ADDRESS`` or a local Ray).
+        overrides: dotlist overrides of the run's config (not saved); a
+            ``graph.<node>.observed=…`` override changes the observation like ``observation``.
+        address: Ray cluster to join (implies Ray).
+        observation: the observation to condition on instead of the run's own (not for
+            ``prior``): an array or file spec (``FILE.npy``, ``FILE.npz:key``) for the graph's
+            one observed node, or a mapping observed node → array or spec.
+        ray: ``True`` draws on Ray, ``False`` in this process, ``None`` decides
+            (:func:`needs_ray`).
 
     Returns:
         A :class:`SampleResult`.
 
     Raises:
         ConfigError: not a run directory; unknown mode; ``n`` given neither here nor in the
-            config. EstimatorError: no saved weights (modes other than ``prior``).
+            config; an unusable observation. EstimatorError: no saved weights (modes other than
+            ``prior``). ShapeError: an observation of the wrong shape.
     """
     _check_mode(mode)
-    session = RunSession.for_sample(run_dir, overrides=overrides, seed=seed)
-    config = session.config
-    entry = config.sample[mode]
+    run, config = _open(run_dir, overrides, mode)
     if n is None:
         n = config.require_sample(mode).n
     n = check_count(n, f"sample.{mode}.n")
     if n == 0:
         raise ConfigError(f"sample.{mode}.n: expected a positive number of samples, got 0")
+    given = given_observations(config.graph, mode, observation)
     if mode != "prior":
-        session.require_weights(f"{mode} sampling")
+        _require_weights(run, config, f"{mode} sampling")
+    observed = {**config.graph.observations, **given} if mode in OBSERVED_MODES else None
+    on_ray = ray if ray is not None else needs_ray(config, mode, address) is not None
+    if on_ray:
+        seed, arrays = _draw_on_ray(run.root, mode, n, seed, overrides, address, given)
+    else:
+        seed, arrays = _draw_here(run, config, mode, n, seed, given)
+    path = run.write_samples(mode, arrays, observations=observed)
+    return SampleResult(
+        path,
+        mode,
+        n,
+        seed,
+        {m: tuple(a.shape[1:]) for m, a in arrays.items()},
+        observation_digest(observed) if observed else None,
+        bool(on_ray),
+    )
+
+
+def _draw_here(
+    run: RunDir,
+    config: RunConfig,
+    mode: str,
+    n: int,
+    seed: int | None,
+    observations: Mapping[str, np.ndarray],
+) -> tuple[int, dict[str, np.ndarray]]:
+    from ._local import LocalGraph
+
+    seed = int(seed_sequence(seed).entropy)  # type: ignore[arg-type]  # an int when drawn or given
+    graph = LocalGraph(config.graph, seed, estimators=mode != "prior")
+    if mode != "prior":
+        graph.load(run.graph, config.graph.latents)
+    return seed, draw_samples(graph, mode, n, config.sample[mode], observations)
+
+
+def _draw_on_ray(
+    run_dir: str,
+    mode: str,
+    n: int,
+    seed: int | None,
+    overrides: Iterable[str],
+    address: str | None,
+    observations: Mapping[str, np.ndarray],
+) -> tuple[int, dict[str, np.ndarray]]:
+    from ._session import RunSession
+
+    session = RunSession.for_sample(run_dir, overrides=overrides, seed=seed)
+    config = session.config
     with session.ray(address), session.deployed() as dg:
         if mode != "prior":
             session.load_weights(dg, config.graph.latents)
-        arrays = draw_samples(dg, mode, n, entry)
-    path = session.run.write_samples(mode, arrays)
-    return SampleResult(
-        path, mode, n, session.seed, {m: tuple(a.shape[1:]) for m, a in arrays.items()}
-    )
+        arrays = draw_samples(dg, mode, n, config.sample[mode], observations)
+    return session.seed, arrays
 
 
 def shapes_text(arrays: Mapping[str, np.ndarray]) -> str:

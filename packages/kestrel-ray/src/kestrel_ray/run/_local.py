@@ -1,0 +1,252 @@
+"""``LocalGraph``: a run's graph sampled in this process — no Ray, no actors.
+
+``kestrel sample`` draws from a trained run in one process whenever one process can do it
+(see :func:`~kestrel_ray.run._sampling.needs_ray`): the simulators are built from their
+``_target_`` here, and each estimator node's estimator is built the way its node actor builds
+it (``node.estimator.build()`` — the config's ``_target_``, so this module never imports torch
+itself), set up with the same :class:`~kestrel_core.EstimatorContext`, and loaded from
+``<graph>/<node>/estimator.pt`` with ``load_bytes``.
+
+The calls mirror :class:`~kestrel_ray.DeployedGraph`'s: the same plans
+(:mod:`kestrel_ray._plan`), the same chunk grid (:func:`~kestrel_ray.chunk_grid`) and the same
+random streams — the run's ``SeedSequence`` spawns one child per node in forward order, every
+planned call spawns one grandchild per chunk from its node's child, and an estimator draws from
+the seed its context gives it. So a seed gives the same draws here as on Ray, up to the last bits
+of floating-point arithmetic (thread counts).
+
+Shape symbols: N samples of a call, D a node's per-sample shape.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from kestrel_core import (
+    EstimatorContext,
+    EstimatorError,
+    Graph,
+    as_record,
+    call_simulator,
+    check_count,
+    flat_key,
+    seed_sequence,
+)
+from kestrel_core._forward import build_simulator
+from kestrel_core._protocols import ESTIMATOR_FILE
+
+from .._chunks import rows_of, spans
+from .._plan import call_conditions, forward_plan, inference_plan, resimulation_plan
+from .._refs import chunk_grid
+
+__all__ = ["LocalGraph", "LocalTrace"]
+
+
+class LocalTrace:
+    """The arrays of one :class:`LocalGraph` call (the in-process ``RefTrace``).
+
+    Attributes:
+        n: number of samples. arrays: flat key → array ``(N, *D)`` (``"<node>.value"``, and
+        ``"<node>.log_prob"`` ``(N,)`` where the call gives one), nodes in call order.
+    """
+
+    def __init__(self, n: int, arrays: dict[str, np.ndarray] | None = None):
+        self.n = n
+        self.arrays = arrays or {}
+
+    def nodes(self) -> list[str]:
+        """Node names present, in call order."""
+        return list(dict.fromkeys(k.split(".", 1)[0] for k in self.arrays))
+
+
+class LocalGraph:
+    """A graph's simulators (and estimators) in this process, sampled like a deployed graph.
+
+    Args:
+        graph: a validated :class:`kestrel_core.Graph`.
+        seed: run seed (int ≥ 0) or ``None`` for fresh entropy (``self.seed`` records it).
+        estimators: build the latent nodes' estimators (``False``: forward sampling only, which
+            imports nothing of the estimators' packages).
+
+    Raises:
+        ConfigError, SimulatorError: a simulator cannot be built. EstimatorError: an estimator
+            cannot be built or set up (naming the node and its ``_target_``).
+    """
+
+    def __init__(self, graph: Graph, seed: int | None = None, *, estimators: bool = True):
+        graph.validate()
+        self.graph = graph
+        root = seed_sequence(seed)
+        self.seed = root.entropy
+        order = graph.forward_order
+        self._seqs = dict(zip(order, root.spawn(len(order))))
+        self._simulators = {name: build_simulator(graph.nodes[name]) for name in order}
+        self._estimators: dict[str, Any] = {}
+        if estimators:
+            for name in graph.latents:
+                self._estimators[name] = self._build_estimator(name)
+
+    def _build_estimator(self, name: str) -> Any:
+        node = self.graph.nodes[name]
+        spec = node.estimator
+        try:
+            estimator = spec.build()
+            estimator.setup(
+                EstimatorContext(
+                    node=name,
+                    prior=self._simulators[name],
+                    evidence=tuple(node.evidence),
+                    scaffolds=tuple(node.scaffolds),
+                    seed=int(self._seqs[name].generate_state(1)[0]),
+                )
+            )
+        except Exception as err:
+            raise EstimatorError(
+                f"node {name!r}: building estimator {spec.target_name} failed: "
+                f"{type(err).__name__}: {err}"
+            ) from err
+        return estimator
+
+    # -- estimator files ---------------------------------------------------------------------
+    def load(self, directory: str | os.PathLike[str], nodes: Iterable[str] | None = None) -> None:
+        """Load estimators from ``<directory>/<node>/estimator.pt`` (``load_bytes``).
+
+        Args:
+            directory: the run's graph folder. nodes: estimator nodes (default: every one).
+
+        Raises:
+            EstimatorError: a node has no estimator here, or its file cannot be read.
+            KestrelError: the estimator refused the file (its own error, naming the file).
+        """
+        for name in self._estimators if nodes is None else nodes:
+            if name not in self._estimators:
+                raise EstimatorError(f"load: node {name!r} has no estimator built here")
+            path = os.path.join(os.fspath(directory), name, ESTIMATOR_FILE)
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except OSError as err:
+                raise EstimatorError(
+                    f"node {name!r}: cannot read its saved estimator {path}: {err.strerror or err}"
+                ) from err
+            self._estimators[name].load_bytes(data, source=f"checkpoint {path!r}")
+
+    # -- sampling (as DeployedGraph) ---------------------------------------------------------
+    def sample(self, n: int) -> LocalTrace:
+        """Forward-simulate every node (latent roots from their priors)."""
+        return self.run(n, forward_plan(self.graph))
+
+    def sample_posterior(self, n: int, observations: Mapping[str, Any] | None = None) -> LocalTrace:
+        """Posterior draws of the latent nodes given the observations (over the graph's own)."""
+        plan = inference_plan(self.graph, "sample_posterior", observations or ())
+        return self.run(n, plan, observations)
+
+    def sample_proposal(self, n: int, observations: Mapping[str, Any] | None = None) -> LocalTrace:
+        """Proposal draws of the latent nodes given the observations."""
+        plan = inference_plan(self.graph, "sample_proposal", observations or ())
+        return self.run(n, plan, observations)
+
+    def sample_ppd(self, n: int, observations: Mapping[str, Any] | None = None) -> LocalTrace:
+        """Latents from the posterior, every other node simulated from them."""
+        latents = list(self._estimators)
+        plan = resimulation_plan(self.graph, "sample_posterior", latents, observations or ())
+        return self.run(n, plan, observations)
+
+    def to_arrays(self, trace: LocalTrace, keys: Iterable[str]) -> dict[str, np.ndarray]:
+        """Flat key → array of the trace (as :meth:`DeployedGraph.to_arrays`)."""
+        return {k: trace.arrays[k] for k in keys}
+
+    def run(
+        self,
+        n: int,
+        plan: Sequence[tuple[str, str]],
+        observations: Mapping[str, Any] | None = None,
+    ) -> LocalTrace:
+        """Call ``(node, method)`` in order, each conditioned on the values known so far.
+
+        Args:
+            n: number of samples. plan: the calls. observations: node → ``x_o`` (shape ``D``)
+                over the graph's own.
+
+        Returns:
+            :class:`LocalTrace` of the planned nodes (empty for ``n = 0``).
+
+        Raises:
+            CountError: bad ``n``. GraphError: a needed condition has no value.
+            EstimatorError: an estimator method for a node without estimator here.
+            KestrelError: a simulator or estimator failed (naming the node).
+        """
+        n = check_count(n)
+        if n == 0:
+            return LocalTrace(0)
+        known: dict[str, np.ndarray] = {}
+        for name, value in {**self.graph.observations, **(observations or {})}.items():
+            known[name] = np.asarray(value)[None]  # one broadcast row, as on Ray
+        nodes = self.graph.nodes
+        names = list(dict.fromkeys(name for name, _ in plan))
+        chunks = chunk_grid(n, [(nodes[m].sample_chunk_size, nodes[m].num_actors) for m in names])
+        records: dict[str, dict[str, np.ndarray]] = {}
+        for name, method in plan:
+            latent = name in self._estimators
+            conds = call_conditions(self.graph, name, method, latent=latent, known=known)
+            seeds = self._seqs[name].spawn(len(chunks))  # as DeployedGraph: one per chunk
+            if method == "sample" or not latent:
+                record = self._simulate(name, conds, n, chunks, seeds)
+            else:
+                record = self._estimate(name, method, conds, n, chunks)
+            records.pop(name, None)
+            records[name] = record
+            known[name] = record["value"]
+        arrays = {flat_key(m, f): v for m, rec in records.items() for f, v in rec.items()}
+        return LocalTrace(n, arrays)
+
+    def _simulate(
+        self,
+        name: str,
+        conds: Mapping[str, np.ndarray],
+        n: int,
+        chunks: Sequence[int],
+        seeds: Sequence[Any],
+    ) -> dict[str, np.ndarray]:
+        simulator = self._simulators[name]
+        log_prob = getattr(simulator, "log_prob", None)
+        values, log_probs = [], []
+        for (a, c), seq in zip(spans(chunks), seeds):
+            rng = np.random.Generator(np.random.PCG64(seed_sequence(seq)))
+            parents = {p: rows_of(conds[p], a, c, n) for p in self.graph.nodes[name].parents}
+            value = call_simulator(name, simulator, c, parents, rng=rng)
+            values.append(value)
+            if callable(log_prob):
+                view = value.view()
+                view.flags.writeable = False
+                out = as_record(
+                    name, "log_prob", {"log_prob": log_prob(view)}, c, fields=("log_prob",)
+                )
+                log_probs.append(out["log_prob"])
+        record = {"value": _join(values)}
+        if log_probs:
+            record["log_prob"] = _join(log_probs)
+        return record
+
+    def _estimate(
+        self,
+        name: str,
+        method: str,
+        conds: Mapping[str, np.ndarray],
+        n: int,
+        chunks: Sequence[int],
+    ) -> dict[str, np.ndarray]:
+        estimator = self._estimators[name]
+        parts: list[dict[str, np.ndarray]] = []
+        for a, c in spans(chunks):
+            rows = {k: rows_of(v, a, c, n) for k, v in conds.items()}
+            out = getattr(estimator, method)(c, rows)
+            parts.append(as_record(name, method, out, c))
+        return {f: _join([p[f] for p in parts]) for f in parts[0]}
+
+
+def _join(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
