@@ -2,8 +2,9 @@
 
 ::
 
-    kestrel launch -c CONFIG -o RUN [--address ADDR] [--seed S] [--timeout SEC]
-                   [--no-auto-sample] [--progress {auto,live,log,none}] [key=value ...]
+    kestrel launch [-c CONFIG] -o RUN [--resume | --restart] [--address ADDR] [--seed S]
+                   [--timeout SEC] [--no-auto-sample] [--progress {auto,live,log,none}]
+                   [key=value ...]
     kestrel sample prior|posterior|proposal|ppd -o RUN [-n N] [--seed S] [--address ADDR]
                    [--observation [NODE=]FILE[:key] ...] [--ray] [key=value ...]
 
@@ -30,11 +31,32 @@ def launch_command(subparsers: Any) -> None:
         help="train the estimators (adaptive simulation on Ray), save, sample the posterior",
         description="Train every estimator of the graph while simulations from the current proposal keep "
         "arriving; save the weights under RUN/graph/<node>/ and draw sample.posterior.n posterior samples "
-        "to RUN/samples/posterior/. On an existing RUN with saved weights the run is resumed (with "
-        "RUN/config.yml). Ctrl-C stops gracefully; a second Ctrl-C aborts.",
+        "to RUN/samples/posterior/. On an existing RUN, `-o RUN` alone (or a -c CONFIG equal to "
+        "RUN/config.yml) resumes it; a different CONFIG is an error naming the keys that differ, "
+        "unless --resume or --restart says what to do. Ctrl-C stops gracefully (exit status 130); "
+        "a second Ctrl-C aborts; --timeout stops gracefully with status 'timeout' (exit status 0).",
     )
     add_config_arguments(p)
+    # no -c on an existing run: resume it (a new run still defaults to config.yml)
+    p.set_defaults(config=None)
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
+    intent = p.add_mutually_exclusive_group()
+    intent.add_argument(
+        "--resume",
+        dest="mode",
+        action="store_const",
+        const="resume",
+        default="auto",
+        help="continue RUN with its own config.yml plus the key=value overrides (-c is ignored)",
+    )
+    intent.add_argument(
+        "--restart",
+        dest="mode",
+        action="store_const",
+        const="restart",
+        help="move RUN's contents to RUN/previous/N/ and start afresh with CONFIG "
+        "(default: RUN's own config.yml) plus the overrides",
+    )
     p.add_argument(
         "--address",
         default=None,
@@ -73,10 +95,12 @@ def _run_launch(args: argparse.Namespace) -> int:
     import os
 
     from ._launch import launch
+    from ._states import RunStatus
 
     progress = {"auto": None, "live": True, "log": 10.0, "none": False}[args.progress]
-    # an existing run's own config.yml wins over -c (resume)
-    config = None if os.path.isfile(os.path.join(args.output, "config.yml")) else args.config
+    config = args.config
+    if config is None and not os.path.isfile(os.path.join(args.output, "config.yml")):
+        config = "config.yml"  # a new run: the default config file
     result = launch(
         config,
         args.output,
@@ -86,6 +110,7 @@ def _run_launch(args: argparse.Namespace) -> int:
         address=args.address,
         auto_sample=args.auto_sample,
         progress=progress,
+        mode=args.mode,
     )
     print(
         f"kestrel launch: {result.status} in {result.wall_time:.1f} s (seed {result.seed}); "
@@ -93,7 +118,8 @@ def _run_launch(args: argparse.Namespace) -> int:
     )
     for mode, path in result.samples.items():
         print(f"  {mode} samples: {path}")
-    return 0
+    # Ctrl-C: the shell's convention for a run ended by SIGINT (128 + 2), weights saved
+    return 130 if result.status == RunStatus.INTERRUPTED else 0
 
 
 def sample_command(subparsers: Any) -> None:
