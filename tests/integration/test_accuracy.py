@@ -106,7 +106,7 @@ def test_05_posterior_on_a_two_node_cluster(two_node_cluster, tmp_path):
     assert status["placement"]["mu"] == [worker] and status["placement"]["x"] == [worker]
     assert status["cluster"][worker]["sim"] == 2
 
-    theta = posterior(run / "samples" / "posterior" / "000000.npz")["theta"]
+    theta = posterior(next((run / "samples" / "posterior").glob("*/000000.npz")))["theta"]
     mean, std = analytic_05()
     err = (theta.mean(0) - mean) / std
     ratio = theta.std(0, ddof=1) / std

@@ -84,7 +84,7 @@ def test_k09_nonfinite_simulations_are_dropped_and_counted(tmp_path, no_leaked_a
     assert status["nonfinite"]["x"] == result.nonfinite["x"]
     # only finite samples reached the buffer: the estimator never saw a non-finite row
     assert "dropped" in (tmp_path / "run" / "graph" / "driver" / "output.log").read_text()
-    with np.load(tmp_path / "run" / "samples" / "posterior" / "000000.npz") as data:
+    with np.load(next((tmp_path / "run" / "samples" / "posterior").glob("*/000000.npz"))) as data:
         assert np.isfinite(data["z"]).all()
 
 
@@ -129,7 +129,7 @@ def test_k14_resume_continues_the_epoch_counter(tmp_path, no_leaked_actors):
     assert weights.stat().st_mtime_ns > saved
     rows = (run / "graph" / "z" / "metrics.csv").read_text().splitlines()[1:]
     assert [int(r.split(",")[0]) for r in rows] == [1, 2, 3, 4, 5]
-    assert len(list((run / "samples" / "posterior").glob("*.npz"))) == 2
+    assert len(list((run / "samples" / "posterior").glob("*/0*.npz"))) == 2
 
 
 def test_k15_resume_only_when_model_files_exist(tmp_path, no_leaked_actors):
@@ -173,7 +173,9 @@ def test_sample_run_writes_every_mode(tmp_path, no_leaked_actors):
         result = sample_run(run, mode, n=6, seed=1)
         with np.load(result.path) as data:
             shapes[mode] = {k: data[k].shape for k in data.files}
-        assert result.path == str(run / "samples" / mode / "000000.npz")
+        assert result.path == str(
+            run / "samples" / mode / (result.observation or "") / "000000.npz"
+        )
     assert shapes == {
         "prior": {"z": (6, 2), "x": (6, 2)},
         "posterior": {"z": (6, 2)},

@@ -121,11 +121,11 @@ def test_launch_sample_and_resume_on_a_worker_that_sees_no_files(cluster):
         *tiny(config, epochs=3),
     )
     check_run_directory(run, worker, epochs_at_least=1)
-    first = sorted((run / "samples" / "posterior").glob("*.npz"))
+    first = sorted((run / "samples" / "posterior").glob("*/0*.npz"))
     assert first, "no posterior samples"
 
     kestrel(rc, "sample", "posterior", "-o", run, "-n", "50", "--address", rc.address)
-    files = sorted((run / "samples" / "posterior").glob("*.npz"))
+    files = sorted((run / "samples" / "posterior").glob("*/0*.npz"))
     assert len(files) == len(first) + 1
     with np.load(files[-1]) as data:
         assert data["theta"].shape == (50, 10) and np.isfinite(data["theta"]).all()
@@ -178,7 +178,7 @@ def test_ray_job_submit_runs_a_launch(cluster):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "succeeded" in done.stdout.lower(), done.stdout[-3000:]
     check_run_directory(run, worker, epochs_at_least=1)
-    assert sorted((run / "samples" / "posterior").glob("*.npz"))
+    assert sorted((run / "samples" / "posterior").glob("*/0*.npz"))
 
 
 def test_without_a_token_joining_fails_in_one_line(cluster, tmp_path):
