@@ -42,7 +42,6 @@ from kestrel_core import (
     RunConfig,
     check_count,
     flat_key,
-    load_config,
     seed_sequence,
 )
 from kestrel_core._samplefiles import OBSERVED_MODES, observation_digest
@@ -206,7 +205,7 @@ def _open(
             f"start a run with `kestrel launch -c CONFIG -o {run.root}`"
         )
     targets = ("simulator",) if mode == "prior" else ("simulator", "estimator")
-    config = load_config(run.config_file, overrides, run_dir=run.root, check_targets=targets)
+    config = run.load_config(overrides, check_targets=targets)
     return RunDir(run.root, config), config
 
 
