@@ -6,6 +6,11 @@ Joining a cluster follows Ray's own tools: ``ray start`` turns token authenticat
 names, or ``~/.ray/auth_token``). An address that cannot work fails in one line naming the
 address, where it came from and the remedy, within seconds: nothing listening, an ``http://``
 address (the dashboard's, not the cluster's), a ``ray://`` client address.
+
+A local Ray (no address) runs with token authentication, as Ray ≥ 2.59 does by default; Kestrel
+sets ``RAY_AUTH_MODE=token`` itself when the variable is unset — the documented way to choose
+the mode — so Ray does not print its "Token authentication is enabled for this Ray cluster"
+WARNING on every command. ``RAY_AUTH_MODE=disabled`` in the environment opts out, as with Ray.
 """
 
 from __future__ import annotations
@@ -147,7 +152,9 @@ def init_ray(address: str | None = None, *, source: str | None = None, **kwargs:
     either, a local Ray starts without dashboard and with Ray's own logging at WARNING. Usage
     statistics are switched off (``RAY_USAGE_STATS_ENABLED=0``) unless the environment already
     says otherwise. If Ray is already initialised in this process, nothing happens (a second
-    ``launch`` in the same process reuses it).
+    ``launch`` in the same process reuses it). A local Ray uses token authentication
+    (``RAY_AUTH_MODE=token`` unless the environment sets the mode; Ray's own default, without
+    its warning).
 
     Joining: with ``RAY_AUTH_MODE`` unset and a token available (:func:`token_source`), token
     authentication is switched on, as ``ray start`` does; the address is checked first
@@ -175,6 +182,8 @@ def init_ray(address: str | None = None, *, source: str | None = None, **kwargs:
     address = address or os.environ.get("RAY_ADDRESS") or None
     opts: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     if address is None:
+        if os.environ.get("RAY_AUTH_MODE") is None:
+            _use_token_auth()  # what Ray ≥ 2.59 does by default, said explicitly: no warning
         opts["include_dashboard"] = False
         opts.update(kwargs)
         return ray.init(**opts)
