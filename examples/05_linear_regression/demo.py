@@ -3,6 +3,8 @@
     hatch run demo                     # or: python examples/05_linear_regression/demo.py
     hatch run demo -- -o runs/demo --seed 3 --timeout 300 graph.theta.estimator.max_epochs=100
 
+Without ``-o`` the run goes to a temporary directory that is removed when the demo exits.
+
 Prints one row per parameter: posterior mean, analytic mean, their difference in posterior-σ
 units, posterior σ, analytic σ and their ratio. Exits with status 1 when a mean is off by more
 than 0.1 σ or a σ ratio leaves [0.9, 1.1] (the targets of DESIGN.md §4), 0 otherwise.
@@ -47,7 +49,10 @@ def compare(theta: np.ndarray, mean: np.ndarray, std: np.ndarray) -> tuple[list[
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "-o", "--output", default=None, help="run directory (default: a new temporary one)"
+        "-o",
+        "--output",
+        default=None,
+        help="run directory (default: a temporary one, removed at exit)",
     )
     parser.add_argument("--seed", type=int, default=0, help="run seed (default: %(default)s)")
     parser.add_argument(
@@ -56,9 +61,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_args(argv)
 
+    if args.output:
+        return demo(args, args.output)
+    # no -o: a temporary run directory, removed at exit (also on an error or Ctrl-C)
+    with tempfile.TemporaryDirectory(prefix="kestrel-demo-05-") as run_dir:
+        return demo(args, run_dir, temporary=True)
+
+
+def demo(args: argparse.Namespace, run_dir: str, temporary: bool = False) -> int:
+    """Launch into ``run_dir``, print the comparison table; the exit status."""
     from kestrel_ray import launch
 
-    run_dir = args.output or tempfile.mkdtemp(prefix="kestrel-demo-05-")
     result = launch(
         HERE / "config.yml", run_dir, overrides=args.overrides, seed=args.seed, timeout=args.timeout
     )
@@ -71,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"example 05: {len(theta)} posterior samples after {result.epochs['theta']} epochs, "
         f"{result.simulated} simulations, {result.wall_time:.0f} s ({result.status}); run {result.run_dir}"
+        + (" (temporary, removed at exit; -o DIR keeps it)" if temporary else "")
     )
     print("\n".join(lines))
     verdict = "within" if ok else "OUTSIDE"
