@@ -1,4 +1,4 @@
-"""save/load: round trips, resumed training (K14), plain attributes and a new process (K13)."""
+"""save/load: round trips, resumed training (K14, K31), plain attributes and a new process (K13)."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ def test_k14_resume_continues_epochs_weights_and_optimizer(
 ) -> None:
     store = store_of()
     trained(GaussianPosterior, store, max_epochs=3).save(str(tmp_path))
-    resumed = GaussianPosterior(seed=0, max_epochs=2)
+    resumed = GaussianPosterior(seed=0, max_epochs=5)  # a total: 2 more after the 3 loaded
     resumed.setup(LG.context())
     resumed.load(str(tmp_path))
     loaded = {k: v.clone() for k, v in resumed._fit.model.named_parameters()}
@@ -189,3 +189,39 @@ def test_k13_plain_attribute_state_survives_copy_save_and_a_new_process(tmp_path
     np.testing.assert_allclose(
         np.load(tmp_path / "log_prob.npy"), est.log_prob(theta, {"x": x}), rtol=0, atol=1e-6
     )
+
+
+def loaded(tmp_path: Path, **kwargs) -> GaussianPosterior:
+    est = GaussianPosterior(seed=0, **kwargs)
+    est.setup(LG.context())
+    est.load(str(tmp_path))
+    return est
+
+
+def test_k31_max_epochs_counts_every_launch(tmp_path: Path) -> None:
+    store = store_of()
+    trained(GaussianPosterior, store, max_epochs=3).save(str(tmp_path))
+    done = loaded(tmp_path, max_epochs=3)
+    asyncio.run(done.train(store.view()))  # the total is reached: no epoch
+    assert done.total_epochs == 3 and done.status()["max_epochs"] == 3
+    more = loaded(tmp_path, max_epochs=4)
+    asyncio.run(more.train(store.view()))
+    assert more.total_epochs == 4
+
+
+def test_k31_a_worse_continuation_keeps_the_loaded_best_model(tmp_path: Path) -> None:
+    store = store_of()
+    first = trained(GaussianPosterior, store, max_epochs=4)
+    first.save(str(tmp_path))
+    best_epoch = first.status()["best_epoch"]
+    assert best_epoch is not None and 1 <= best_epoch <= 4
+
+    worse = loaded(tmp_path, max_epochs=7, lr=3.0)  # a changed lr takes effect on load
+    assert worse._fit.lr == 3.0
+    asyncio.run(worse.train(store.view()))
+    assert worse.total_epochs == 7
+    assert worse.status()["best_epoch"] == best_epoch  # no epoch beat the loaded best model
+    assert same_state(worse._fit.best, first._fit.best)
+
+    again = loaded(tmp_path, max_epochs=7)  # the same lr option: the saved rate continues
+    assert again._fit.lr == first._fit.lr

@@ -156,7 +156,7 @@ def test_request_stop_ends_training_after_the_current_step(monkeypatch: pytest.M
     asyncio.run(est.train(small_store().view()))
     assert len(steps) == 5
     assert est.status()["state"] == "stopped" and est.total_epochs == 1
-    est.options = dataclasses.replace(est.options, max_epochs=2)
+    est.options = dataclasses.replace(est.options, max_epochs=3)  # a total: 2 more
     # the stop request does not outlive the run it ended
     asyncio.run(est.train(small_store().view()))
     assert est.status()["state"] == "done" and est.total_epochs == 3

@@ -127,13 +127,15 @@ def pack(
 
     Returns:
         Tensors and plain containers only: current and best model, optimiser and scheduler state,
-        ``total_epochs``, ``best_val_loss``, ``seen_ids``.
+        ``total_epochs``, ``best_val_loss``, ``best_epoch``, ``seen_ids`` (and what ``header``
+        adds, e.g. the learning-rate option).
     """
     return {
         "format": FORMAT,
         **header,
         "total_epochs": state.epochs,
         "best_val_loss": state.best_loss,
+        "best_epoch": state.best_epoch,
         "init": dict(init),
         "model": module_state(state.model) if state.model is not None else None,
         "best": module_state(state.best) if state.best is not None else None,
@@ -156,7 +158,8 @@ def unpack(
     Args:
         payload: the checkpoint. state: updated in place.
         header: the expected ``estimator``, ``node`` and ``latent_dim`` (the node is not checked:
-            a renamed node loads its weights).
+            a renamed node loads its weights), and the ``lr_option`` now (when it differs from
+            the saved one, the optimiser takes it).
         start: rebuilds the model from the saved ``init`` rows and starts ``state`` on it (fresh
             optimiser and schedule, which then receive the saved state).
         source: the checkpoint's name in messages (``"checkpoint '/run/estimator.pt'"``).
@@ -178,6 +181,7 @@ def unpack(
     if "seen_ids" in payload:
         state.seen_ids = payload["seen_ids"].cpu().numpy()
     state.model = state.best = state.optimizer = state.scheduler = None
+    state.best_epoch = None
     if payload["model"] is None:
         return
     start(payload["init"])
@@ -188,8 +192,16 @@ def unpack(
         load_module_state(best, payload["best"], what=f"node {node!r} best model")
         best.eval()
         state.best = best
+        best_epoch = payload.get("best_epoch")  # absent in older checkpoints: taken at the end
+        state.best_epoch = int(best_epoch) if best_epoch is not None else state.epochs
     if payload["optimizer"] is not None:
         state.optimizer.load_state_dict(payload["optimizer"])
+        lr = header.get("lr_option")
+        if lr is not None and payload.get("lr_option") not in (None, lr):
+            # ``lr`` was changed for this launch: it takes effect (an unchanged option lets the
+            # saved rate, possibly decayed by the schedule, continue)
+            for group in state.optimizer.param_groups:
+                group["lr"] = float(lr)
     if state.scheduler is not None and payload.get("scheduler") is not None:
         state.scheduler.load_state_dict(payload["scheduler"])
 

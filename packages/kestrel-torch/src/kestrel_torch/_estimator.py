@@ -32,6 +32,7 @@ from ._head import PosteriorHead
 from ._loader import CachedDataLoader
 from ._model import NPEModel, build_model
 from ._options import EstimatorOptions
+from ._rng import CallRng, call_generator
 from ._sampling import Conditions, draw, log_density, prior_draws
 
 __all__ = ["StepwiseEstimator"]
@@ -175,9 +176,9 @@ class StepwiseEstimator:
     async def train(self, view: BufferView) -> None:
         """Train on the view's TRAINING/DISFAVOURED samples, validate on its VALIDATION samples.
 
-        Runs at most ``max_epochs`` epochs, fewer on early stopping or :meth:`request_stop`
-        (which ends training after the current step). Blocking work (the first cache fill)
-        runs in a worker thread, so the event loop stays free.
+        Runs until ``total_epochs`` reaches ``max_epochs``, fewer on early stopping or
+        :meth:`request_stop` (which ends training after the current step). Blocking work (the
+        first cache fill) runs in a worker thread, so the event loop stays free.
 
         Raises:
             EstimatorError: no training samples, no usable (finite) training row, an epoch in
@@ -229,8 +230,8 @@ class StepwiseEstimator:
 
         Returns:
             ``state`` ("idle", "training", "done", "stopped"), ``epoch`` (= ``total_epochs``),
-            ``max_epochs``, ``train_loss``, ``val_loss``, ``best_val_loss``, ``samples_seen``
-            (distinct sample ids the training cache has held), ``lr``, and the counters
+            ``max_epochs`` (a total), ``train_loss``, ``val_loss``, ``best_val_loss``, ``best_epoch``,
+            ``samples_seen`` (distinct ids the training cache has held), ``lr``, the counters
             ``nonfinite_rows``, ``skipped_steps``, ``discarded``, ``clipped_directions``,
             ``error`` (text of the exception that ended training, else None).
         """
@@ -244,6 +245,7 @@ class StepwiseEstimator:
             "train_loss": fit_state.train_loss,
             "val_loss": fit_state.val_loss,
             "best_val_loss": fit_state.best_loss,
+            "best_epoch": fit_state.best_epoch,
             "samples_seen": int(fit_state.seen_ids.size),
             "lr": fit_state.lr if fit_state.optimizer is not None else self.options.lr,
             "nonfinite_rows": loss.nonfinite_rows if loss is not None else 0,
@@ -254,22 +256,23 @@ class StepwiseEstimator:
         }
 
     # -- sampling ----------------------------------------------------------------------------
-    def sample_prior(self, n: int) -> Record:
-        """``n`` prior draws: ``{"value": float64 (n, F), "log_prob": float64 (n,)}``.
+    def sample_prior(self, n: int, rng: CallRng = None) -> Record:
+        """``n`` prior draws from ``rng`` (else the sampling stream): float64 value, log_prob.
 
         Raises:
             TypeError, ValueError: ``n`` is not a non-negative integer.
         """
         n = check_count(n)
-        return prior_draws(self.prior, n, self._bound().rng)
+        return prior_draws(self.prior, n, self._bound().rng if rng is None else rng)
 
-    def sample_posterior(self, n: int, conditions: Mapping[str, Any]) -> Record:
+    def sample_posterior(self, n: int, conditions: Mapping[str, Any], rng: CallRng = None) -> Record:
         """``n`` draws from the posterior given ``conditions``.
 
         Args:
             n: number of draws.
             conditions: evidence node → array ``(n, *D)`` or ``(1, *D)`` (broadcast); other
                 nodes are ignored, scaffolds are never used at inference.
+            rng: the call's generator (else the sampling stream); never from option ``seed``.
 
         Returns:
             ``{"value": float64 (n, F), "log_prob": float64 (n,)}``; ``log_prob`` is the
@@ -284,9 +287,9 @@ class StepwiseEstimator:
                 f"node {self._bound().context.node!r}: sample_posterior needs a trained "
                 "model; train at least one epoch or load a checkpoint first"
             )
-        return self._draw(n, conditions, 1.0)
+        return self._draw(n, conditions, 1.0, rng)
 
-    def sample_proposal(self, n: int, conditions: Mapping[str, Any]) -> Record:
+    def sample_proposal(self, n: int, conditions: Mapping[str, Any], rng: CallRng = None) -> Record:
         """``n`` draws from the γ-tempered posterior ∝ prior · likelihood^γ (prior draws early on).
 
         Prior draws are returned before the first epoch, while ``total_epochs < prior_epochs``
@@ -295,18 +298,17 @@ class StepwiseEstimator:
         n = check_count(n)
         opts = self.options
         if self._fit.best is None or self._fit.epochs < opts.prior_epochs or opts.gamma == 0:
-            return self.sample_prior(n)
-        return self._draw(n, conditions, opts.gamma)
+            return self.sample_prior(n, rng)
+        return self._draw(n, conditions, opts.gamma, rng)
 
     def _best_model(self) -> NPEModel | None:
         return cast("NPEModel | None", self._fit.best)
 
-    def _draw(self, n: int, conditions: Mapping[str, Any], gamma: float) -> Record:
+    def _draw(self, n: int, conditions: Mapping[str, Any], gamma: float, rng: CallRng) -> Record:
         model, b = self._best_model(), self._bound()
         assert model is not None and self._conditions is not None  # checked by the callers
-        record = draw(
-            model, b.context.prior, n, self._conditions, conditions, gamma, b.sample_generator
-        )
+        generator = b.sample_generator if rng is None else call_generator(rng, b.device)
+        record = draw(model, b.context.prior, n, self._conditions, conditions, gamma, generator)
         if n:
             self._clipped = model.head.clipped
         return record
@@ -349,6 +351,7 @@ class StepwiseEstimator:
             "estimator": type(self).__name__,
             "node": context.node,
             "latent_dim": int(context.prior.dim),
+            "lr_option": float(self.options.lr),
         }
 
     def save_bytes(self) -> bytes:
@@ -365,7 +368,7 @@ class StepwiseEstimator:
     def load_bytes(self, data: bytes, *, source: str = "checkpoint bytes") -> None:
         """Restore what :meth:`save_bytes` returned, onto this estimator's device.
 
-        Training resumes from the loaded weights and optimiser state; ``total_epochs`` continues.
+        Training resumes from the loaded weights, optimiser and best model; ``total_epochs`` continues.
 
         Args:
             data: the checkpoint. source: its name in messages.

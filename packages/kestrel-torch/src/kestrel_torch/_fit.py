@@ -7,6 +7,11 @@ loss improves — the **best model**, which every sampling method uses while tra
 It is written for an estimator that serves sampling calls from the same event loop: after
 every step, and after each phase of an epoch's end, it yields with ``await asyncio.sleep(0)``.
 
+``max_epochs`` counts every epoch of the estimator's life: a model loaded from a checkpoint
+trains only up to that total (a resumed run raises it for more). A loaded best model stays the
+best until an epoch beats it (on the validation set, re-evaluated; without one, on its
+recorded loss), so a resumed run never replaces it with a worse one.
+
 Early stopping: training ends after ``early_stop_patience`` epochs without a better loss.
 Because the validation set follows the proposals, losses of different epochs are on different
 data; each epoch therefore compares the current model with the best model's loss on the same,
@@ -69,7 +74,8 @@ class FitState:
             ``None``.
         best: the best model: an eval-mode deep copy of ``model`` (plain attributes included),
             or ``None`` before the first epoch.
-        best_loss: its loss when it was taken. epochs: epochs trained over the estimator's life.
+        best_loss: its loss when it was taken. best_epoch: the epoch count when it was taken
+            (``None`` before the first). epochs: epochs trained over the estimator's life.
         train_loss, val_loss: of the last epoch.
         seen_ids: int64 ``(K,)``, distinct sample ids the training cache has held.
     """
@@ -79,6 +85,7 @@ class FitState:
     scheduler: Any = None
     best: nn.Module | None = None
     best_loss: float | None = None
+    best_epoch: int | None = None
     epochs: int = 0
     train_loss: float | None = None
     val_loss: float | None = None
@@ -105,6 +112,7 @@ class FitState:
         assert best is not None  # internal: fit() has a model
         best.eval()
         self.best = best
+        self.best_epoch = self.epochs
 
     def note_ids(self, loader: CachedDataLoader) -> None:
         """Add the ids the training cache holds now to :attr:`seen_ids`."""
@@ -141,7 +149,7 @@ async def fit(
     stop: Callable[[], bool],
     name: str,
 ) -> None:
-    """Train ``state.model`` for up to ``options.max_epochs`` epochs.
+    """Train ``state.model`` until ``state.epochs`` reaches ``options.max_epochs`` (a total).
 
     Each epoch: a cache sync every ``cache_sync_every`` epochs (not before the first), then
     ``max(1, count // batch_size)`` steps on batches drawn with ``generator`` (each followed by
@@ -158,8 +166,10 @@ async def fit(
         EstimatorError: an epoch without a single usable step (names the node and counts the
             non-finite rows and skipped steps).
     """
-    best_metric, bad_epochs = math.inf, 0
-    for epoch in range(options.max_epochs):
+    best_metric, bad_epochs = _recorded(state), 0
+    epoch = -1
+    while state.epochs < options.max_epochs:
+        epoch += 1  # of this call
         if epoch > 0 and epoch % options.cache_sync_every == 0:
             if train.sync():
                 state.note_ids(train)
@@ -212,3 +222,11 @@ async def fit(
         if stop() or bad_epochs >= options.early_stop_patience:
             break
         await asyncio.sleep(0)
+
+
+def _recorded(state: FitState) -> float:
+    """The loss a new model must beat before the first epoch: the best model's recorded loss
+    (a loaded checkpoint's; re-evaluated each epoch where there is a validation set), else inf."""
+    if state.best is None or state.best_loss is None or not math.isfinite(state.best_loss):
+        return math.inf
+    return float(state.best_loss)

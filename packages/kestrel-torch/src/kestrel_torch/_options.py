@@ -113,7 +113,8 @@ class EstimatorOptions:
     """The keyword arguments every estimator takes, checked and normalised.
 
     Attributes:
-        max_epochs: epochs per ``train`` call (≥ 0). batch_size: rows per step (≥ 1).
+        max_epochs: epochs over the estimator's life (≥ 0): a loaded checkpoint's epochs count,
+            so a resumed run trains up to this total. batch_size: rows per step (≥ 1).
         lr: AdamW learning rate (> 0).
         early_stop_patience: epochs without a better validation loss before stopping (≥ 1).
         lr_decay_factor: ReduceLROnPlateau factor on the validation loss, in (0, 1]; 1 is off.
