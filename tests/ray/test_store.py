@@ -211,3 +211,28 @@ def test_snapshots_are_written_by_the_driver_never_by_the_store_actor(tmp_path, 
     copy = pickle.loads(pickle.dumps(handle))
     due = [(np.arange(3), np.arange(3), {})]
     assert copy.write_snapshots(due) == 0 and copy == handle
+
+
+def test_k31_the_buffer_goes_to_the_driver_and_back_into_a_new_store(tmp_path, track):
+    from kestrel_core._store import read_buffer_file, write_buffer_file
+    from kestrel_ray._store_snapshot import restore_store, snapshot_store
+
+    rules = {"min_samples": 8, "max_samples": 6, "validation_samples": 2}  # keeps a discarded row
+    old = start_store(track, **rules)
+    assert snapshot_store(old) is None  # nothing appended yet
+    for start in (0, 5, 9):
+        append(old, start, {0: 5, 5: 4, 9: 3}[start])
+    old.discard([5])
+    write_buffer_file(tmp_path, snapshot_store(old))
+    snapshot = read_buffer_file(tmp_path)
+
+    new = start_store(track, **rules)
+    assert restore_store(new, snapshot) == snapshot.n
+    live = [int(s) for s in (Status.VALIDATION, Status.TRAINING, Status.DISFAVOURED)]
+    ids = snapshot.ids
+    np.testing.assert_array_equal(new.status(ids), old.status(ids))  # the same validation set
+    got = RayBufferView(new).fetch(live, KEYS)
+    np.testing.assert_array_equal(got.new_ids, ids)
+    for key in KEYS:
+        np.testing.assert_array_equal(got.arrays[key], rows_for(ids)[key])
+    assert append(new, 0, 1).tolist() == [12]  # ids continue after the old store's

@@ -259,6 +259,25 @@ class StoreHandle:
         """Counts ``validation training disfavoured tombstone deleted total blocks``."""
         return self.wait(self.submit_stats())
 
+    def restore(
+        self,
+        block: Mapping[str, Any],
+        meta: BlockMeta,
+        ids: np.ndarray,
+        statuses: np.ndarray | None = None,
+        *,
+        next_id: int = 0,
+    ) -> int:
+        """Put back rows of an earlier store keeping their ids and statuses (a resume); returns
+        how many (see :meth:`kestrel_core._store.BlockStore.restore`; ``block`` holds refs).
+
+        Raises:
+            StoreError: the rows do not fit the store; nothing is stored.
+        """
+        return self.wait(
+            self._actor.restore.remote(dict(block), meta, ids, statuses, next_id=int(next_id))
+        )
+
     # -- more (blocking) ----------------------------------------------------------------------------
     def schema(self) -> Schema | None:
         """The key schema ``{flat_key: (D, dtype)}``, or ``None`` before the first append."""

@@ -2,9 +2,9 @@
 
 ::
 
-    kestrel launch [-c CONFIG] -o RUN [--resume | --restart] [--address ADDR] [--seed S]
-                   [--timeout SEC] [--no-auto-sample] [--progress {auto,live,log,none}]
-                   [key=value ...]
+    kestrel launch [-c CONFIG] -o RUN [--resume | --restart] [--epochs N] [--address ADDR]
+                   [--seed S] [--timeout SEC] [--no-auto-sample]
+                   [--progress {auto,live,log,none}] [key=value ...]
     kestrel sample prior|posterior|proposal|ppd -o RUN [-n N] [--seed S] [--address ADDR]
                    [--observation [NODE=]FILE[:key] ...] [--ray] [key=value ...]
 
@@ -58,6 +58,14 @@ def launch_command(subparsers: Any) -> None:
         "(default: RUN's own config.yml) plus the overrides",
     )
     p.add_argument(
+        "--epochs",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="train N epochs more than the saved weights have (max_epochs is a total over the "
+        "run's launches)",
+    )
+    p.add_argument(
         "--address",
         default=None,
         metavar="ADDR",
@@ -67,7 +75,7 @@ def launch_command(subparsers: Any) -> None:
         "--seed",
         type=non_negative_int,
         default=None,
-        help="seed (default: fresh entropy, recorded)",
+        help="seed (default: fresh entropy, recorded; a resumed run keeps its first seed)",
     )
     p.add_argument(
         "--timeout",
@@ -111,6 +119,7 @@ def _run_launch(args: argparse.Namespace) -> int:
         auto_sample=args.auto_sample,
         progress=progress,
         mode=args.mode,
+        epochs=args.epochs,
     )
     print(
         f"kestrel launch: {result.status} in {result.wall_time:.1f} s (seed {result.seed}); "

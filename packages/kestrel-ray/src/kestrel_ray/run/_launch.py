@@ -32,6 +32,7 @@ def launch(
     auto_sample: bool = True,
     progress: Any = None,
     mode: str = "auto",
+    epochs: int | None = None,
 ) -> RunResult:
     """Train the graph's estimators with adaptive re-simulation; save; sample the posterior.
 
@@ -56,6 +57,8 @@ def launch(
             ``overrides``; ``config`` is ignored) or ``"restart"`` (move the old contents to
             ``RUN/previous/N/`` and start afresh with ``config``, or the run's own config when
             it is ``None``). Ignored for a new run directory.
+        epochs: train every estimator this many epochs more than its saved weights have
+            (``max_epochs`` counts the epochs of every launch); ``None``: the config's.
 
     Returns:
         A :class:`RunResult` (status ``"completed"``, ``"interrupted"`` (Ctrl-C) or
@@ -89,6 +92,7 @@ def launch(
                     log=log,
                     on_progress=reporter.update,
                     auto_sample=auto_sample,
+                    epochs=epochs,
                 )
                 reporter.start()
                 try:

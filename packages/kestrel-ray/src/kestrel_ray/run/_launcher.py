@@ -5,17 +5,19 @@ its :class:`~kestrel_ray.run._states.Phase` s (the driver handles ObjectRefs onl
 between actors and the store):
 
 1. ``STARTING``: deploy one actor per node (the driver writes their logs into the run
-   directory) and load saved weights (a resume);
-2. ``INITIAL_SIMULATION``: append ``buffer.initial_samples_path`` if set, then simulate the rest
-   of ``min_samples + validation_samples`` from the prior, in chunks;
+   directory) and load saved weights (a resume, :mod:`._resume`);
+2. ``INITIAL_SIMULATION``: restore the run's saved buffer (a resume); without one, append
+   ``buffer.initial_samples_path`` if set, then simulate the rest of
+   ``min_samples + validation_samples`` from the prior, in chunks;
 3. ``TRAINING``: start training on every estimator node, then one :meth:`Launcher._step` at a
    time: every ``simulate_interval`` seconds draw ``simulate_count`` latents from the proposals
    (fewer, down to none, when ``simulate_when_full`` is false and the buffer is full), simulate
    the rest of the graph from them and append — at most one append in flight; poll the
    training calls every ~50 ms, so an actor's error surfaces at once;
 4. ``STOPPING`` (Ctrl-C or timeout): the estimators are asked to stop after their current step;
-5. ``SAVING`` and ``SAMPLING``: save the weights, draw ``sample.posterior.n`` posterior samples
-   (and ``sample.ppd.n``).
+5. ``SAVING`` and ``SAMPLING``: save the buffer and the weights (a resumed node's only when
+   this launch made a better model), draw ``sample.posterior.n`` posterior samples (and
+   ``sample.ppd.n``).
 
 Rows with a NaN or ±inf in any key are counted per node and appended marked invalid: the store
 keeps them dead, so training never reads them (a round without a valid row is an error).
@@ -37,6 +39,7 @@ from ._initial import append_initial_samples
 from ._logging import FILE_ONLY
 from ._progress import ProgressState, recent_rate
 from ._result import RunResult
+from ._resume import Resume, add_epochs
 from ._sampling import draw_samples, shapes_text
 from ._session import RunSession, cluster_nodes
 from ._skipped import count_errors
@@ -62,6 +65,8 @@ class Launcher:
             and at each phase change); ``None``: nobody listens (the polls still update the
             result and ``status.json``).
         auto_sample: draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples at the end.
+        epochs: give every estimator this many epochs more than its saved weights have
+            (``max_epochs`` is a total over the run's launches); ``None``: the config's.
     """
 
     def __init__(
@@ -72,6 +77,7 @@ class Launcher:
         log: logging.Logger,
         on_progress: Callable[[ProgressState], None] | None = None,
         auto_sample: bool = True,
+        epochs: int | None = None,
     ):
         if session.config.buffer is None:
             raise ConfigError("buffer: kestrel launch needs a buffer section")
@@ -82,6 +88,8 @@ class Launcher:
         self.log = log
         self.on_progress = on_progress
         self.auto_sample = auto_sample
+        self.resume = Resume(session, log)
+        self.max_epochs = add_epochs(self.cfg, session.run, epochs) if epochs is not None else {}
         self.result = RunResult(
             session.run.root, RunStatus.RUNNING, session.seed, config=session.config
         )
@@ -135,7 +143,7 @@ class Launcher:
             raise
         except Exception as err:  # a user exception from a node: add what the driver knows
             self._end(RunStatus.FAILED, f"{type(err).__name__}: {err}")
-            self.log.error("%s", describe_failure(err), extra=FILE_ONLY)  # the full traceback
+            self.log.error("%s", describe_failure(err), exc_info=err, extra=FILE_ONLY)  # full
             raise RunError(describe_failure(err, short=True), result=self.result) from err
         return self.result
 
@@ -157,6 +165,7 @@ class Launcher:
                 "reason": r.reason,
                 "seed": r.seed,
                 "resumed": r.resumed,
+                "restored": self.resume.restored.counts() if self.resume.restored else None,
                 "epochs": r.epochs,
                 "samples": r.samples,
                 "simulated": r.simulated,
@@ -172,24 +181,26 @@ class Launcher:
 
     # -- phases --------------------------------------------------------------------------------
     def _resume(self) -> None:
-        self.result.resumed = self.session.load_weights(self.dg, self.session.saved_nodes())
-        if self.result.resumed:
-            self.log.info("resume: loaded saved weights of %s", self.result.resumed)
-        else:
-            self.log.info("starting fresh (no saved weights in %s)", self.session.run.graph)
+        if self.max_epochs:
+            self.log.info("--epochs: max_epochs per node now %s", self.max_epochs)
+        self.result.resumed = self.resume.load_weights(self.dg)
 
     def _initial_simulation(self) -> None:
         self._enter(Phase.INITIAL_SIMULATION)
         total = self.buffer.min_samples + self.buffer.validation_samples
-        loaded = 0
+        loaded = self.resume.restore_buffer(self.dg)
         path = self.buffer.initial_samples_path
-        if path:
+        if path and not loaded:
             loaded = append_initial_samples(
                 self.dg, path, lambda trace: self._append(trace, "initial samples")
             )
             self.log.info("initial samples: %d loaded from %s", loaded, path)
         left = max(0, total - loaded)
-        self.log.info("initial simulation: %d samples from the prior", left)
+        self.log.info(
+            "initial simulation: %d samples from the prior%s",
+            left,
+            "" if loaded else f" (no buffer snapshot in {self.session.run.snapshots})",
+        )
         while left > 0 and not self.stop.requested:
             n = min(INITIAL_CHUNK, left)
             self._append(self.dg.sample(n), "initial simulation")
@@ -262,6 +273,7 @@ class Launcher:
     def _finish(self) -> None:
         status = self.stop.status  # completed, timeout or interrupted
         self._enter(Phase.SAVING)
+        self.resume.save_buffer(self.dg)
         self._save()
         self._report(force=True)
         if self.auto_sample:
@@ -284,17 +296,7 @@ class Launcher:
             self.log.info("simulations that raised (skipped, on_error: skip): %s", r.errors)
 
     def _save(self) -> None:
-        status = self._poll_status(timeout=10.0)
-        epochs = {}
-        for node in self.cfg.graph.latents:
-            est = (status.get(node) or {}).get("estimator") or {}
-            self.result.epochs[node] = int(est.get("epoch", self.result.epochs.get(node, 0)))
-            if est.get("epoch"):
-                epochs[node] = self.result.epochs[node]
-            else:
-                self.log.warning("node %s: no epoch finished; nothing to save", node)
-        for node, folder in self.session.save_weights(self.dg, epochs).items():
-            self.log.info("node %s: weights saved to %s (epoch %d)", node, folder, epochs[node])
+        self.resume.save_weights(self.dg, self._poll_status(timeout=10.0), self.result.epochs)
 
     def _sample(self, status: RunStatus) -> None:
         for mode in ("posterior", "ppd"):

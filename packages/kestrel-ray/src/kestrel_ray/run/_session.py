@@ -36,6 +36,7 @@ from ._code import code_runtime_env
 from ._nodelog import NodeLogSink, RunNodeWrapper
 from ._plan import launch_plan
 from ._preflight import preflight
+from ._resume import launch_seed
 from ._rundir import RunDir
 
 __all__ = ["RunSession", "ray_for_run", "cluster_nodes"]
@@ -169,6 +170,9 @@ class RunSession:
             self.archived = self.run.archive()
         self.run.makedirs()
         digest = self.run.write_config(self.config)
+        first = self.run.history.first_seed() if self.mode == "resume" else None
+        if first is not None:  # a resumed run keeps its first seed (each launch: its own stream)
+            self.seed = first
         self.launch_number = self.run.history.begin(
             mode=self.mode,
             seed=self.seed,
@@ -232,7 +236,7 @@ class RunSession:
         """
         dg = DeployedGraph(
             self.config.graph,
-            seed=self.seed,
+            seed=launch_seed(self.seed, self.launch_number),
             run_dir=self.run.root,
             buffer=self.config.buffer if buffer else None,
             wrapper_cls=RunNodeWrapper if node_logs else NodeWrapper,
