@@ -4,7 +4,8 @@ Built-in sub-commands (kestrel-core, no Ray, no PyTorch)::
 
     kestrel graph    -c CONFIG [key=value ...]                       # print the graph
     kestrel simulate -c CONFIG -n N -o OUT.npz [--seed S] [key=value ...]
-    kestrel plot     -o RUN [--mode MODE] [--file IMAGE]                 # corner plot (matplotlib)
+    kestrel plot     -o RUN [--mode MODE] [--file SAMPLES.npz] [--image IMAGE]   # corner plot
+    kestrel export   -o RUN [--format arviz] [--file SAMPLES.npz] [--to OUT.nc]  # netCDF
 
 ``key=value`` arguments are OmegaConf dotlist overrides (``graph.x.simulator.sigma=0.2``).
 Errors of the user's making (:class:`~kestrel_core.KestrelError`) print one message to
@@ -53,6 +54,7 @@ __all__ = ["main", "build_parser", "add_config_arguments", "config_from_args", "
 #: sub-commands other packages provide, and the package to install for each
 LAYER_COMMANDS = {"launch": "kestrel-ray", "sample": "kestrel-ray"}
 ENTRY_POINT_GROUP = "kestrel.commands"
+_IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,12 +148,35 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 def _cmd_plot(args: argparse.Namespace) -> int:
     from ._plot import MissingExtra, plot_run
 
+    sample_file, image = args.file, args.image
+    if sample_file and os.path.splitext(sample_file)[1].lower() in _IMAGE_SUFFIXES:
+        # before 0.2, --file named the image: keep that working, say what is meant now
+        print(
+            f"kestrel plot: --file {sample_file} is an image name; use --image for it "
+            "(--file now names the sample file to draw)",
+            file=sys.stderr,
+        )
+        sample_file, image = None, image or sample_file
     try:
-        path = plot_run(args.output, args.mode, args.file)
+        paths = plot_run(args.output, args.mode, image, sample_file=sample_file)
     except MissingExtra as err:
         print(err, file=sys.stderr)
         return 2
-    print(f"kestrel plot: {args.mode} corner plot → {path}")
+    for path in paths:
+        print(f"kestrel plot: {args.mode} → {path}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from ._export import export_run
+    from ._plot import MissingExtra
+
+    try:
+        path = export_run(args.output, args.format, args.to, sample_file=args.file)
+    except MissingExtra as err:
+        print(err, file=sys.stderr)
+        return 2
+    print(f"kestrel export: {args.format} → {path}")
     return 0
 
 
@@ -197,10 +222,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
 
     p = sub.add_parser(
         "plot",
-        help="corner plot of a run's samples (needs matplotlib)",
-        description="Draw the one- and two-dimensional marginals of a run's samples "
-        "(true values overlaid when the observation file holds <node>_true) to "
-        "RUN/plots/<mode>.png. Needs matplotlib: pip install 'kestrel-core[plot]'.",
+        help="corner plot of one sample file of a run (needs kestrel-core[plot])",
+        description="Draw one sample file of a run (the newest of MODE unless --file names "
+        "one): 1-D histograms and 2-D contours at 68/95 %% on axes spanning the central "
+        "99 %%, axes named by the nodes' `names`, true values marked when the observation "
+        "file holds <node>_true; for ppd and prior samples also the predictive bands of each "
+        "observed node with the observed data. Writes RUN/plots/<mode>.png. "
+        "Needs matplotlib and corner: pip install 'kestrel-core[plot]'.",
     )
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
     p.add_argument(
@@ -210,9 +238,30 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
         help="which samples (default: %(default)s)",
     )
     p.add_argument(
-        "--file", default=None, metavar="IMAGE", help="image file (default: RUN/plots/<mode>.png)"
+        "--file",
+        default=None,
+        metavar="PATH",
+        help="the sample file (.npz) to draw (default: the newest of MODE)",
+    )
+    p.add_argument(
+        "--image", default=None, metavar="IMAGE", help="image file (default: RUN/plots/<mode>.png)"
     )
     p.set_defaults(func=_cmd_plot)
+
+    p = sub.add_parser(
+        "export",
+        help="write a run's posterior samples for other tools (arviz netCDF)",
+        description="Write one posterior sample file of a run (the newest unless --file names "
+        "one) as an ArviZ InferenceData in netCDF (groups posterior and observed_data; the "
+        "nodes' `names` become coordinates). Needs arviz: pip install 'kestrel-core[export]'.",
+    )
+    p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
+    p.add_argument("--format", default="arviz", choices=("arviz",), help="(default: %(default)s)")
+    p.add_argument("--file", default=None, metavar="PATH", help="the sample file (.npz) to export")
+    p.add_argument(
+        "--to", default=None, metavar="OUT", help="output file (default: RUN/export/posterior.nc)"
+    )
+    p.set_defaults(func=_cmd_export)
 
     unavailable: dict[str, str] = {}
     for ep in entry_points(group=ENTRY_POINT_GROUP):

@@ -1,137 +1,45 @@
-"""``kestrel plot``: a corner plot of a run's samples (matplotlib, an optional extra).
+"""``kestrel plot``: a corner plot of one sample file, and predictive bands of the data.
 
-Reads ``RUN/samples/<mode>/*.npz`` (one array per node, ``(n, *D)``), flattens every node to
-its ``prod(D)`` components and draws the one- and two-dimensional marginals. When a node's
-observation file (from ``RUN/config.yml``) also holds ``<node>_true`` for a sampled node, that
-value is drawn over the marginals. Needs no Ray and no PyTorch; matplotlib is imported only
-when a plot is drawn (``pip install 'kestrel-core[plot]'``).
+Draws one ``RUN/samples/<mode>/…/NNNNNN.npz`` (the newest unless a file is given; never a
+pool of files) with the ``corner`` package (``pip install 'kestrel-core[plot]'``):
+
+* the parameters — every node for ``posterior``/``proposal``, the nodes with an estimator for
+  ``prior``/``ppd`` — flattened to their components, at most :data:`MAX_DIMS`;
+* each axis spans the central 0.5–99.5 % of its samples (:data:`QUANTILES`);
+* 1-D histograms on the diagonal, 2-D contours holding 68 % and 95 % of the mass below it;
+* labels from the node option ``names`` (else ``theta[0]`` …), true values (``<node>_true`` in
+  the observation file) marked, tick labels without offsets.
+
+For ``ppd`` and ``prior`` samples, each observed node in the file also gets a figure of its
+predictive median with 68 % and 95 % bands per component, the observed data drawn over it
+(``RUN/plots/<mode>_<node>.png``). Needs no Ray and no PyTorch.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from ._errors import ConfigError, KestrelError
+from ._errors import KestrelError
+from ._runread import RunSamples, node_labels, read_run_samples
 
-__all__ = ["plot_run", "read_samples", "read_truth", "MissingExtra", "MAX_DIMS"]
+__all__ = ["plot_run", "corner_figure", "data_figure", "MissingExtra", "MAX_DIMS", "QUANTILES"]
 
 #: components drawn at most (the first ones, in node order)
 MAX_DIMS = 12
-_SAMPLE_FILE = re.compile(r"^\d{6,}\.npz$")
-_KEYED = re.compile(r"""^(?P<path>.+?)\[\s*(?P<q>['"])(?P<key>.*)(?P=q)\s*\]\s*$""")
+#: the central range each axis shows
+QUANTILES = (0.005, 0.995)
+#: the mass inside the 2-D contours
+LEVELS = (0.68, 0.95)
 
 
 class MissingExtra(KestrelError):
-    """An optional dependency (matplotlib) is not installed."""
+    """An optional dependency (matplotlib, corner, arviz) is not installed."""
 
 
-def read_samples(run_dir: str, mode: str = "posterior") -> dict[str, np.ndarray]:
-    """Every ``samples/<mode>/NNNNNN.npz`` of a run, concatenated: node → ``(n, *D)``.
-
-    Raises:
-        ConfigError: the run has no samples of ``mode``.
-    """
-    folder = os.path.join(_samples_dir(run_dir), mode)
-    files = (
-        sorted(f for f in os.listdir(folder) if _SAMPLE_FILE.match(f))
-        if os.path.isdir(folder)
-        else []
-    )
-    if not files:
-        raise ConfigError(
-            f"{folder}: no {mode} samples; run `kestrel launch` or "
-            f"`kestrel sample {mode} -o {run_dir}` first"
-        )
-    parts: dict[str, list[np.ndarray]] = {}
-    for name in files:
-        with np.load(os.path.join(folder, name), allow_pickle=False) as data:
-            for key in data.files:
-                parts.setdefault(key, []).append(data[key])
-    return {k: np.concatenate(v) for k, v in parts.items()}
-
-
-def _run_config(run_dir: str) -> dict[str, Any]:
-    import yaml
-
-    path = os.path.join(run_dir, "config.yml")
-    if not os.path.isfile(path):
-        raise ConfigError(f"{run_dir}: not a run directory (no config.yml)")
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh) or {}
-
-
-def _samples_dir(run_dir: str) -> str:
-    try:
-        paths = _run_config(run_dir).get("paths") or {}
-    except ConfigError:
-        paths = {}
-    samples = paths.get("samples")
-    return (
-        samples
-        if isinstance(samples, str) and "${" not in samples
-        else os.path.join(run_dir, "samples")
-    )
-
-
-def read_truth(run_dir: str) -> dict[str, np.ndarray]:
-    """``{node: true value}`` from the ``<node>_true`` arrays of the run's observation files."""
-    graph = _run_config(run_dir).get("graph") or {}
-    base = os.path.dirname(os.path.abspath(os.path.join(run_dir, "config.yml")))
-    truth: dict[str, np.ndarray] = {}
-    for node in graph.values():
-        spec = (node or {}).get("observed")
-        if not isinstance(spec, str):
-            continue
-        match = _KEYED.match(spec.strip())
-        path = os.path.join(base, match["path"].strip() if match else spec.strip())
-        if not path.endswith(".npz") or not os.path.isfile(path):
-            continue
-        with np.load(path, allow_pickle=False) as data:
-            for key in data.files:
-                if key.endswith("_true") and key[:-5] in graph:
-                    truth[key[:-5]] = np.asarray(data[key])
-    return truth
-
-
-def _columns(
-    samples: Mapping[str, np.ndarray], truth: Mapping[str, np.ndarray]
-) -> tuple[list[str], np.ndarray, list[float | None]]:
-    labels, cols, marks = [], [], []
-    for node, arr in samples.items():
-        flat = np.asarray(arr, dtype=np.float64).reshape(arr.shape[0], -1)
-        true = truth.get(node)
-        true_flat = None if true is None or np.size(true) != flat.shape[1] else np.ravel(true)
-        for i in range(flat.shape[1]):
-            labels.append(node if flat.shape[1] == 1 else f"{node}[{i}]")
-            cols.append(flat[:, i])
-            marks.append(None if true_flat is None else float(true_flat[i]))
-    return labels[:MAX_DIMS], np.stack(cols[:MAX_DIMS], axis=1), marks[:MAX_DIMS]
-
-
-def plot_run(
-    run_dir: str | os.PathLike[str], mode: str = "posterior", output: str | None = None
-) -> str:
-    """Draw the corner plot of a run's ``mode`` samples.
-
-    Args:
-        run_dir: the run directory.
-        mode: which samples (``posterior`` by default).
-        output: the image file (default ``RUN/plots/<mode>.png``).
-
-    Returns:
-        The path written.
-
-    Raises:
-        MissingExtra: matplotlib is not installed.
-        ConfigError: not a run directory, or no samples of ``mode``.
-    """
-    run_dir = os.path.abspath(os.fspath(run_dir))
-    samples = read_samples(run_dir, mode)
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -139,42 +47,201 @@ def plot_run(
         import matplotlib.pyplot as plt
     except ImportError:
         raise MissingExtra(
-            "kestrel plot needs matplotlib: pip install 'kestrel-core[plot]'"
+            "kestrel plot needs matplotlib and corner: pip install 'kestrel-core[plot]'"
         ) from None
-    labels, data, marks = _columns(samples, read_truth(run_dir))
+    return plt
+
+
+def _corner() -> Any:
+    try:
+        import corner
+    except ImportError:
+        raise MissingExtra(
+            "kestrel plot needs the corner package: pip install 'kestrel-core[plot]'"
+        ) from None
+    return corner
+
+
+def axis_range(values: np.ndarray) -> tuple[float, float]:
+    """The central :data:`QUANTILES` range of ``values`` (float, (n,)); widened around a
+    constant so the axis has a width."""
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return (-1.0, 1.0)
+    lo, hi = (float(q) for q in np.quantile(finite, QUANTILES))
+    if hi <= lo:
+        pad = max(abs(lo) * 1e-3, 1e-9)
+        lo, hi = lo - pad, hi + pad
+    return lo, hi
+
+
+def _parameter_columns(
+    run: RunSamples,
+) -> tuple[list[str], np.ndarray, list[float | None]]:
+    nodes = list(run.arrays)
+    if run.mode in ("prior", "ppd"):
+        chosen = [n for n in nodes if n in run.latents]
+        nodes = chosen or [n for n in nodes if n not in run.observed]
+    labels: list[str] = []
+    cols: list[np.ndarray] = []
+    marks: list[float | None] = []
+    for node in nodes:
+        arr = run.arrays[node]
+        flat = np.asarray(arr, dtype=np.float64).reshape(arr.shape[0], -1)
+        true = run.truth.get(node)
+        true_flat = None if true is None or np.size(true) != flat.shape[1] else np.ravel(true)
+        labels += node_labels(node, flat.shape[1], run.names.get(node))
+        cols += [flat[:, i] for i in range(flat.shape[1])]
+        if true_flat is None:
+            marks += [None] * flat.shape[1]
+        else:
+            marks += [float(v) for v in true_flat]
+    if not cols:
+        return [], np.empty((0, 0)), []
+    return labels[:MAX_DIMS], np.stack(cols[:MAX_DIMS], axis=1), marks[:MAX_DIMS]
+
+
+def _plain_ticks(fig: Any) -> None:
+    """Tick labels show the values themselves: no "+3.9e-1" offset text on any axis."""
+    from matplotlib.ticker import ScalarFormatter
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            formatter = axis.get_major_formatter()
+            if isinstance(formatter, ScalarFormatter):
+                formatter.set_useOffset(False)
+
+
+def corner_figure(run: RunSamples) -> Any:
+    """The corner plot of a sample file's parameters (a matplotlib figure).
+
+    Raises:
+        MissingExtra: matplotlib or corner is not installed.
+        KestrelError: the file holds no parameters to draw.
+    """
+    plt = _pyplot()
+    corner = _corner()
+    labels, data, marks = _parameter_columns(run)
+    if data.size == 0:
+        raise KestrelError(f"{run.path}: no parameters to plot (nodes: {', '.join(run.arrays)})")
+    ranges = [axis_range(data[:, i]) for i in range(data.shape[1])]
     d = data.shape[1]
-    size = min(2.0 * d, 24.0)
-    fig, axes = plt.subplots(d, d, figsize=(size, size), squeeze=False)
-    for i in range(d):
-        for j in range(d):
-            ax = axes[i, j]
-            if j > i:
-                ax.set_visible(False)
-                continue
-            if i == j:
-                ax.hist(data[:, i], bins=40, histtype="step", color="C0", density=True)
-                if marks[i] is not None:
-                    ax.axvline(marks[i], color="C3")
-                ax.set_yticks([])
-            else:
-                ax.hist2d(data[:, j], data[:, i], bins=40, cmap="Blues")
-                if marks[i] is not None and marks[j] is not None:
-                    ax.plot(marks[j], marks[i], "s", color="C3", ms=4)
-            if i == d - 1:
-                ax.set_xlabel(labels[j])
-            else:
-                ax.set_xticklabels([])
-            if j == 0 and i > 0:
-                ax.set_ylabel(labels[i])
-            elif j > 0:
-                ax.set_yticklabels([])
-            ax.tick_params(labelsize=6)
-    n = data.shape[0]
-    fig.suptitle(
-        f"{mode}: {n} samples" + (" (red: true value)" if any(m is not None for m in marks) else "")
+    fig = plt.figure(figsize=(max(2.6 * d, 4.0), max(2.6 * d, 4.0)))
+    has_truth = any(m is not None for m in marks)
+    corner.corner(
+        data,
+        fig=fig,
+        bins=40,
+        range=ranges,
+        labels=labels,
+        truths=marks if has_truth else None,
+        truth_color="C3",
+        color="C0",
+        levels=LEVELS,
+        smooth=1.0,
+        plot_datapoints=False,
+        fill_contours=True,
+        quantiles=(0.16, 0.5, 0.84),
+        show_titles=True,
+        title_fmt=".3g",
+        max_n_ticks=4,
+        use_math_text=True,
     )
-    path = output or os.path.join(run_dir, "plots", f"{mode}.png")
+    _plain_ticks(fig)
+    note = "\nred: true value" if has_truth else ""
+    fig.text(
+        0.98,
+        0.98,
+        f"{run.mode}: {data.shape[0]} samples\n{os.path.basename(run.path)}\n"
+        f"contours: {' and '.join(f'{int(100 * lv)} %' for lv in LEVELS)} of the mass{note}",
+        ha="right",
+        va="top",
+        fontsize=9,
+    )
+    if d == 1:
+        fig.subplots_adjust(top=0.78)
+    return fig
+
+
+def data_figure(run: RunSamples, node: str) -> Any:
+    """Predictive median and 68/95 % bands of ``node`` per component, its observation over it.
+
+    Raises:
+        MissingExtra: matplotlib is not installed.
+    """
+    plt = _pyplot()
+    arr = np.asarray(run.arrays[node], dtype=np.float64)
+    flat = arr.reshape(arr.shape[0], -1)
+    obs = run.observed.get(node)
+    k = flat.shape[1]
+    labels = node_labels(node, k, run.names.get(node))
+    fig, ax = plt.subplots(figsize=(max(6.0, min(0.15 * k, 14.0)), 4.0))
+    idx = np.arange(k)
+    q = np.quantile(flat, [0.025, 0.16, 0.5, 0.84, 0.975], axis=0)
+    ax.fill_between(idx, q[0], q[4], color="C0", alpha=0.2, lw=0, label="95 %")
+    ax.fill_between(idx, q[1], q[3], color="C0", alpha=0.4, lw=0, label="68 %")
+    ax.plot(idx, q[2], color="C0", lw=1.2, label=f"{run.mode} median")
+    if obs is not None and np.size(obs) == k:
+        ax.plot(idx, np.ravel(obs), "o", color="k", ms=3, label="observed")
+    lo, hi = axis_range(np.concatenate([flat.ravel(), np.ravel(obs) if obs is not None else []]))
+    ax.set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    ax.set_xlim(-0.5, k - 0.5)
+    ax.set_xlabel(f"{node}: component" if k > 12 or labels[0] == f"{node}[0]" else node)
+    if k <= 12 and labels[0] != f"{node}[0]":
+        ax.set_xticks(idx, labels)
+    ax.set_ylabel(node)
+    ax.legend(fontsize=8, frameon=False)
+    ax.set_title(
+        f"{run.mode}: {flat.shape[0]} samples of {node}, observed data in black", fontsize=9
+    )
+    fig.tight_layout()
+    return fig
+
+
+def plot_run(
+    run_dir: str | os.PathLike[str],
+    mode: str = "posterior",
+    output: str | None = None,
+    *,
+    sample_file: str | None = None,
+) -> list[str]:
+    """Draw one sample file of a run: its corner plot, and for ``ppd``/``prior`` the
+    predictive bands of each observed node in it.
+
+    Args:
+        run_dir: the run directory.
+        mode: which samples (``posterior`` by default); the newest file of that mode is drawn.
+        output: the corner plot's image file (default ``RUN/plots/<mode>.png``); band plots go
+            beside it as ``<stem>_<node><ext>``.
+        sample_file: draw this ``.npz`` instead of the newest one.
+
+    Returns:
+        The image files written, the corner plot first (when the file has parameters).
+
+    Raises:
+        MissingExtra: matplotlib or corner is not installed.
+        ConfigError: not a run directory, no samples, or ``names`` that do not fit.
+    """
+    run = read_run_samples(run_dir, mode, sample_file)
+    plt = _pyplot()
+    _corner()
+    path = output or os.path.join(os.path.abspath(os.fspath(run_dir)), "plots", f"{mode}.png")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    stem, ext = os.path.splitext(path)
+    written: list[str] = []
+    if _parameter_columns(run)[1].size:
+        fig = corner_figure(run)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    if mode in ("ppd", "prior"):
+        for node in run.arrays:
+            if node in run.observed:
+                fig = data_figure(run, node)
+                out = f"{stem}_{node}{ext or '.png'}"
+                fig.savefig(out, dpi=110)
+                plt.close(fig)
+                written.append(out)
+    if not written:
+        raise KestrelError(f"{run.path}: nothing to plot (nodes: {', '.join(run.arrays)})")
+    return written
