@@ -7,6 +7,8 @@ Shape symbols: n samples of a call, c rows of a chunk, D a field's per-sample sh
   rows — the refs resolved in one batched wait, through a :class:`BroadcastMemo` that keeps
   one-row blocks (observations) so that each is read once per actor, not once per call;
 * :func:`spans` / :func:`rows_of` cut a call into chunks;
+* :func:`skipped_values` completes the chunks of a call in which samples raised
+  (``on_error: skip``);
 * :func:`pack_records` checks the chunks' records against each other and lays them out as the
   call's return values (one array per chunk and field, then the metadata with each chunk's
   finite-row mask).
@@ -15,12 +17,15 @@ Shape symbols: n samples of a call, c rows of a chunk, D a field's per-sample sh
 from __future__ import annotations
 
 import asyncio
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from kestrel_core import ShapeError, finite_rows
+from kestrel_core import ShapeError, SimulatorError, finite_rows
+from kestrel_core._blame import attached_traceback, user_traceback
+from kestrel_core._onerror import Attempt, fill_raised
 
 __all__ = [
     "BroadcastMemo",
@@ -28,6 +33,8 @@ __all__ = [
     "assemble_conditions",
     "spans",
     "rows_of",
+    "skipped_values",
+    "format_full",
     "pack_records",
 ]
 
@@ -131,11 +138,67 @@ def rows_of(arr: np.ndarray, a: int, c: int, n: int) -> np.ndarray:
     return arr if arr.shape[0] == 1 and n > 1 else arr[a : a + c]
 
 
-def pack_records(node: str, fields: Sequence[str], records: list[dict[str, np.ndarray]]) -> tuple:
-    """The return values of a call: ``len(records) × len(fields)`` arrays, chunk-major, then
-    ``{"fields": {field: (D, dtype name)}, "nonfinite": int, "finite": [bool (c,) per chunk]}``.
+def format_full(err: BaseException) -> str:
+    """The whole traceback of ``err``, as Python prints it."""
+    return "".join(traceback.format_exception(err))
 
-    Each field gets one dtype over the chunks (``np.result_type``).
+
+def skipped_values(
+    node: str, attempts: Sequence[Attempt], template: tuple[tuple[int, ...], Any] | None = None
+) -> tuple[list[np.ndarray], tuple[str, str] | None]:
+    """The value of each chunk of a call, a chunk whose every sample raised filled in.
+
+    Args:
+        node: node name (messages). attempts: one per chunk, in order.
+        template: ``(D, dtype)`` of an earlier call, for when no chunk of this one succeeded.
+
+    Returns:
+        ``(values, error)``: ``(c, *D)`` per chunk (filler — NaN, or 0 — in rows that raised),
+        and the first exception of the call as ``(user frames, full traceback)`` texts
+        (``None`` without one).
+
+    Raises:
+        SimulatorError: every sample of the call raised and no earlier call gave ``D`` (the
+            message holds the first exception with the user's frames; it is chained).
+    """
+    first = next((t.first for t in attempts if t.first is not None and t.raised.any()), None)
+    error = None
+    if first is not None:  # (the user's frames, the full traceback)
+        error = (attached_traceback(first) or user_traceback(first), format_full(first))
+    done = next((t.value for t in attempts if t.value is not None), None)
+    if done is not None:
+        template = (done.shape[1:], done.dtype)
+    if template is None:
+        n = sum(len(t.raised) for t in attempts)
+        assert first is not None and error is not None
+        raise SimulatorError(
+            f"node {node!r}: the simulator raised on all {n} samples of the call "
+            f"(on_error: skip)\n{error[0].rstrip()}"
+        ) from first
+    values = [
+        t.value
+        if t.value is not None
+        else fill_raised(np.empty((len(t.raised), *template[0]), template[1]), t.raised)
+        for t in attempts
+    ]
+    return values, error
+
+
+def pack_records(
+    node: str,
+    fields: Sequence[str],
+    records: list[dict[str, np.ndarray]],
+    raised: Sequence[np.ndarray] | None = None,
+    error: tuple[str, str] | None = None,
+) -> tuple:
+    """The return values of a call: ``len(records) × len(fields)`` arrays, chunk-major, then
+    ``{"fields": {field: (D, dtype name)}, "nonfinite": int, "finite": [bool (c,) per chunk],
+    "errors": int, "error": (str, str) | None}``.
+
+    Each field gets one dtype over the chunks (``np.result_type``). ``raised`` (bool ``(c,)``
+    per chunk, ``on_error: skip``) marks the rows whose simulation raised: they count as
+    ``errors``, not as ``nonfinite``, and are not ``finite`` (the store keeps them dead);
+    ``error`` is the first such exception as ``(user frames, full traceback)`` texts.
 
     Raises:
         ShapeError: chunks disagree on a field's per-sample shape (naming node, key, chunk).
@@ -154,6 +217,10 @@ def pack_records(node: str, fields: Sequence[str], records: list[dict[str, np.nd
             r[f] = r[f].astype(dtype, copy=False)
         meta[f] = (tuple(int(d) for d in shapes[0]), dtype.name)
     finite = [finite_rows(r) for r in records]  # per chunk: rows finite in every field
-    nonfinite = sum(int((~ok).sum()) for ok in finite)
+    failed = list(raised) if raised is not None else [np.zeros(len(ok), bool) for ok in finite]
+    nonfinite = sum(int((~ok & ~bad).sum()) for ok, bad in zip(finite, failed))
+    errors = sum(int(bad.sum()) for bad in failed)
+    finite = [ok & ~bad for ok, bad in zip(finite, failed)]
     flat = [r[f] for r in records for f in fields]
-    return (*flat, {"fields": meta, "nonfinite": nonfinite, "finite": finite})
+    meta_out = {"fields": meta, "nonfinite": nonfinite, "finite": finite}
+    return (*flat, {**meta_out, "errors": errors, "error": error if errors else None})

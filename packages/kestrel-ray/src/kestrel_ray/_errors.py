@@ -15,6 +15,7 @@ import traceback
 from typing import Any
 
 from kestrel_core import KestrelError, SimulatorError
+from kestrel_core._blame import attached_traceback
 
 __all__ = ["RunError", "ClusterError", "unwrap_error", "describe_failure"]
 
@@ -86,7 +87,11 @@ def unwrap_error(err: BaseException, node: str, what: str) -> BaseException:
 
 
 def describe_failure(
-    err: BaseException, *, remote: BaseException | None = None, node: str | None = None
+    err: BaseException,
+    *,
+    remote: BaseException | None = None,
+    node: str | None = None,
+    short: bool = False,
 ) -> str:
     """A failed node call as text: the error, its notes, the traceback recorded in the actor.
 
@@ -95,11 +100,20 @@ def describe_failure(
         remote: the Ray error it came from (default: ``err.__cause__``); its ``traceback_str``
             is the actor's traceback.
         node: the node, named in the traceback's heading when given.
+        short: where the actor attached the user's frames of the traceback (a simulator's
+            exception, see :func:`kestrel_core._blame.attach_user_traceback`), show those
+            instead of the whole traceback (which belongs in the driver log).
 
     Returns:
-        ``"TypeError: …\n(node 'x', train)\n\nTraceback in the actor of node 'x':\n…"``.
+        ``"TypeError: …\n(node 'x', train)\n\nTraceback in the actor of node 'x':\n…"``, or
+        with ``short``: ``"Traceback (user code only):\n  File "model.py", line 12, …\n
+        ValueError: …\n(raised by the simulator of node 'x')\n(node 'x', sample(64))"``.
     """
-    lines = [f"{type(err).__name__}: {err}", *getattr(err, "__notes__", [])]
+    notes = [str(note) for note in getattr(err, "__notes__", [])]
+    mine = attached_traceback(err) if short else None
+    if mine:  # it ends with the exception and the notes it had in the actor
+        return "\n".join([mine.rstrip(), *(note for note in notes if note not in mine)])
+    lines = [f"{type(err).__name__}: {err}", *notes]
     source = remote if remote is not None else err.__cause__
     text = getattr(source, "traceback_str", None)
     if text is None and remote is not None:

@@ -71,6 +71,10 @@ def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
             if fld in fields:
                 trace.meta[key] = fields[fld]
         trace.nonfinite[name] = sum(int(m["nonfinite"]) for m in metas)
+        trace.errors[name] = sum(int(m.get("errors", 0)) for m in metas)
+        first = next((m["error"] for m in metas if m.get("error")), None)
+        if first:
+            trace.error[name] = (str(first[0]), str(first[1]))
         masks = [np.asarray(ok, dtype=bool) for m in metas for ok in m.get("finite") or ()]
         if masks and sum(len(ok) for ok in masks) == n:
             trace.finite[name] = np.concatenate(

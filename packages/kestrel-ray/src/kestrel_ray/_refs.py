@@ -85,6 +85,9 @@ class RefTrace:
         nonfinite: node → number of its samples holding a NaN or ±inf.
         finite: node → bool ``(N,)``: which of its samples are finite in every key (from the
             NodeWrapper's per-chunk masks); a node without an entry is finite throughout.
+        errors: node → number of its samples whose simulation raised (``on_error: skip``;
+            they are not ``finite`` either).
+        error: node → the first of those exceptions as ``(user frames, full traceback)``.
     """
 
     n: int
@@ -92,6 +95,8 @@ class RefTrace:
     meta: dict[str, tuple[tuple[int, ...], str]] = field(default_factory=dict)
     nonfinite: dict[str, int] = field(default_factory=dict)
     finite: dict[str, np.ndarray] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    error: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     def keys(self) -> list[str]:
         """Flat keys, in insertion order."""
@@ -124,6 +129,8 @@ class RefTrace:
             {k: self.meta[k] for k in keys},
             {m: c for m, c in self.nonfinite.items() if m in nodes},
             {m: v for m, v in self.finite.items() if m in nodes},
+            {m: c for m, c in self.errors.items() if m in nodes},
+            {m: t for m, t in self.error.items() if m in nodes},
         )
 
     def valid_rows(self) -> np.ndarray | None:
@@ -140,15 +147,18 @@ class RefTrace:
             what: names the round in the message (``"initial simulation"``, …).
 
         Returns:
-            ``{node: number of its samples with a NaN or ±inf}``.
+            ``{node: number of its samples with a NaN or ±inf}`` (samples whose simulation
+            raised are in :attr:`errors`).
 
         Raises:
             SimulatorError: a node returned a non-finite value in every sample ("node 'x'
                 returned a non-finite value (NaN or ±inf) in all 64 samples of the initial
-                simulation"), or no sample is finite in every node (names the worst node).
+                simulation"), or raised in every sample (``on_error: skip``), or no sample is
+                valid in every node (names the worst node).
         """
         counts = {node: int(count) for node, count in self.nonfinite.items()}
-        if self.n == 0 or not any(counts.values()):
+        errors = {node: int(count) for node, count in self.errors.items()}
+        if self.n == 0 or not any(counts.values()) and not any(errors.values()):
             return counts
         for node, count in counts.items():
             if count >= self.n:
@@ -156,8 +166,17 @@ class RefTrace:
                     f"node {node!r} returned a non-finite value (NaN or ±inf) in all "
                     f"{self.n} samples of the {what}; check its simulator"
                 )
+        for node, count in errors.items():
+            if count >= self.n:
+                raise SimulatorError(
+                    f"node {node!r}: the simulator raised in all {self.n} samples of the {what} "
+                    f"(on_error: skip); the first error:\n{self.error.get(node, ('', ''))[0].rstrip()}"
+                )
         valid = self.valid_rows()
         if valid is not None and not valid.any():
+            counts = {
+                m: counts.get(m, 0) + errors.get(m, 0) for m in dict.fromkeys([*counts, *errors])
+            }
             worst = max(counts, key=lambda m: counts[m])
             raise SimulatorError(
                 f"no sample of the {what} is finite in every node ({self.n} samples; "

@@ -39,10 +39,10 @@ from kestrel_core import (
     ShapeError,
     SimulatorError,
     as_record,
-    call_simulator,
     check_count,
     seed_sequence,
 )
+from kestrel_core._onerror import Attempt, simulate_or_skip
 
 from ._chunks import (
     BroadcastMemo,
@@ -50,6 +50,7 @@ from ._chunks import (
     condition_refs,
     pack_records,
     rows_of,
+    skipped_values,
     spans,
 )
 from ._imports import local_import_paths
@@ -97,6 +98,7 @@ class NodeWrapper:
         self._sim_lock: asyncio.Lock | None = None
         self._estimator = None
         self._simulator: Any = None
+        self._template: tuple[tuple[int, ...], np.dtype] | None = None  # last (D, dtype)
         for path in reversed(local_import_paths(list(import_paths))):
             if path not in sys.path:
                 sys.path.insert(0, path)
@@ -206,8 +208,8 @@ class NodeWrapper:
 
         Returns:
             ``len(chunks) × len(fields)`` arrays, chunk-major (``(c, *D)`` values, ``(c,)``
-            log-probs), then ``{"fields": {field: (D, dtype)}, "nonfinite": int, "finite": [bool
-            (c,) per chunk]}``: the rows finite in every field, which the store keeps valid.
+            log-probs), then the meta dict of :func:`~kestrel_ray._chunks.pack_records` (rows
+            whose simulation raised, with ``on_error: skip``, are counted and not ``finite``).
 
         Raises:
             ShapeError: a condition's row count is neither 1 nor ``n``, or chunks disagree on D.
@@ -270,9 +272,11 @@ class NodeWrapper:
             if self._sim_lock is None:
                 self._sim_lock = asyncio.Lock()
             async with self._sim_lock:
-                records = await asyncio.to_thread(self._simulate, method, arrays, n, chunks, seeds)
+                records, raised, error = await asyncio.to_thread(
+                    self._simulate, method, arrays, n, chunks, seeds
+                )
         else:
-            records = []
+            records, raised, error = [], None, None
             for a, c in spans(chunks):
                 conds = {k: rows_of(v, a, c, n) for k, v in arrays.items()}
                 out = getattr(self._estimator, method)(c, conds)
@@ -280,7 +284,7 @@ class NodeWrapper:
                 await asyncio.sleep(0)  # let training take a step between chunks
         self._calls += 1
         self._samples += n
-        return self._pack(method, records)
+        return pack_records(self._name, self._fields(method), records, raised, error)
 
     async def _resolve(self, conditions: Mapping[str, list], n: int) -> dict[str, np.ndarray]:
         """Condition name → read-only array of 1 (broadcast) or ``n`` rows; one batched get."""
@@ -295,7 +299,9 @@ class NodeWrapper:
         n: int,
         chunks: Sequence[int],
         seeds: Sequence[Any],
-    ) -> list[dict[str, np.ndarray]]:
+    ) -> tuple[list[dict[str, np.ndarray]], list[np.ndarray], tuple[str, str] | None]:
+        """The chunks' records, the rows whose simulation raised (``on_error: skip``) per chunk,
+        and the first such exception (see :func:`~kestrel_ray._chunks.skipped_values`)."""
         given = arrays.get(self._name)  # the node's own values: checked and scored, not simulated
         missing = [p for p in self.node.parents if p not in arrays and given is None]
         if missing:
@@ -305,15 +311,31 @@ class NodeWrapper:
             )
         fields = self._fields(method)
         rngs = [np.random.Generator(np.random.PCG64(seed_sequence(s))) for s in seeds]
-        records = []
-        for (a, c), rng in zip(spans(chunks), rngs):
+        attempts = []
+        for (a, c), rng, seq in zip(spans(chunks), rngs, seeds):
             if given is not None:
                 value = as_record(
                     self._name, "given values", {"value": given[a : a + c]}, c, fields=("value",)
                 )["value"]
+                attempts.append(Attempt(value, np.zeros(c, bool)))
             else:
                 parents = {p: rows_of(arrays[p], a, c, n) for p in self.node.parents}
-                value = call_simulator(self._name, self._simulator, c, parents, rng=rng)
+                attempts.append(
+                    simulate_or_skip(
+                        self._name,
+                        self._simulator,
+                        c,
+                        parents,
+                        rng=rng,
+                        seq=seed_sequence(seq),
+                        on_error=self.node.on_error,
+                    )
+                )
+        values, error = skipped_values(self._name, attempts, self._template)
+        if values:
+            self._template = (values[0].shape[1:], values[0].dtype)
+        records = []
+        for c, value in zip(chunks, values):
             rec = {"value": value}
             if "log_prob" in fields:
                 view = value.view()
@@ -321,10 +343,7 @@ class NodeWrapper:
                 out = {"log_prob": self._simulator.log_prob(view)}
                 rec.update(as_record(self._name, "log_prob", out, c, fields=("log_prob",)))
             records.append(rec)
-        return records
-
-    def _pack(self, method: str, records: list[dict[str, np.ndarray]]) -> tuple:
-        return pack_records(self._name, self._fields(method), records)
+        return records, [t.raised for t in attempts], error
 
     # -- training ----------------------------------------------------------------------------
     async def train(self, store: Any) -> dict[str, Any]:

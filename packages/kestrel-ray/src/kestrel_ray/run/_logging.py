@@ -14,9 +14,12 @@ from collections.abc import Iterator
 
 from ._rundir import RunDir
 
-__all__ = ["driver_logger", "LOGGER_NAME"]
+__all__ = ["driver_logger", "LOGGER_NAME", "FILE_ONLY"]
 
 LOGGER_NAME = "kestrel.run"
+#: ``log.error(..., extra=FILE_ONLY)``: a record for the log file only, not the console (a
+#: full traceback whose short form the user sees)
+FILE_ONLY = {"file_only": True}
 _FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
 
@@ -53,5 +56,7 @@ class _StdoutHandler(logging.StreamHandler):
     """Writes to the *current* ``sys.stdout`` (which a live display may have redirected)."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "file_only", False):
+            return
         self.stream = sys.stdout
         super().emit(record)
