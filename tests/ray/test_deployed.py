@@ -49,7 +49,10 @@ def test_forward_sampling_05_equals_kestrel_simulate_and_stores_blocks(deployed)
     assert sorted(arrays) == sorted(expected)
     for key, value in expected.items():
         assert arrays[key].shape == value.shape and arrays[key].dtype == value.dtype
-        np.testing.assert_array_equal(arrays[key], value)  # same seed scheme: bit for bit
+        if key == "theta.value":  # the seeded draw: the same seed scheme, bit for bit
+            np.testing.assert_array_equal(arrays[key], value)
+        else:  # derived through BLAS (mu = theta @ Phi^T) in an actor with its own thread count
+            np.testing.assert_allclose(arrays[key], value, rtol=1e-12, atol=1e-12, err_msg=key)
     dg.append(trace)
     assert dg.store.stats()["total"] == 1024
     assert held_refs(dg) == 1 * len(expected)  # chunks × keys, not samples × keys
