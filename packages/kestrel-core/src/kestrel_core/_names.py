@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ._errors import ConfigError
 from ._spec import plain
 
-__all__ = ["check_names", "check_names_size", "prior_size"]
+__all__ = ["check_names", "check_names_size", "prior_size", "node_names"]
 
 
 def check_names(value: Any, where: str) -> tuple[str, ...]:
@@ -64,8 +66,8 @@ def check_names_size(names: Any, size: int, where: str, source: str = "") -> Non
     if names and len(names) != size:
         seen = f" ({source})" if source else ""
         raise ConfigError(
-            f"{where}: {len(names)} names for {size} components; the node has dimension "
-            f"{size}{seen}"
+            f"{where}: {len(names)} name{'s' if len(names) != 1 else ''} for {size} "
+            f"component{'s' if size != 1 else ''}; the node has dimension {size}{seen}"
         )
 
 
@@ -86,3 +88,34 @@ def prior_size(simulator: Any) -> int | None:
         return None
     size = getattr(prior, "full_dim", None)
     return int(size) if isinstance(size, int) else None
+
+
+def node_names(value: Any, where: str, simulator: Any, observed: Any = None) -> tuple[str, ...]:
+    """Check a node's ``names`` and, where the node's dimension is known before anything runs
+    (its observation, or a kestrel-core prior), their number.
+
+    Args:
+        value: the ``names`` value.
+        where: its key path, e.g. ``"graph.theta.names"``.
+        simulator: the node's simulator (a :class:`~kestrel_core.Spec` or a config value).
+        observed: the node's observation (shape ``D``) or ``None``.
+
+    Raises:
+        ConfigError: as :func:`check_names` and :func:`check_names_size`.
+    """
+    names = check_names(value, where)
+    if not names:
+        return names
+    if observed is not None:
+        check_names_size(names, int(np.size(observed)), where, "its observation")
+        return names
+    from ._spec import Spec
+
+    try:
+        spec = Spec.coerce(simulator, where)
+    except ConfigError:
+        return names  # the simulator's own key reports that
+    size = prior_size(spec)
+    if size is not None:
+        check_names_size(names, size, where, f"its prior {spec.target_name}")
+    return names

@@ -63,6 +63,8 @@ class Node:
         dry_run: simulate this node on a few prior draws in-process before a launch starts
             Ray (``False`` for a simulator too expensive for that; its descendants are then
             not dry-run either).
+        names: names of the node's ``prod(D)`` flattened components (plots, exports), or
+            ``()``; see :mod:`kestrel_core._names`.
     """
 
     name: str
@@ -77,6 +79,7 @@ class Node:
     ray: dict[str, Any] = field(default_factory=dict)
     on_error: str = "raise"
     dry_run: bool = True
+    names: tuple[str, ...] = ()
 
     @property
     def is_latent(self) -> bool:

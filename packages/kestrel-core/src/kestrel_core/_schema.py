@@ -55,6 +55,7 @@ NODE_KEYS = (
     "ray",
     "on_error",
     "dry_run",
+    "names",
 )
 LOGGING_KEYS = ("level",)
 _FREE = ("simulator", "estimator")  # kwargs beneath these are checked against signatures
