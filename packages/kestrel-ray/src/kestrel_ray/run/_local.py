@@ -11,7 +11,7 @@ The calls mirror :class:`~kestrel_ray.DeployedGraph`'s: the same plans
 (:mod:`kestrel_ray._plan`), the same chunk grid (:func:`~kestrel_ray.chunk_grid`) and the same
 random streams — the run's ``SeedSequence`` spawns one child per node in forward order, every
 planned call spawns one grandchild per chunk from its node's child, and an estimator draws from
-the seed its context gives it. So a seed gives the same draws here as on Ray, up to the last bits
+the seed its context gives it, derived as its node actor derives it. So a seed gives the same draws here as on Ray, up to the last bits
 of floating-point arithmetic (thread counts).
 
 Shape symbols: N samples of a call, D a node's per-sample shape.
@@ -89,6 +89,11 @@ class LocalGraph:
             for name in graph.latents:
                 self._estimators[name] = self._build_estimator(name)
 
+    def _actor_seq(self, name: str) -> np.random.SeedSequence:
+        """The sequence a node's (first) actor is seeded with (see ``start_node_actors``)."""
+        base = self._seqs[name].generate_state(2)
+        return np.random.SeedSequence([*base.tolist(), 0])
+
     def _build_estimator(self, name: str) -> Any:
         node = self.graph.nodes[name]
         spec = node.estimator
@@ -100,7 +105,7 @@ class LocalGraph:
                     prior=self._simulators[name],
                     evidence=tuple(node.evidence),
                     scaffolds=tuple(node.scaffolds),
-                    seed=int(self._seqs[name].generate_state(1)[0]),
+                    seed=int(self._actor_seq(name).generate_state(1)[0]),
                 )
             )
         except Exception as err:
