@@ -131,7 +131,7 @@ def test_launch_sample_and_resume_on_a_worker_that_sees_no_files(cluster):
         assert data["theta"].shape == (50, 10) and np.isfinite(data["theta"]).all()
 
     rows_before = len((run / "graph" / "theta" / "metrics.csv").read_text().splitlines())
-    kestrel(rc, "launch", "-o", run, "--address", rc.address, "graph.theta.estimator.max_epochs=2")
+    kestrel(rc, "launch", "-o", run, "--address", rc.address, "--epochs", "2")
     rows_after = len((run / "graph" / "theta" / "metrics.csv").read_text().splitlines())
     assert rows_after > rows_before, "the resumed run trained no epoch"
     check_run_directory(run, worker, epochs_at_least=rows_before)
