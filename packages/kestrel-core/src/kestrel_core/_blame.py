@@ -23,20 +23,27 @@ USER_TRACEBACK = "kestrel_user_traceback"
 _INTERNAL = frozenset(
     {"kestrel_core", "kestrel_ray", "kestrel_torch", "ray", "asyncio", "concurrent", "threading"}
 )
-_LIBRARY_DIRS = tuple(
-    os.path.realpath(p) + os.sep
-    for p in {sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
-    if p
+_PATHS = sysconfig.get_paths()
+_STDLIB = tuple(
+    {os.path.realpath(p) + os.sep for k in ("stdlib", "platstdlib") if (p := _PATHS.get(k))}
+)
+_PACKAGES = tuple(
+    {os.path.realpath(p) + os.sep for k in ("purelib", "platlib") if (p := _PATHS.get(k))}
 )
 
 
-def _is_user_frame(tb: TracebackType) -> bool:
+def _where(tb: TracebackType) -> str:
+    """``"internal"`` (Kestrel, Ray, the standard library), ``"package"`` (installed in
+    site-packages) or ``"user"``."""
     frame = tb.tb_frame
     module = str(frame.f_globals.get("__name__", ""))
-    if module.split(".")[0] in _INTERNAL:
-        return False
-    path = os.path.realpath(frame.f_code.co_filename)
-    return not path.startswith(_LIBRARY_DIRS) and not frame.f_code.co_filename.startswith("<frozen")
+    name = frame.f_code.co_filename
+    path = os.path.realpath(name)
+    if module.split(".")[0] in _INTERNAL or name.startswith("<frozen"):
+        return "internal"
+    if path.startswith(_PACKAGES):  # site-packages may sit inside the stdlib folder
+        return "package"
+    return "internal" if path.startswith(_STDLIB) else "user"
 
 
 def user_traceback(err: BaseException) -> str:
@@ -48,14 +55,20 @@ def user_traceback(err: BaseException) -> str:
     Returns:
         ``"Traceback (user code only):\\n  File \\"model.py\\", line 12, in simulate_batch\\n
         …\\nValueError: theta0 > 2\\n"``, with the exception's notes. When no frame is the
-        user's (the error came from a library), the innermost frame is shown instead.
+        user's, the installed packages' frames are shown (user code installed with pip), else
+        the innermost frame.
     """
     tbs: list[TracebackType] = []
     tb = err.__traceback__
     while tb is not None:
         tbs.append(tb)
         tb = tb.tb_next
-    mine = [t for t in tbs if _is_user_frame(t)] or tbs[-1:]
+    kinds = [_where(t) for t in tbs]
+    mine = (
+        [t for t, k in zip(tbs, kinds) if k == "user"]
+        or [t for t, k in zip(tbs, kinds) if k == "package"]
+        or tbs[-1:]
+    )
     frames = traceback.StackSummary.extract(
         (t.tb_frame, t.tb_lineno) for t in mine
     )  # one summary per kept frame, source lines included
