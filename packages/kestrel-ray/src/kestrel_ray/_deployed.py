@@ -51,7 +51,8 @@ class DeployedGraph(Deployment):
 
     Args:
         graph: a validated :class:`kestrel_core.Graph`.
-        seed: run seed (int ≥ 0) or ``None`` for fresh entropy (``self.seed`` records it).
+        seed: run seed (int ≥ 0), a ``numpy.random.SeedSequence`` (a later launch's stream of
+            the run's seed) or ``None`` for fresh entropy (``self.seed`` records its entropy).
         store: an existing store to append to, its :class:`~kestrel_ray.StoreHandle` or actor
             handle (not killed by :meth:`shutdown`), or ``None`` to start one at :meth:`deploy`.
         run_dir: run directory: :meth:`save` and :meth:`load` default to ``<run_dir>/graph``,

@@ -15,6 +15,8 @@ from __future__ import annotations
 import os
 from typing import Any, TypeVar
 
+import numpy as np
+
 from kestrel_core import Graph, KestrelError, seed_sequence
 
 from ._actors import check_deployable, kill_actors, start_node_actors
@@ -48,7 +50,7 @@ class Deployment:
         self,
         graph: Graph,
         *,
-        seed: int | None = None,
+        seed: int | np.random.SeedSequence | None = None,
         store: Any = None,
         run_dir: str | os.PathLike[str] | None = None,
         buffer: Any = None,
