@@ -97,6 +97,8 @@ class LocalGraph:
     def _build_estimator(self, name: str) -> Any:
         node = self.graph.nodes[name]
         spec = node.estimator
+        if spec is None:  # graph.latents are the nodes with an estimator
+            raise EstimatorError(f"node {name!r} has no estimator")
         try:
             estimator = spec.build()
             estimator.setup(
