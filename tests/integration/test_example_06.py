@@ -1,0 +1,54 @@
+"""Example 06 (SIR, your own model) against its grid reference posterior, within CI's budget.
+
+The example's own config (the one the README writes, no tuned schedule) trains for 100 epochs;
+CI trains :data:`EPOCHS` epochs (a graceful stop after :data:`CAP` seconds guards a loaded
+machine) and checks the posterior it then draws against the looser bounds below. The accuracy of the full run is in
+``examples/06_sir/README.md``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+from kestrel_ray import launch
+
+from .helpers import EXAMPLES, example
+
+#: the time cap (seconds of training; the run then stops gracefully and samples, as on Ctrl-C)
+CAP = 120
+#: the epochs trained (of the config's 100): the check ends here unless the cap comes first
+EPOCHS = 30
+#: bounds after the short run: mean error in reference σ, σ ratio. Coarse on purpose: the
+#: prior is 16 (β) and 7 (γ) reference σ wide, so a posterior that did not leave the prior, or
+#: went to the wrong place, fails; the full run's accuracy is measured in the README.
+MAX_MEAN_ERROR = 1.0
+SIGMA_RATIO = (0.6, 2.0)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_06_sir_posterior_near_the_grid_reference(tmp_path, no_leaked_actors):
+    start = time.monotonic()
+    result = launch(
+        example("06_sir"),
+        tmp_path / "run",
+        overrides=[f"graph.theta.estimator.max_epochs={EPOCHS}", "sample.posterior.n=4000"],
+        seed=1,
+        timeout=CAP,
+        progress=False,
+    )
+    with np.load(result.samples["posterior"]) as data:
+        theta = data["theta"]
+    with np.load(EXAMPLES / "06_sir" / "data" / "obs.npz") as ref:
+        mean, std = ref["posterior_mean"], ref["posterior_std"]
+    err = (theta.mean(0) - mean) / std
+    ratio = theta.std(0, ddof=1) / std
+    took = time.monotonic() - start
+    print(
+        f"06: {took:.0f} s, {result.epochs} epochs, mean error / σ {np.round(err, 3)}, σ ratio {np.round(ratio, 3)}"
+    )
+    assert np.all(np.abs(err) <= MAX_MEAN_ERROR), f"mean errors in reference σ: {err}"
+    assert np.all((ratio >= SIGMA_RATIO[0]) & (ratio <= SIGMA_RATIO[1])), f"σ ratios: {ratio}"
