@@ -1,9 +1,12 @@
 """An estimator bound to its node: the context checked, the device resolved, randomness seeded.
 
-One seed gives every random stream of an estimator: the model's initial weights, the training
-batches (and the head's training randomness), the posterior and proposal draws, and the prior
-draws — each its own stream, so sampling calls between training steps do not change which
-batches training sees.
+The estimator's ``seed`` option (else the context's seed) fixes **training**: the model's
+initial weights and the training batches (with the head's training randomness and, through
+:func:`~kestrel_torch._rng.own_randomness`, dropout and every other draw from torch's global
+generator in a training step). It does not fix sampling: a sampling call given an ``rng``
+draws from it, and one without draws from the sampling streams here, seeded from the
+context's seed (the run's stream for the node; fresh entropy without one). Each stream is its
+own, so sampling calls between training steps do not change which batches training sees.
 """
 
 from __future__ import annotations
@@ -50,9 +53,11 @@ class Binding:
     Attributes:
         context: the node. columns: its buffer columns. device: the training device.
         model_seed: seed of the model's initial weights.
-        rng: numpy generator of prior draws.
-        batch_generator: torch generator (on the device) of training batches and refit rows.
-        sample_generator: torch generator (on the device) of posterior and proposal draws.
+        rng: numpy generator of prior draws of calls without their own ``rng``.
+        batch_generator: torch generator (on the device) of training batches, refit rows and
+            the global torch randomness of each training step.
+        sample_generator: torch generator (on the device) of posterior and proposal draws of
+            calls without their own ``rng``.
         loss: the NPE loss on the node's columns (its counters run over the estimator's life).
     """
 
@@ -67,8 +72,9 @@ class Binding:
 
     @classmethod
     def create(cls, context: EstimatorContext, options: EstimatorOptions, owner: str) -> Binding:
-        """Check the context, resolve the device and seed every stream (``options.seed``, else
-        the context's seed).
+        """Check the context, resolve the device and seed every stream: the training streams
+        from ``options.seed`` (else the context's seed), the sampling streams from the
+        context's seed only.
 
         Raises:
             EstimatorError: the prior lacks the standard-normal bijection, or the node has no
@@ -86,11 +92,12 @@ class Binding:
             raise EstimatorError(f"node {context.node!r}: {owner} needs at least one evidence node")
         device = resolve_device(options.device, owner)
         seq = np.random.SeedSequence(options.seed if options.seed is not None else context.seed)
-        model_seed, batch_seed, sample_seed = (
-            int(s) for s in seq.generate_state(3, dtype=np.uint32)
-        )
+        model_seed, batch_seed = (int(s) for s in seq.generate_state(2, dtype=np.uint32))
+        # sampling never from options.seed: a fixed estimator seed fixes training only
+        draw_seq = np.random.SeedSequence(context.seed)
+        sample_seed = int(draw_seq.generate_state(3, dtype=np.uint32)[2])
         columns = Columns.of(context)
-        rng = np.random.default_rng(seq.spawn(1)[0])
+        rng = np.random.default_rng(draw_seq.spawn(1)[0])
         batches = torch.Generator(device).manual_seed(batch_seed)
         draws = torch.Generator(device).manual_seed(sample_seed)
         discard_below = options.log_ratio_threshold if options.discard_samples else None

@@ -23,6 +23,7 @@ from ._batch import Batch
 from ._head import RefitRows, RowLoss
 from ._loader import CachedDataLoader
 from ._model import NPEModel
+from ._rng import own_randomness, step_generator
 from ._rows import Columns
 
 __all__ = ["NPELoss"]
@@ -34,7 +35,10 @@ class NPELoss:
     Args:
         columns: the node's buffer columns.
         generator: torch generator on the training device, for the head's training randomness
-            and for drawing refit rows.
+            and for drawing refit rows; every training forward also runs with torch's global
+            generators seeded from a stream derived from its seed
+            (:func:`~kestrel_torch._rng.own_randomness`), so dropout in an embedding follows
+            the estimator's seed.
         discard_below: threshold of ``log q(θ_i | x_i) − log_prob_i`` under which a training
             sample is marked DISFAVOURED, or ``None`` to discard nothing.
 
@@ -47,6 +51,7 @@ class NPELoss:
     ) -> None:
         self.columns = columns
         self.generator = generator
+        self._steps = step_generator(generator)
         self.discard_below = discard_below
         self.nonfinite_rows = 0
         self.skipped_steps = 0
@@ -62,7 +67,9 @@ class NPELoss:
             return None
         index = None if n_ok == len(batch) else torch.nonzero(finite).squeeze(1)
         rows = self.columns.rows(batch, index)
-        terms = model.head.loss(rows.z, model.embed(rows.inputs), rows.z_log_prob, self.generator)
+        with own_randomness(self._steps, self.generator.device):  # dropout & co.
+            s = model.embed(rows.inputs)
+            terms = model.head.loss(rows.z, s, rows.z_log_prob, self.generator)
         loss = terms.total()
         if not bool(torch.isfinite(loss)):
             self.skipped_steps += 1

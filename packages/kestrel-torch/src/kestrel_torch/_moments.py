@@ -8,22 +8,24 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
+
+from ._float64 import KeepFloat64
 
 __all__ = ["RunningMoments"]
 
 
-class RunningMoments(nn.Module):
+class RunningMoments(KeepFloat64):
     """Exponential moving average of the mean and (co)variance of rows, kept in float64.
 
     The statistics change only through :meth:`update`, and only while the module is in
     training mode; they are buffers (saved, copied, moved with ``.to()`` but never cast by
-    ``.float()``, because :meth:`_apply` keeps them float64) and never carry gradients. The
-    first update sets them from that batch; a later batch of n rows, after ``seen`` rows, gets
-    the weight ``max(momentum, n / (seen + n))`` — a plain running average until ``momentum``
-    takes over, so the first batch's noise does not linger — and moves the mean towards the
-    batch mean and the covariance towards the batch covariance *around the updated running
-    mean* (so a drifting mean widens the estimate instead of being ignored).
+    ``.float()``: :class:`~kestrel_torch._float64.KeepFloat64` keeps them float64) and never
+    carry gradients. The first update sets them from that batch; a later batch of n rows,
+    after ``seen`` rows, gets the weight ``max(momentum, n / (seen + n))`` — a plain running
+    average until ``momentum`` takes over, so the first batch's noise does not linger — and
+    moves the mean towards the batch mean and the covariance towards the batch covariance
+    *around the updated running mean* (so a drifting mean widens the estimate instead of
+    being ignored).
 
     Args:
         dim: D.
@@ -56,16 +58,6 @@ class RunningMoments(nn.Module):
             torch.eye(dim, dtype=torch.float64) if full else torch.ones(shape, dtype=torch.float64),
         )
         self.register_buffer("count", torch.zeros((), dtype=torch.int64))
-
-    # ``.float()``/``.half()`` must not round the statistics
-    def _apply(self, fn, recurse: bool = True):
-        before = dict(self._buffers)
-        out = super()._apply(fn, recurse)
-        for name, old in before.items():
-            new = self._buffers[name]
-            if old is not None and new is not None and new.dtype != old.dtype:
-                self._buffers[name] = old.to(device=new.device)
-        return out
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:

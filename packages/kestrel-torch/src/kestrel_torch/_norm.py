@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import torch
 
+from ._float64 import KeepFloat64
 from ._lazy import LazyBuffers
 
 __all__ = ["RunningNorm"]
 
 
-class RunningNorm(LazyBuffers):
+class RunningNorm(KeepFloat64, LazyBuffers):
     """Normalise each feature with running mean and variance: ``y = (x - mean) / sqrt(var + eps)``.
 
     Shape symbols: B batch size, D the per-sample shape (any; fixed by the first call).
 
-    The statistics (float64 buffers ``mean``, ``var`` of shape ``D``, and the int64 update
+    The statistics (float64 buffers ``mean``, ``var`` of shape ``D`` — float64 whatever the
+    module is cast to, see :class:`~kestrel_torch._float64.KeepFloat64` — and the int64 update
     count ``count``) are updated only in training mode, from the detached batch, so no gradient
     flows through them; in eval mode the forward never changes any state (so a validation pass
     leaves the model as it was). The first

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from kestrel_core import EstimatorContext, Record
+from kestrel_core._inputs import as_input
 
 from ._errors import EstimatorError
 from ._model import NPEModel
@@ -74,9 +75,12 @@ class Conditions:
     def tensor(self, name: str, value: Any, n: int) -> torch.Tensor:
         """One condition as a tensor ``(1 or n, *shape)`` on the device, in the template's dtype.
 
+        Arrays of any byte order and strides are accepted: they pass the same normalisation as
+        every array entering a run (:func:`kestrel_core._inputs.as_input`).
+
         Raises:
-            EstimatorError: a per-row shape other than the template's, or a leading dimension
-                other than 1 or ``n``.
+            EstimatorError: a per-row shape other than the template's, a leading dimension
+                other than 1 or ``n``, or a non-numeric array.
         """
         node = self.context.node
         template = self.templates.get(name)
@@ -87,8 +91,11 @@ class Conditions:
             array = np.asarray(value)
             if array.ndim and array.shape[0] > 1 and array.strides[0] == 0:
                 array = array[:1]  # a broadcast view: keep one row, expand on the device
-            if not array.flags.writeable or not array.flags.c_contiguous:
-                array = np.ascontiguousarray(array).copy()
+            # the one rule for arrays entering a run (native byte order, C-contiguous, numeric)
+            what = f"node {node!r}: condition {name!r}"
+            array = as_input(array, what, copy=False, error=EstimatorError)
+            if not array.flags.writeable:
+                array = array.copy()
             tensor = torch.from_numpy(array)
         if tensor.dim() == 0 or (shape is not None and tuple(tensor.shape[1:]) != shape):
             expected = (

@@ -10,12 +10,13 @@ from __future__ import annotations
 import torch
 
 from ._embedding import concatenate
+from ._float64 import KeepFloat64
 from ._lazy import LazyBuffers
 
 __all__ = ["SignalProjection", "Flatten", "Concatenate"]
 
 
-class SignalProjection(LazyBuffers):
+class SignalProjection(KeepFloat64, LazyBuffers):
     """Project data onto the top principal subspace of the noise-free signal.
 
     Shape symbols: B batch size, D the flattened data size, K ``n_components``.
@@ -33,7 +34,8 @@ class SignalProjection(LazyBuffers):
     one step of orthogonal iteration ``V ← qr(M V)`` with column signs fixed, which follows
     the subspace without rotating or flipping a basis that is already right (eigenvectors of
     a degenerate ``M`` would be arbitrary at every refresh). ``M``, ``V`` and the counters are
-    buffers, so the basis is saved, loaded and deep-copied with the module.
+    buffers, so the basis is saved, loaded and deep-copied with the module; ``M`` and ``V`` stay
+    float64 whatever the module is cast to (:class:`~kestrel_torch._float64.KeepFloat64`).
 
     Args:
         n_components: K, the output width.
