@@ -15,6 +15,7 @@ draws in one process without Ray unless it needs Ray (see :mod:`._sampling`).
 from __future__ import annotations
 
 import argparse
+import signal
 from typing import Any
 
 from kestrel_core._cli import add_config_arguments, non_negative_int, positive_float, positive_int
@@ -127,8 +128,11 @@ def _run_launch(args: argparse.Namespace) -> int:
     )
     for mode, path in result.samples.items():
         print(f"  {mode} samples: {path}")
-    # Ctrl-C: the shell's convention for a run ended by SIGINT (128 + 2), weights saved
-    return 130 if result.status == RunStatus.INTERRUPTED else 0
+    # the shell's convention for a run ended by a signal, 128 + its number (weights saved):
+    # 130 for Ctrl-C (SIGINT), 143 for SIGTERM
+    if result.status == RunStatus.INTERRUPTED:
+        return 128 + int(result.stop_signal or signal.SIGINT)
+    return 0
 
 
 def sample_command(subparsers: Any) -> None:

@@ -85,7 +85,8 @@ def launch(
             elif session.config_from_run:
                 log.info("run %s: continuing with its config.yml", session.run.root)
             reporter = make_progress(progress, log)
-            with StopControl(timeout) as stop, session.ray(address, log):
+            # the stop handlers go in after ray.init, which installs its own SIGTERM handler
+            with session.ray(address, log), StopControl(timeout) as stop:
                 launcher = Launcher(
                     session,
                     stop=stop,
@@ -96,7 +97,9 @@ def launch(
                 )
                 reporter.start()
                 try:
-                    return launcher.run()
+                    result = launcher.run()
+                    result.stop_signal = stop.signal
+                    return result
                 finally:
                     reporter.stop()
     finally:

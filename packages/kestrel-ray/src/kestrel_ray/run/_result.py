@@ -30,6 +30,8 @@ class RunResult:
         wall_time: seconds.
         placement: node → the Ray node id of each of its actors.
         config: the run's config.
+        stop_signal: the signal that stopped the launch gracefully (``signal.SIGINT`` or
+            ``signal.SIGTERM``), else ``None``.
     """
 
     run_dir: str
@@ -45,3 +47,4 @@ class RunResult:
     wall_time: float = 0.0
     placement: dict[str, list[str]] = field(default_factory=dict)
     config: Any = field(default=None, repr=False)
+    stop_signal: int | None = None

@@ -1,14 +1,15 @@
-"""Graceful stop of a launch: Ctrl-C, ``--timeout``, or a call from another thread.
+"""Graceful stop of a launch: Ctrl-C, SIGTERM, ``--timeout``, or a call from another thread.
 
 The first SIGINT (Ctrl-C) asks for a graceful stop: the launch loop stops simulating, asks the
-estimators to stop after their current step, saves their weights and still samples the
-posterior; the run's status becomes ``"interrupted"`` (``kestrel launch`` then exits with
-status 130). A second SIGINT raises :class:`KeyboardInterrupt` at once (abort: the actors are
-killed, nothing more is saved). A timeout triggers the same graceful stop as the first Ctrl-C;
-the run's status becomes ``"timeout"`` (exit status 0).
+estimators to stop after their current step, saves their weights and the buffer, and still
+samples the posterior; the run's status becomes ``"interrupted"`` (``kestrel launch`` then exits
+with status 130). SIGTERM — what a batch scheduler or ``kill`` sends — does the same (exit status
+143). A second signal raises :class:`KeyboardInterrupt` at once (abort: the actors are killed,
+nothing more is saved). A timeout triggers the same graceful stop as the first Ctrl-C; the
+run's status becomes ``"timeout"`` (exit status 0).
 
-The SIGINT handler is installed only while a launch runs, only from the main thread (Python
-delivers signals there), and the previous handler is restored afterwards.
+The handlers are installed only while a launch runs, only from the main thread (Python delivers
+signals there), and the previous handlers are restored afterwards.
 """
 
 from __future__ import annotations
@@ -42,10 +43,11 @@ class StopControl:
         self._event = threading.Event()
         self._deadline: float | None = None
         self._handle_sigint = handle_sigint
-        self._previous: Any = None
-        self._installed = False
+        self._previous: dict[int, Any] = {}
         self._interrupts = 0
         self.timed_out = False
+        #: the signal that asked for the stop (``signal.SIGINT``/``SIGTERM``), else ``None``
+        self.signal: int | None = None
 
     def __enter__(self) -> StopControl:
         self.start()
@@ -55,17 +57,17 @@ class StopControl:
         self.close()
 
     def start(self) -> None:
-        """Start the timeout clock and install the SIGINT handler."""
+        """Start the timeout clock and install the SIGINT and SIGTERM handlers."""
         self._deadline = None if self.timeout is None else time.monotonic() + float(self.timeout)
         if self._handle_sigint and threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
-            self._installed = True
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                self._previous[signum] = signal.signal(signum, self._on_signal)
 
     def close(self) -> None:
-        """Restore the previous SIGINT handler."""
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
+        """Restore the previous SIGINT and SIGTERM handlers."""
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
     def request(self, reason: str = "requested") -> None:
         """Ask for a graceful stop (thread-safe); the first reason given is kept."""
@@ -93,13 +95,15 @@ class StopControl:
             return RunStatus.COMPLETED
         return RunStatus.TIMEOUT if self.timed_out else RunStatus.INTERRUPTED
 
-    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._interrupts += 1
         if self._interrupts == 1:
-            self.request("interrupted (Ctrl-C)")
+            self.signal = signum
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            self.request(f"interrupted ({name})")
             print(
-                "\nkestrel: stopping gracefully (current step ends, weights are saved, the posterior "
-                "is sampled); press Ctrl-C again to abort",
+                f"\nkestrel: {name}: stopping gracefully (current step ends, weights and the "
+                "buffer are saved, the posterior is sampled); Ctrl-C again aborts",
                 flush=True,
             )
             return
