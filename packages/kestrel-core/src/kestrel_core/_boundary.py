@@ -26,6 +26,8 @@ __all__ = [
     "call_simulator",
     "as_record",
     "finite_rows",
+    "rng_keyword",
+    "call_estimator",
 ]
 
 _NUMERIC_KINDS = "biufc"
@@ -75,6 +77,25 @@ def _accepts_rng(method: Any) -> bool:
     except TypeError:  # not weak-referenceable
         pass
     return ok
+
+
+def rng_keyword(method: Any, rng: np.random.Generator | None) -> dict[str, Any]:
+    """``{"rng": rng}`` when ``rng`` is given and ``method`` takes a keyword ``rng``, else ``{}``.
+
+    How a simulator or estimator method gets the call's generator: only if it asks for one.
+    """
+    return {"rng": rng} if rng is not None and _accepts_rng(method) else {}
+
+
+def call_estimator(estimator: Any, method: str, n: int, conditions: Any, seed: Any) -> Any:
+    """``estimator.<method>(n, conditions)``, passing ``rng=`` a generator of ``seed`` (a
+    ``SeedSequence`` or int, from the sampling call's seed) when the method accepts it: an
+    estimator's draws follow the sampling call's seed, not the estimator's own.
+    """
+    draw = getattr(estimator, method)
+    seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    rng = np.random.Generator(np.random.PCG64(seq))
+    return draw(n, conditions, **rng_keyword(draw, rng))
 
 
 def _read_only(arr: np.ndarray) -> np.ndarray:
@@ -197,7 +218,7 @@ def call_simulator(
             f"node {node!r}: simulator {type(simulator).__qualname__} has neither "
             "simulate_batch(n, *parents) nor simulate(*parents)"
         )
-    kwargs = {"rng": rng} if rng is not None and _accepts_rng(method) else {}
+    kwargs = rng_keyword(method, rng)
     try:
         if method is batch:
             label = f"simulate_batch({n}, …)"

@@ -2,8 +2,11 @@
 
 Everywhere else the driver handles ObjectRefs only. Data a user hands to the driver — an
 observation, samples from disk — enters the object store through :func:`put_rows` (the driver
-owns the object); a node actor then reads it like any other block, and given samples pass the
-same boundary checks as a simulator's output there. Data leaves only through
+owns the object), normalised on the way by kestrel-core's one rule for run-time inputs
+(:func:`kestrel_core._inputs.as_input`: numeric dtype, native byte order, C-contiguous — so a
+big-endian, reversed or strided observation is the same array as one read from a file); a node
+actor then reads it like any other block, and given samples pass the same boundary checks as a
+simulator's output there. Data leaves only through
 :func:`read_arrays`, one batched ``ray.get`` for a whole trace, when a caller asks for arrays.
 """
 
@@ -15,23 +18,29 @@ from typing import Any
 import numpy as np
 import ray
 
-from kestrel_core import Graph, GraphError, ShapeError
+from kestrel_core import ConfigError, Graph, GraphError, KestrelError, OutputTypeError, ShapeError
+from kestrel_core._inputs import as_input
 
 from ._refs import Column, RefTrace
 
 __all__ = ["put_rows", "observation_columns", "given_columns", "read_arrays"]
 
 
-def put_rows(rows: Any) -> Column:
+def put_rows(rows: Any, what: str = "rows", error: type[KestrelError] = OutputTypeError) -> Column:
     """Put an array of rows into the object store as one block; the driver owns it.
 
     Args:
-        rows: array-like ``(N, *D)``, N ≥ 1 (made a C-contiguous ndarray).
+        rows: array-like ``(N, *D)``, N ≥ 1, any byte order and strides (normalised by
+            :func:`~kestrel_core._inputs.as_input`: native byte order, C-contiguous, numeric).
+        what: what the rows are, for messages. error: raised for non-numeric rows.
 
     Returns:
         A :class:`Column` of the N rows (one whole block).
+
+    Raises:
+        KestrelError: (of class ``error``) the rows are not numeric.
     """
-    array = np.ascontiguousarray(rows)
+    array = as_input(rows, what, copy=False, error=error)
     return Column.whole([(ray.put(array), int(array.shape[0]))])
 
 
@@ -47,12 +56,14 @@ def observation_columns(graph: Graph, observations: Mapping[str, Any]) -> dict[s
 
     Raises:
         GraphError: an observation names a node the graph does not have.
+        ConfigError: an observation is not numeric.
     """
     out = {}
     for name, value in observations.items():
         if name not in graph:
             raise GraphError(f"observation for unknown node {name!r}; nodes: {list(graph.nodes)}")
-        out[name] = put_rows(np.asarray(value)[None])
+        what = f"observation {name!r}"
+        out[name] = put_rows(as_input(value, what, copy=False)[None], what, ConfigError)
     return out
 
 
@@ -69,6 +80,7 @@ def given_columns(graph: Graph, values: Mapping[str, Any]) -> tuple[int, dict[st
     Raises:
         GraphError: a node has no values, or values name a node the graph does not have.
         ShapeError: the nodes' arrays disagree on N (or one has no leading axis).
+        OutputTypeError: a node's values are not numeric (names the node).
     """
     order = graph.forward_order
     unknown = [m for m in values if m not in graph]
@@ -81,7 +93,9 @@ def given_columns(graph: Graph, values: Mapping[str, Any]) -> tuple[int, dict[st
     n = counts[order[0]]
     if any(c != n for c in counts.values()) or n < 0:
         raise ShapeError(f"the nodes' values hold different numbers of samples: {counts}")
-    return n, ({m: put_rows(values[m]) for m in order} if n else {})
+    if not n:
+        return n, {}
+    return n, {m: put_rows(values[m], f"node {m!r}: given values") for m in order}
 
 
 def read_arrays(trace: RefTrace, keys: Sequence[str] | None = None) -> dict[str, np.ndarray]:

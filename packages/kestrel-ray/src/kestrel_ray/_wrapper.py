@@ -42,6 +42,7 @@ from kestrel_core import (
     check_count,
     seed_sequence,
 )
+from kestrel_core._boundary import call_estimator
 from kestrel_core._onerror import Attempt, simulate_or_skip
 
 from ._chunks import (
@@ -277,9 +278,9 @@ class NodeWrapper:
                 )
         else:
             records, raised, error = [], None, None
-            for a, c in spans(chunks):
+            for (a, c), seq in zip(spans(chunks), seeds):
                 conds = {k: rows_of(v, a, c, n) for k, v in arrays.items()}
-                out = getattr(self._estimator, method)(c, conds)
+                out = call_estimator(self._estimator, method, c, conds, seq)  # seq: the draws
                 records.append(as_record(self._name, method, out, c))
                 await asyncio.sleep(0)  # let training take a step between chunks
         self._calls += 1

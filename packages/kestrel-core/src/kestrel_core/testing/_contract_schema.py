@@ -72,7 +72,7 @@ class SchemaContract(ContractBase):
         self.append(store, make_block, 5)  # global samples 1..7 → the 3rd and 6th: ids 2, 5
         files = sorted(p.name for p in tmp_path.iterdir())
         assert files == ["000002.npz", "000005.npz"]
-        with np.load(tmp_path / "000005.npz") as snap:
+        with np.load(tmp_path / "000005.npz", allow_pickle=False) as snap:
             assert sorted(snap.files) == sorted(KEYS)
             for key, arr in rows_for([5]).items():
                 np.testing.assert_array_equal(snap[key], arr[0])  # no batch axis

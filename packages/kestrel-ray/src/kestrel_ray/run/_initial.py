@@ -39,7 +39,7 @@ def read_initial_samples(path: str) -> list[tuple[str, dict[str, np.ndarray]]]:
         raise ConfigError(f"buffer.initial_samples_path: no .npz file in {path!r}")
     out = []
     for file in files:
-        with np.load(file) as data:
+        with np.load(file, allow_pickle=False) as data:
             out.append((file, {k: data[k] for k in data.files}))
     return out
 
