@@ -70,3 +70,13 @@ def test_files_of_the_old_flat_layout_are_still_listed(tmp_path):
     new = write_sample_file(str(samples), "posterior", {"z": np.ones((3, 2))}, {"x": np.ones(2)})
     assert sample_files(str(samples), "posterior") == [old, new]
     assert latest_sample_file(str(samples), "posterior") == new
+
+
+def test_latest_survives_a_copy_that_resets_every_time(tmp_path):
+    samples = tmp_path / "samples"
+    first = write_sample_file(str(samples), "ppd", {"x": np.zeros((2, 1))}, {"x": np.zeros(1)})
+    last = write_sample_file(str(samples), "ppd", {"x": np.ones((2, 1))}, {"x": np.ones(1)})
+    os.utime(first, ns=(2**62, 2**62))  # as if copied last
+    assert latest_sample_file(str(samples), "ppd") == last
+    os.remove(last)  # a noted file that is gone: newest by time
+    assert latest_sample_file(str(samples), "ppd") == first

@@ -6,6 +6,7 @@ Layout under the run's samples folder (``RUN/samples`` unless ``paths.samples`` 
     prior/NNNNNN.npz                       forward draws: no observation involved
     <mode>/<digest>/NNNNNN.npz             posterior, proposal, ppd: one folder per observation
     <mode>/<digest>/observation.npz        the observation those samples are conditioned on
+    <mode>/LATEST                          the newest file of the mode (survives ``cp -r``)
 
 ``<digest>`` is :func:`observation_digest` of the observed nodes' arrays (every observed node,
 the graph's own observations with any given ones substituted), so samples drawn for different
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import ConfigError
+from ._files import write_atomic
 from ._npz import save_npz
 
 __all__ = [
@@ -45,6 +47,8 @@ __all__ = [
 OBSERVED_MODES = ("posterior", "proposal", "ppd")
 #: written beside the sample files of one observation: node → ``x_o`` (shape ``D``)
 OBSERVATION_FILE = "observation.npz"
+#: ``<mode>/LATEST``: the newest sample file of the mode, relative to ``<mode>/``
+LATEST_FILE = "LATEST"
 #: hex characters of the digest (48 bits)
 DIGEST_CHARS = 12
 _SAMPLE_FILE = re.compile(r"^(\d{6,})\.npz$")
@@ -149,6 +153,9 @@ def latest_sample_file(
 ) -> str:
     """The newest sample file of ``mode`` (of one observation, when given).
 
+    Without an observation, the file recorded in ``<mode>/LATEST`` by the last write (when it
+    still exists), else the newest by modification time.
+
     Args: as :func:`sample_files`.
 
     Returns:
@@ -158,6 +165,10 @@ def latest_sample_file(
         ConfigError: there is none (the message names the folder and the command that makes
             one).
     """
+    if observation is None:
+        noted = _noted_latest(samples, mode)
+        if noted is not None:
+            return noted
     files = sample_files(samples, mode, observation)
     if not files:
         folder = sample_folder(samples, mode, observation)
@@ -205,7 +216,30 @@ def write_sample_file(
         int(m.group(1)) for p in _numbered(folder) if (m := _SAMPLE_FILE.match(os.path.basename(p)))
     ]
     index = max(existing) + 1 if existing else 0
-    return save_npz(os.path.join(folder, f"{index:06d}.npz"), arrays)
+    path = save_npz(os.path.join(folder, f"{index:06d}.npz"), arrays)
+    _note_latest(samples, mode, path)
+    return path
+
+
+def _note_latest(samples: str, mode: str, path: str) -> None:
+    """Record the newest file of a mode (relative), so that "latest" survives a copy of the run
+    (``cp -r`` gives every file the time of the copy)."""
+    folder = os.path.join(samples, mode)
+    write_atomic(os.path.join(folder, LATEST_FILE), os.path.relpath(path, folder).encode())
+
+
+def _noted_latest(samples: str, mode: str) -> str | None:
+    folder = os.path.normpath(os.path.join(samples, mode))
+    try:
+        with open(os.path.join(folder, LATEST_FILE), encoding="utf-8") as fh:
+            rel = fh.read().strip()
+    except OSError:
+        return None
+    path = os.path.normpath(os.path.join(folder, rel))
+    inside = os.path.dirname(path) == folder or os.path.dirname(os.path.dirname(path)) == folder
+    if rel and inside and _SAMPLE_FILE.match(os.path.basename(path)) and os.path.isfile(path):
+        return path
+    return None
 
 
 def sample_observation(path: str) -> dict[str, np.ndarray] | None:
