@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import numpy as np
 import pytest
@@ -187,6 +188,7 @@ def test_prior_epochs_keep_proposals_at_the_prior() -> None:
     asyncio.run(est.train(store.view()))
     rec = est.sample_proposal(500, {"x": X_O[None]})
     np.testing.assert_allclose(rec["log_prob"], LG.prior.log_prob(rec["value"]))
+    est.options = dataclasses.replace(est.options, max_epochs=4)  # a total: 2 more
     asyncio.run(est.train(store.view()))  # total_epochs 4 >= prior_epochs
     assert est.total_epochs == 4
     rec = est.sample_proposal(500, {"x": X_O[None]})
