@@ -11,8 +11,9 @@ The calls mirror :class:`~kestrel_ray.DeployedGraph`'s: the same plans
 (:mod:`kestrel_ray._plan`), the same chunk grid (:func:`~kestrel_ray.chunk_grid`) and the same
 random streams — the run's ``SeedSequence`` spawns one child per node in forward order, every
 planned call spawns one grandchild per chunk from its node's child, and an estimator draws from
-the seed its context gives it, derived as its node actor derives it. So a seed gives the same draws here as on Ray, up to the last bits
-of floating-point arithmetic (thread counts).
+its chunk's generator (``rng``, as on its node actor: the sampling call's seed, not the
+estimator's). So a seed gives the same draws here as on Ray, up to the last bits of
+floating-point arithmetic (thread counts).
 
 Shape symbols: N samples of a call, D a node's per-sample shape.
 """
@@ -35,6 +36,7 @@ from kestrel_core import (
     flat_key,
     seed_sequence,
 )
+from kestrel_core._boundary import call_estimator
 from kestrel_core._forward import build_simulator
 from kestrel_core._protocols import ESTIMATOR_FILE
 
@@ -203,7 +205,7 @@ class LocalGraph:
             if method == "sample" or not latent:
                 record = self._simulate(name, conds, n, chunks, seeds)
             else:
-                record = self._estimate(name, method, conds, n, chunks)
+                record = self._estimate(name, method, conds, n, chunks, seeds)
             records.pop(name, None)
             records[name] = record
             known[name] = record["value"]
@@ -245,12 +247,13 @@ class LocalGraph:
         conds: Mapping[str, np.ndarray],
         n: int,
         chunks: Sequence[int],
+        seeds: Sequence[Any],
     ) -> dict[str, np.ndarray]:
         estimator = self._estimators[name]
         parts: list[dict[str, np.ndarray]] = []
-        for a, c in spans(chunks):
+        for (a, c), seq in zip(spans(chunks), seeds):
             rows = {k: rows_of(v, a, c, n) for k, v in conds.items()}
-            out = getattr(estimator, method)(c, rows)
+            out = call_estimator(estimator, method, c, rows, seq)  # draws from the call's seed
             parts.append(as_record(name, method, out, c))
         return {f: _join([p[f] for p in parts]) for f in parts[0]}
 
