@@ -151,3 +151,14 @@ def test_demo_removes_its_temporary_run_directory(tmp_path, monkeypatch):
         demo.main([])
     assert seen and Path(seen[0]).name.startswith("kestrel-demo-05-")
     assert not os.path.exists(seen[0]) and not list(tmp_path.iterdir())
+
+
+def test_k28_foreign_observation_arrays_give_the_native_posterior(trained, no_ray):
+    x = np.array([0.1, 0.9])
+    native = sample_run(trained, "posterior", n=32, seed=3, observation=x)
+    wide = np.array([0.1, 7.0, 0.9, 7.0])
+    for arr in (x.astype(">f8"), x[::-1].copy()[::-1], wide[::2]):  # big-endian, reversed, strided
+        got = sample_run(trained, "posterior", n=32, seed=3, observation=arr)
+        assert got.observation == native.observation  # converted exactly like the native array
+        with np.load(got.path) as a, np.load(native.path) as b:
+            np.testing.assert_array_equal(a["z"], b["z"])

@@ -38,6 +38,7 @@ from kestrel_core import (
 )
 from kestrel_core._boundary import call_estimator
 from kestrel_core._forward import build_simulator
+from kestrel_core._inputs import as_input
 from kestrel_core._protocols import ESTIMATOR_FILE
 
 from .._chunks import rows_of, spans
@@ -193,7 +194,7 @@ class LocalGraph:
             return LocalTrace(0)
         known: dict[str, np.ndarray] = {}
         for name, value in {**self.graph.observations, **(observations or {})}.items():
-            known[name] = np.asarray(value)[None]  # one broadcast row, as on Ray
+            known[name] = as_input(value, f"observation {name!r}")[None]  # one row, as on Ray
         nodes = self.graph.nodes
         names = list(dict.fromkeys(name for name, _ in plan))
         chunks = chunk_grid(n, [(nodes[m].sample_chunk_size, nodes[m].num_actors) for m in names])
