@@ -7,8 +7,8 @@ A run directory holds ``config.yml`` and one ``.npz`` per sampling call under
 drawn with it: the parameter names (node option ``names``), the observed data and the true
 values (``<node>_true`` arrays in the observation files).
 
-The newest file is picked here (:func:`latest_sample_file`) rather than by ``RunDir`` of
-kestrel-ray: kestrel-core never imports kestrel-ray.
+The layout of the sample files is :mod:`kestrel_core._samplefiles` (shared with ``RunDir`` of
+kestrel-ray, which kestrel-core never imports).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _samplefiles as samplefiles
 from ._errors import ConfigError
 from ._observe import load_observation
 
@@ -33,10 +34,6 @@ __all__ = [
     "read_run_samples",
     "node_labels",
 ]
-
-_SAMPLE_FILE = re.compile(r"^\d{6,}\.npz$")
-#: the observation ``kestrel sample`` writes beside the samples drawn for it
-OBSERVATION_FILE = "observation.npz"
 
 
 @dataclass
@@ -89,9 +86,8 @@ def samples_dir(run_dir: str, config: Mapping[str, Any] | None = None) -> str:
 
 
 def latest_sample_file(run_dir: str, mode: str = "posterior") -> str:
-    """The newest ``NNNNNN.npz`` under ``samples/<mode>/`` (searched recursively).
-
-    Newest is the latest modification time; ties go to the larger number.
+    """The newest sample file of ``mode`` (the one ``<mode>/LATEST`` names, else the newest
+    ``NNNNNN.npz`` under ``samples/<mode>/``, searched through the observation folders).
 
     Raises:
         ConfigError: the run has no samples of ``mode``.
@@ -100,19 +96,7 @@ def latest_sample_file(run_dir: str, mode: str = "posterior") -> str:
         config = run_config(run_dir)
     except ConfigError:
         config = {}
-    folder = os.path.join(samples_dir(run_dir, config), mode)
-    found: list[tuple[float, str, str]] = []
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            if _SAMPLE_FILE.match(name):
-                path = os.path.join(root, name)
-                found.append((os.path.getmtime(path), name, path))
-    if not found:
-        raise ConfigError(
-            f"{folder}: no {mode} samples; run `kestrel launch` or "
-            f"`kestrel sample {mode} -o {run_dir}` first"
-        )
-    return max(found)[2]
+    return samplefiles.latest_sample_file(samples_dir(run_dir, config), mode)
 
 
 def read_sample_file(path: str) -> dict[str, np.ndarray]:
@@ -164,14 +148,6 @@ def _run_observations(
     return observed, truth
 
 
-def _beside(path: str) -> dict[str, np.ndarray]:
-    file = os.path.join(os.path.dirname(path), OBSERVATION_FILE)
-    if not os.path.isfile(file):
-        return {}
-    with np.load(file, allow_pickle=False) as data:
-        return {key: np.asarray(data[key]) for key in data.files}
-
-
 def read_run_samples(
     run_dir: str | os.PathLike[str], mode: str = "posterior", path: str | None = None
 ) -> RunSamples:
@@ -201,7 +177,7 @@ def read_run_samples(
         names[node] = listed
     latents = [n for n, s in graph.items() if isinstance(s, Mapping) and s.get("estimator")]
     observed, truth = _run_observations(graph, run_dir)
-    beside = {k: v for k, v in _beside(path).items() if k in graph}
+    beside = {k: v for k, v in (samplefiles.sample_observation(path) or {}).items() if k in graph}
     if beside and any(
         k in observed and (v.shape != observed[k].shape or not np.array_equal(v, observed[k]))
         for k, v in beside.items()
