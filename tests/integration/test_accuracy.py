@@ -101,7 +101,7 @@ def test_05_posterior_on_a_two_node_cluster(two_node_cluster, tmp_path):
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     status = json.loads((run / "status.json").read_text())
-    assert status["status"] in ("completed", "interrupted")  # interrupted: CI's time cap
+    assert status["status"] in ("completed", "timeout")  # timeout: CI's time cap
     # the simulator nodes ran on the second raylet, the only one offering "sim"
     assert status["placement"]["mu"] == [worker] and status["placement"]["x"] == [worker]
     assert status["cluster"][worker]["sim"] == 2

@@ -87,12 +87,12 @@ def test_k14_launch_sample_on_cpu_resume_and_ctrl_c(tmp_path):
     with np.load(next((run / "samples" / "posterior").glob("*/000001.npz"))) as data:
         assert data["z"].shape == (11, 3)
 
-    # resume (the run's config.yml wins over -c) and stop it with Ctrl-C during training
-    proc = start_launch(run, *FOREVER)
+    # resume (--resume: the run's config.yml plus the overrides) and stop it with Ctrl-C
+    proc = start_launch(run, "--resume", *FOREVER)
     wait_for_epoch(proc, run, 5)  # the counter continues after 3
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, out
+    assert proc.returncode == 130, out  # interrupted: the shell's exit status for SIGINT
     assert "continuing with its config.yml" in out and "loaded saved weights" in out
     status = json.loads((run / "status.json").read_text())
     assert status["status"] == "interrupted" and status["resumed"] == ["z"]

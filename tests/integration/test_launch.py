@@ -253,11 +253,11 @@ def test_timeout_stops_gracefully(tmp_path, no_leaked_actors):
     result = launch(
         config, tmp_path / "run", overrides=overrides, seed=14, timeout=25, progress=False
     )
-    assert result.status == "interrupted" and "timeout" in result.reason
+    assert result.status == "timeout" and "timeout" in result.reason
     assert 0 < result.epochs["z"] < 1_000_000
     assert (tmp_path / "run" / "graph" / "z" / "saved.json").is_file()
     assert "posterior" in result.samples
-    assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "interrupted"
+    assert json.loads((tmp_path / "run" / "status.json").read_text())["status"] == "timeout"
 
 
 K17_CASES = {
