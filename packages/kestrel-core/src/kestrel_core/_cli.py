@@ -224,8 +224,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
         "plot",
         help="corner plot of one sample file of a run (needs kestrel-core[plot])",
         description="Draw one sample file of a run (the newest of MODE unless --file names "
-        "one): 1-D histograms and 2-D contours at 68/95 %% on axes spanning the central "
-        "99 %%, axes named by the nodes' `names`, true values marked when the observation "
+        "one): 1-D histograms and 2-D contours at 68/95 % on axes spanning the central "
+        "99 %, axes named by the nodes' `names`, true values marked when the observation "
         "file holds <node>_true; for ppd and prior samples also the predictive bands of each "
         "observed node with the observed data. Writes RUN/plots/<mode>.png. "
         "Needs matplotlib and corner: pip install 'kestrel-core[plot]'.",
