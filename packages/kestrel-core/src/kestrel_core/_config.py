@@ -7,7 +7,8 @@ Sections (unknown keys anywhere are errors with a "did you mean …?" suggestion
               simulate_interval (1.0 s), simulate_when_full (true), snapshot_every (0),
               initial_samples_path (null)
     graph:    <node>: simulator, estimator, parents, evidence, scaffolds, observed,
-              num_actors, sample_chunk_size, ray, on_error (raise | skip), dry_run (true)
+              num_actors, sample_chunk_size, ray, on_error (raise | skip), dry_run (true),
+              names (component names for plots and exports)
     sample:   prior | posterior | proposal | ppd: n, exclude_keys, add_keys
     ray:      keyword arguments of ray.init (passed through)
     logging:  level
