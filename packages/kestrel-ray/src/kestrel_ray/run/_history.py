@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kestrel_core._files import write_atomic
@@ -86,7 +86,7 @@ class RunHistory:
                 self._write(launches)
                 return
 
-    def _write(self, launches: list[Mapping[str, Any]]) -> None:
+    def _write(self, launches: Sequence[Mapping[str, Any]]) -> None:
         text = json.dumps({"launches": list(launches)}, indent=2, default=str) + "\n"
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
         write_atomic(self.path, text.encode("utf-8"))
