@@ -59,33 +59,31 @@ def test_k27_an_actor_names_node_input_and_remedy_and_the_block_is_unchanged(tra
     np.testing.assert_array_equal(get(col.refs[0]), x_o)
 
 
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda a: a.astype(">f8"),
-        lambda a: np.asfortranarray(a),
-        lambda a: np.ascontiguousarray(a[::-1])[::-1],
-        lambda a: np.repeat(a, 2, axis=1)[:, ::2],
-    ],
-    ids=["big-endian", "fortran", "reversed", "strided"],
-)
-def test_k28_arrays_enter_native_and_contiguous_at_the_one_door(track, make):
+MAKES = {
+    "big-endian": lambda a: a.astype(">f8"),
+    "fortran": lambda a: np.asfortranarray(a),
+    "reversed": lambda a: np.ascontiguousarray(a[::-1])[::-1],
+    "strided": lambda a: np.repeat(a, 2, axis=1)[:, ::2],
+}
+
+
+def test_k28_arrays_enter_native_and_contiguous_at_the_one_door(track):
     g = Graph().add_node("c", Spec(Probe)).add_node("x", Spec(Probe), parents=["c"])
     native = np.array([[7.0, 1.0, 3.0], [2.0, 5.0, 4.0]])
-    obs = get(observation_columns(g, {"c": make(native)[0]})["c"].refs[0])
-    assert obs.dtype.isnative and obs.flags.c_contiguous
-    np.testing.assert_array_equal(obs, native[:1])
-    n, cols = given_columns(g, {"c": make(native), "x": make(native)})
-    block = get(cols["c"].refs[0])
-    assert n == 2 and block.dtype == np.float64 and block.dtype.isnative
-    assert block.flags.c_contiguous
-    np.testing.assert_array_equal(block, native)
-    # a node reads the converted observation like any other block
-    handle = start_node(track, g, "x")
-    out = read(
-        handle.submit("sample", 4, {"c": observation_columns(g, {"c": make(native)[0]})["c"]}, [4])
-    )
-    assert (out["value"][:, 3] == 7.0).all()
+    handle = start_node(track, g, "x")  # one actor for every kind
+    for kind, make in MAKES.items():
+        obs_col = observation_columns(g, {"c": make(native)[0]})["c"]
+        obs = get(obs_col.refs[0])
+        assert obs.dtype.isnative and obs.flags.c_contiguous, kind
+        np.testing.assert_array_equal(obs, native[:1])
+        n, cols = given_columns(g, {"c": make(native), "x": make(native)})
+        block = get(cols["c"].refs[0])
+        assert n == 2 and block.dtype == np.float64 and block.dtype.isnative, kind
+        assert block.flags.c_contiguous, kind
+        np.testing.assert_array_equal(block, native)
+        # a node reads the converted observation like any other block
+        out = read(handle.submit("sample", 4, {"c": obs_col}, [4]))
+        assert (out["value"][:, 3] == 7.0).all(), kind
     with pytest.raises(ConfigError, match="observation 'c'.*numeric"):
         observation_columns(g, {"c": np.array(["a", "b"])})
     with pytest.raises(OutputTypeError, match="node 'c': given values.*numeric"):
