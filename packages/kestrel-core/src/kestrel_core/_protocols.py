@@ -93,7 +93,9 @@ class Estimator(Protocol):
     methods return a :data:`Record` ``{"value": float64 (n, D), "log_prob": float64 (n,)}``
     where ``log_prob`` is the density of the drawn value under the distribution it was drawn
     from. ``conditions`` maps node names to arrays of leading dimension ``n`` or ``1``
-    (broadcast).
+    (broadcast). A sampling method that accepts a keyword argument ``rng`` is passed a
+    ``numpy.random.Generator`` per chunk, spawned from the sampling call's seed, and must draw
+    from it: an estimator's own seed fixes its training, not its draws.
     """
 
     def setup(self, context: EstimatorContext) -> None: ...
