@@ -94,8 +94,8 @@ from ._errors import (
 from ._forward import sample_forward
 from ._graph import Graph, Node, Spec
 from ._instantiate import import_target, instantiate
-from ._observe import check_observation, load_observation
 from ._mvnormal import MultivariateNormal
+from ._observe import check_observation, load_observation
 from ._priors import Product, prior_from_spec
 from ._protocols import (
     BlockMeta,

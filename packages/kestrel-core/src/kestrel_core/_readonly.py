@@ -26,9 +26,7 @@ from ._errors import InputWriteError
 __all__ = ["input_write_error", "READ_ONLY_NOTE"]
 
 #: what every simulator is told about its inputs (docstrings and messages)
-READ_ONLY_NOTE = (
-    "inputs are read-only views shared with the stored samples and the observation"
-)
+READ_ONLY_NOTE = "inputs are read-only views shared with the stored samples and the observation"
 
 _NUMPY_DIR = os.path.dirname(os.path.abspath(np.__file__))
 

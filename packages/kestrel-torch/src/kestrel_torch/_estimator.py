@@ -265,7 +265,9 @@ class StepwiseEstimator:
         n = check_count(n)
         return prior_draws(self.prior, n, self._bound().rng if rng is None else rng)
 
-    def sample_posterior(self, n: int, conditions: Mapping[str, Any], rng: CallRng = None) -> Record:
+    def sample_posterior(
+        self, n: int, conditions: Mapping[str, Any], rng: CallRng = None
+    ) -> Record:
         """``n`` draws from the posterior given ``conditions``.
 
         Args:
