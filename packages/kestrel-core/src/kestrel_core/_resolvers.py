@@ -22,7 +22,7 @@ import ast
 import math
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ._errors import ConfigError
 
@@ -82,7 +82,7 @@ def calc(expression: Any) -> float:
 
 def _eval(node: ast.AST, text: str) -> float:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return float(node.value)
+        return float(cast(float, node.value))
     if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
         return _BINARY[type(node.op)](_eval(node.left, text), _eval(node.right, text))
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
