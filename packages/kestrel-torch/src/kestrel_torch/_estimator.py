@@ -359,8 +359,7 @@ class StepwiseEstimator:
     def save_bytes(self) -> bytes:
         """The checkpoint as bytes: current and best models, optimiser, schedule, epoch counter.
 
-        Tensors and plain containers only (:func:`torch.save` format), readable with
-        ``torch.load(weights_only=True)`` — and by :meth:`load_bytes` in another process.
+        Tensors and plain containers only, for ``torch.load(weights_only=True)`` (:meth:`load_bytes`).
 
         Raises:
             EstimatorError: :meth:`setup` was not called.
@@ -376,9 +375,8 @@ class StepwiseEstimator:
             data: the checkpoint. source: its name in messages.
 
         Raises:
-            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) bytes that are not a
-                checkpoint, or one written by another estimator class or for another parameter
-                dimension.
+            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) not a checkpoint, or
+                one of another estimator class or parameter dimension.
         """
         payload = checkpoint.from_bytes(data, self._bound().device, source=source)
         checkpoint.unpack(payload, self._fit, self._header(), self._start, source=source)
@@ -395,8 +393,7 @@ class StepwiseEstimator:
         """Restore ``<directory>/estimator.pt`` (see :meth:`load_bytes`).
 
         Raises:
-            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) no checkpoint, or one
-                written by another estimator class or for another parameter dimension.
+            CheckpointError: no checkpoint, or one of another class or parameter dimension.
         """
         path = Path(directory) / checkpoint.CHECKPOINT_FILE
         self._bound()
