@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import ray
 
 from kestrel_core import ConfigError, StoreError
 from kestrel_core._protocols import ESTIMATOR_FILE
@@ -127,7 +128,11 @@ class Resume:
         if not nodes:
             self.log.info("starting fresh (no saved weights in %s)", self.session.run.graph)
             return nodes
-        status = dg.status(timeout=30.0)
+        try:
+            status = dg.status(timeout=30.0)
+        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError, StoreError) as err:
+            self.log.warning("resume: the estimators' epochs are unknown (%s)", err)
+            status = {}
         self.loaded = {node: _estimator(status, node) for node in nodes}
         self.log.info("resume: loaded saved weights of %s", nodes)
         for node, est in self.loaded.items():
