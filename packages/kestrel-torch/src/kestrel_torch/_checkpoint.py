@@ -130,6 +130,7 @@ def pack(
         ``total_epochs``, ``best_val_loss``, ``best_epoch``, ``seen_ids`` (and what ``header``
         adds, e.g. the learning-rate option).
     """
+    optimizer, scheduler = state.optimizer_states()
     return {
         "format": FORMAT,
         **header,
@@ -139,8 +140,8 @@ def pack(
         "init": dict(init),
         "model": module_state(state.model) if state.model is not None else None,
         "best": module_state(state.best) if state.best is not None else None,
-        "optimizer": state.optimizer.state_dict() if state.optimizer is not None else None,
-        "scheduler": state.scheduler.state_dict() if state.scheduler is not None else None,
+        "optimizer": optimizer,
+        "scheduler": scheduler,
         "seen_ids": torch.from_numpy(state.seen_ids.copy()),
     }
 
@@ -180,12 +181,12 @@ def unpack(
     state.best_loss = payload.get("best_val_loss")
     if "seen_ids" in payload:
         state.seen_ids = payload["seen_ids"].cpu().numpy()
-    state.model = state.best = state.optimizer = state.scheduler = None
+    state.reset()
     state.best_epoch = None
     if payload["model"] is None:
         return
     start(payload["init"])
-    assert state.model is not None and state.optimizer is not None  # started above
+    assert state.model is not None  # started above
     load_module_state(state.model, payload["model"], what=f"node {node!r} model")
     if payload["best"] is not None:
         best = copy.deepcopy(state.model)
@@ -194,16 +195,13 @@ def unpack(
         state.best = best
         best_epoch = payload.get("best_epoch")  # absent in older checkpoints: taken at the end
         state.best_epoch = int(best_epoch) if best_epoch is not None else state.epochs
-    if payload["optimizer"] is not None:
-        state.optimizer.load_state_dict(payload["optimizer"])
-        lr = header.get("lr_option")
-        if lr is not None and payload.get("lr_option") not in (None, lr):
-            # ``lr`` was changed for this launch: it takes effect (an unchanged option lets the
-            # saved rate, possibly decayed by the schedule, continue)
-            for group in state.optimizer.param_groups:
-                group["lr"] = float(lr)
-    if state.scheduler is not None and payload.get("scheduler") is not None:
-        state.scheduler.load_state_dict(payload["scheduler"])
+    lr = header.get("lr_option")
+    # a changed ``lr`` option takes effect (an unchanged one lets the saved rate, possibly
+    # decayed by the schedule, continue); the optimiser is built when training needs it
+    changed = lr is not None and payload.get("lr_option") not in (None, lr)
+    state.restore_optimizer(
+        payload["optimizer"], payload.get("scheduler"), float(lr) if changed else None
+    )
 
 
 def to_bytes(payload: Mapping[str, Any]) -> bytes:

@@ -247,7 +247,7 @@ class StepwiseEstimator:
             "best_val_loss": fit_state.best_loss,
             "best_epoch": fit_state.best_epoch,
             "samples_seen": int(fit_state.seen_ids.size),
-            "lr": fit_state.lr if fit_state.optimizer is not None else self.options.lr,
+            "lr": fit_state.lr if fit_state.lr is not None else self.options.lr,
             "nonfinite_rows": loss.nonfinite_rows if loss is not None else 0,
             "skipped_steps": loss.skipped_steps if loss is not None else 0,
             "discarded": loss.discarded if loss is not None else 0,

@@ -68,10 +68,13 @@ class FitState:
     """Everything training changes, kept from one :func:`fit` call to the next and saved in
     checkpoints.
 
+    The optimiser is built on first use (:attr:`optimizer`): constructing a torch optimiser
+    imports ``torch._dynamo`` (seconds of CPU), which a process that only loads weights to
+    sample — ``kestrel sample`` — never needs. A checkpoint's optimiser and schedule states wait
+    in the state until then, and are saved again unchanged if no step was taken.
+
     Attributes:
         model: the model being trained (``None`` until built), in training mode.
-        optimizer: AdamW over ``model``'s parameter groups. scheduler: ReduceLROnPlateau or
-            ``None``.
         best: the best model: an eval-mode deep copy of ``model`` (plain attributes included),
             or ``None`` before the first epoch.
         best_loss: its loss when it was taken. best_epoch: the epoch count when it was taken
@@ -81,8 +84,6 @@ class FitState:
     """
 
     model: nn.Module | None = None
-    optimizer: torch.optim.Optimizer | None = None
-    scheduler: Any = None
     best: nn.Module | None = None
     best_loss: float | None = None
     best_epoch: int | None = None
@@ -90,21 +91,83 @@ class FitState:
     train_loss: float | None = None
     val_loss: float | None = None
     seen_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    _groups: list[dict[str, Any]] | None = field(default=None, repr=False)
+    _options: EstimatorOptions | None = field(default=None, repr=False)
+    _optimizer: torch.optim.Optimizer | None = field(default=None, repr=False)
+    _scheduler: Any = field(default=None, repr=False)
+    _pending: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def start(
         self, model: nn.Module, groups: list[dict[str, Any]], options: EstimatorOptions
     ) -> None:
-        """Train ``model`` from now on: a fresh optimiser and schedule; the best model is dropped."""
+        """Train ``model`` from now on: a fresh optimiser and schedule (built on first use);
+        the best model is dropped."""
         self.model, self.best = model, None
-        self.optimizer = torch.optim.AdamW(groups, lr=options.lr, weight_decay=0.0)
-        self.scheduler = None
-        if options.lr_decay_factor < 1.0:
-            self.scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-                self.optimizer,
-                factor=options.lr_decay_factor,
-                patience=options.lr_patience,
-                min_lr=options.min_lr,
-            )
+        self._groups, self._options = groups, options
+        self._optimizer = self._scheduler = None
+        self._pending = {}
+
+    def reset(self) -> None:
+        """Drop the model, the best model, the optimiser and the schedule."""
+        self.model = self.best = None
+        self._groups = self._options = self._optimizer = self._scheduler = None
+        self._pending = {}
+
+    def restore_optimizer(
+        self, optimizer: Any, scheduler: Any = None, lr: float | None = None
+    ) -> None:
+        """Saved optimiser and schedule states (``state_dict()`` s or ``None``) for the
+        optimiser of the started model, applied when it is built; ``lr`` (when not ``None``)
+        then replaces the saved learning rate."""
+        self._pending = {"optimizer": optimizer, "scheduler": scheduler, "lr": lr}
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """AdamW over the started model's parameter groups (built now if not yet).
+
+        Raises:
+            RuntimeError: no model was started.
+        """
+        if self._optimizer is None:
+            if self._groups is None or self._options is None:
+                raise RuntimeError("FitState.optimizer: no model was started")
+            options = self._options
+            self._optimizer = torch.optim.AdamW(self._groups, lr=options.lr, weight_decay=0.0)
+            if options.lr_decay_factor < 1.0:
+                self._scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+                    self._optimizer,
+                    factor=options.lr_decay_factor,
+                    patience=options.lr_patience,
+                    min_lr=options.min_lr,
+                )
+            pending, self._pending = self._pending, {}
+            if pending.get("optimizer") is not None:
+                self._optimizer.load_state_dict(pending["optimizer"])
+                if pending.get("lr") is not None:
+                    for group in self._optimizer.param_groups:
+                        group["lr"] = float(pending["lr"])
+            if self._scheduler is not None and pending.get("scheduler") is not None:
+                self._scheduler.load_state_dict(pending["scheduler"])
+        return self._optimizer
+
+    @property
+    def scheduler(self) -> Any:
+        """ReduceLROnPlateau over :attr:`optimizer`, or ``None`` (``lr_decay_factor`` 1)."""
+        _ = self.optimizer
+        return self._scheduler
+
+    def optimizer_states(self) -> tuple[Any, Any]:
+        """``(optimizer, scheduler)`` states to save: of the built optimiser, else the pending
+        ones (``None`` where there are none)."""
+        if self._optimizer is not None:
+            sched = self._scheduler.state_dict() if self._scheduler is not None else None
+            return self._optimizer.state_dict(), sched
+        optimizer, scheduler = self._pending.get("optimizer"), self._pending.get("scheduler")
+        if optimizer is not None and self._pending.get("lr") is not None:
+            optimizer = copy.deepcopy(optimizer)
+            for group in optimizer.get("param_groups", []):
+                group["lr"] = float(self._pending["lr"])
+        return optimizer, scheduler
 
     def keep_best(self) -> None:
         """Make the current model the best model (deep copy in eval mode)."""
@@ -120,14 +183,20 @@ class FitState:
 
     @property
     def lr(self) -> float | None:
-        """The current learning rate, ``None`` without an optimiser."""
-        return float(self.optimizer.param_groups[0]["lr"]) if self.optimizer is not None else None
+        """The current learning rate (without building the optimiser); ``None`` before a model
+        was started."""
+        if self._optimizer is not None:
+            return float(self._optimizer.param_groups[0]["lr"])
+        optimizer, _ = self.optimizer_states()
+        if optimizer is not None and optimizer.get("param_groups"):
+            return float(optimizer["param_groups"][0]["lr"])
+        return float(self._options.lr) if self._options is not None else None
 
 
 def train_step(state: FitState, loss: Loss, batch: Batch) -> torch.Tensor | None:
     """One optimiser step on ``batch``; returns the detached loss, or ``None`` if none was taken."""
     model, optimizer = state.model, state.optimizer
-    assert model is not None and optimizer is not None  # internal: started
+    assert model is not None  # internal: started
     model.train()
     value = loss(model, batch)
     if value is None:
