@@ -200,7 +200,7 @@ def unpack(
     # decayed by the schedule, continue); the optimiser is built when training needs it
     changed = lr is not None and payload.get("lr_option") not in (None, lr)
     state.restore_optimizer(
-        payload["optimizer"], payload.get("scheduler"), float(lr) if changed else None
+        payload["optimizer"], payload.get("scheduler"), float(lr) if changed and lr else None
     )
 
 
