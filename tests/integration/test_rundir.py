@@ -103,6 +103,14 @@ def test_k32_a_differing_config_names_its_keys_and_the_choices(tmp_path):
     same = RunSession.for_launch(toy(tmp_path), run.root)  # the recorded config: resume
     assert same.mode == "resume" and same.config_from_run
 
+    # without -c, an override may change training and sampling settings only (K32's kind)
+    plain = RunSession.for_launch(
+        None, run.root, overrides=["graph.z.estimator.max_epochs=9", "sample.posterior.n=5"]
+    )
+    assert plain.mode == "resume" and plain.config.sample["posterior"].n == 5
+    with pytest.raises(ConfigError, match=r"graph.x.simulator.sigma: (\S+) → 0.3.*--resume"):
+        RunSession.for_launch(None, run.root, overrides=["graph.x.simulator.sigma=0.3"])
+
     resumed = RunSession.for_launch(
         new, run.root, overrides=["buffer.simulate_count=8"], mode="resume"
     )

@@ -134,6 +134,7 @@ def test_status_through_a_run() -> None:
     asyncio.run(est.train(store.view()))
     status = est.status()
     assert status["state"] == "done" and status["epoch"] == 3 and status["max_epochs"] == 3
+    assert status["ended"] == "max_epochs"
     assert math.isfinite(status["train_loss"]) and math.isfinite(status["val_loss"])
     assert status["best_val_loss"] <= status["val_loss"]
     assert status["samples_seen"] == store.stats()["training"] == 1024 - 128
@@ -272,6 +273,7 @@ def test_early_stopping_and_lr_decay(monkeypatch: pytest.MonkeyPatch) -> None:
     est = make(max_epochs=50, early_stop_patience=3, lr_decay_factor=0.5, lr_patience=0)
     asyncio.run(est.train(small_store().view()))
     assert est.total_epochs == 4  # one improvement, then three epochs without
+    assert est.status()["ended"] == "early_stop" and est.status()["best_epoch"] == 1
     assert est.status()["lr"] == pytest.approx(1e-2 * 0.5**3)
     est = make(max_epochs=50, early_stop_patience=2)
     asyncio.run(est.train(small_store().view()))

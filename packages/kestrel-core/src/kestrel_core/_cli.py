@@ -9,7 +9,8 @@ Built-in sub-commands (kestrel-core, no Ray, no PyTorch)::
 
 ``key=value`` arguments are OmegaConf dotlist overrides (``graph.x.simulator.sigma=0.2``).
 Errors of the user's making (:class:`~kestrel_core.KestrelError`) print one message to
-stderr and exit with status 1; ``--debug`` or ``KESTREL_DEBUG=1`` shows the traceback instead.
+stderr and exit with status 1; any other exception (raised in a simulator) prints the frames of
+the user's code only, status 1. ``--debug`` or ``KESTREL_DEBUG=1`` shows the full traceback.
 
 Plugin protocol — how other packages add sub-commands
 -----------------------------------------------------
@@ -47,6 +48,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from .__about__ import __version__
+from ._blame import attached_traceback, user_traceback
 from ._errors import KestrelError
 
 __all__ = ["main", "build_parser", "add_config_arguments", "config_from_args", "LAYER_COMMANDS"]
@@ -326,6 +328,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"kestrel {command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as err:  # raised in user code (a simulator): its frames only
+        if debug:
+            raise
+        print(
+            f"kestrel {command}: error: {type(err).__name__}: {err}\n"
+            f"{attached_traceback(err) or user_traceback(err)}"
+            "(--debug or KESTREL_DEBUG=1 shows the full traceback)",
+            file=sys.stderr,
+        )
+        return 1
     return 0 if status is None else int(status)
 
 

@@ -231,12 +231,11 @@ class StepwiseEstimator:
         Returns:
             ``state`` ("idle", "training", "done", "stopped"), ``epoch`` (= ``total_epochs``),
             ``max_epochs`` (a total), ``train_loss``, ``val_loss``, ``best_val_loss``, ``best_epoch``,
-            ``samples_seen`` (distinct ids the training cache has held), ``lr``, the counters
-            ``nonfinite_rows``, ``skipped_steps``, ``discarded``, ``clipped_directions``,
-            ``error`` (text of the exception that ended training, else None).
+            ``ended`` (see :class:`FitState`), ``samples_seen`` (distinct ids the training cache
+            has held), ``lr``, the counters ``nonfinite_rows``, ``skipped_steps``, ``discarded``,
+            ``clipped_directions``, ``error`` (the exception that ended training, else None).
         """
-        fit_state = self._fit
-        loss = self._binding.loss if self._binding is not None else None
+        fit_state, loss = self._fit, self._binding.loss if self._binding is not None else None
         return {
             "state": self._state,
             "epoch": fit_state.epochs,
@@ -246,6 +245,7 @@ class StepwiseEstimator:
             "val_loss": fit_state.val_loss,
             "best_val_loss": fit_state.best_loss,
             "best_epoch": fit_state.best_epoch,
+            "ended": fit_state.ended,
             "samples_seen": int(fit_state.seen_ids.size),
             "lr": fit_state.lr if fit_state.lr is not None else self.options.lr,
             "nonfinite_rows": loss.nonfinite_rows if loss is not None else 0,

@@ -81,6 +81,8 @@ class FitState:
             (``None`` before the first). epochs: epochs trained over the estimator's life.
         train_loss, val_loss: of the last epoch.
         seen_ids: int64 ``(K,)``, distinct sample ids the training cache has held.
+        ended: why the last :func:`fit` call ended — ``"max_epochs"``, ``"early_stop"`` (no
+            better loss for ``early_stop_patience`` epochs) or ``"stopped"`` (asked to).
     """
 
     model: nn.Module | None = None
@@ -91,6 +93,7 @@ class FitState:
     train_loss: float | None = None
     val_loss: float | None = None
     seen_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    ended: str | None = None
     _groups: list[dict[str, Any]] | None = field(default=None, repr=False)
     _options: EstimatorOptions | None = field(default=None, repr=False)
     _optimizer: torch.optim.Optimizer | None = field(default=None, repr=False)
@@ -237,6 +240,7 @@ async def fit(
     """
     best_metric, bad_epochs = _recorded(state), 0
     epoch = -1
+    state.ended = "max_epochs"
     while state.epochs < options.max_epochs:
         epoch += 1  # of this call
         if epoch > 0 and epoch % options.cache_sync_every == 0:
@@ -254,6 +258,7 @@ async def fit(
                 break
         if not losses:
             if stop():
+                state.ended = "stopped"
                 break
             raise EstimatorError(
                 f"node {name!r}: no usable training row in epoch {state.epochs + 1} "
@@ -289,6 +294,7 @@ async def fit(
             state.lr,
         )
         if stop() or bad_epochs >= options.early_stop_patience:
+            state.ended = "stopped" if stop() else "early_stop"
             break
         await asyncio.sleep(0)
 

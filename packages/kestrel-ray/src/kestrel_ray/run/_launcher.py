@@ -12,16 +12,14 @@ between actors and the store):
 3. ``TRAINING``: start training on every estimator node, then one :meth:`Launcher._step` at a
    time: every ``simulate_interval`` seconds draw ``simulate_count`` latents from the proposals
    (fewer, down to none, when ``simulate_when_full`` is false and the buffer is full), simulate
-   the rest of the graph from them and append — at most one append in flight; poll the
-   training calls every ~50 ms, so an actor's error surfaces at once;
-4. ``STOPPING`` (Ctrl-C or timeout): the estimators are asked to stop after their current step;
+   the rest of the graph from them and append (one append in flight); poll training calls
+   every ~50 ms, so an actor's error surfaces at once;
+4. ``STOPPING`` (Ctrl-C, SIGTERM or timeout): estimators stop after their current step;
 5. ``SAVING`` and ``SAMPLING``: save the buffer and the weights (a resumed node's only when
-   this launch made a better model), draw ``sample.posterior.n`` posterior samples (and
-   ``sample.ppd.n``).
+   this launch made a better model), draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples.
 
 Rows with a NaN or ±inf in any key are counted per node and appended marked invalid: the store
-keeps them dead, so training never reads them (a round without a valid row is an error).
-"""
+keeps them dead, so training never reads them (a round without a valid row is an error)."""
 
 from __future__ import annotations
 
@@ -52,6 +50,7 @@ __all__ = ["Launcher", "INITIAL_CHUNK"]
 INITIAL_CHUNK = 4096
 _POLL = 0.05  # seconds: how long one ray.wait on the training calls may block
 _STATUS_EVERY = 0.5  # seconds between progress polls
+_ENDED = {"early_stop": "early stop: no better validation loss for early_stop_patience epochs"}
 
 
 class Launcher:
@@ -264,10 +263,11 @@ class Launcher:
         estimator = status.get("estimator") or {}
         self.result.epochs[node] = int(estimator.get("epoch", 0))
         self.log.info(
-            "node %s: training ended (%s, epoch %s)",
+            "node %s: training ended at epoch %s (%s; the best model, used for sampling: epoch %s)",
             node,
-            estimator.get("state"),
             self.result.epochs[node],
+            _ENDED.get(estimator.get("ended"), estimator.get("state")),
+            estimator.get("best_epoch"),
         )
 
     def _finish(self) -> None:

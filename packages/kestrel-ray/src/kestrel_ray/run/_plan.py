@@ -4,7 +4,9 @@
 run directory          launch
 =====================  =================================================================
 new (no config.yml)    the config given (with overrides) — ``new``
-exists, no config      the run's own ``config.yml`` plus overrides — ``resume``
+exists, no config      the run's own ``config.yml`` plus overrides of estimator (``graph.<node>.
+                       estimator.*``) and ``sample.*`` keys — ``resume``; an override of any
+                       other key is an error naming it, as for another config
 exists, same config    the config given, which equals the run's — ``resume``
 exists, other config   an error naming the keys that differ (old → new) and the choices:
 ``mode="resume"``      the run's own ``config.yml`` plus overrides (the config given is ignored)
@@ -64,8 +66,16 @@ def launch_plan(
                 "launch: give a config (path, mapping or RunConfig) or an existing run directory"
             )
         return _load(config, run, overrides), "new"
-    if mode == "resume" or (mode == "auto" and config is None):
+    if mode == "resume":
         return run.load_config(overrides, check_targets=_TARGETS), "resume"
+    if mode == "auto" and config is None:
+        cfg = run.load_config(overrides, check_targets=_TARGETS)
+        if overrides:  # only training and sampling settings change without --resume
+            changes = run_config_changes(run.load_config(check_targets=()), cfg, run.root)
+            changed = [c for c in changes if not _training_key(c.key)]
+            if changed:
+                raise ConfigError(differs_message(run, changed))
+        return cfg, "resume"
     if mode == "restart":
         if config is None:
             return run.load_config(overrides, check_targets=_TARGETS), "restart"
@@ -83,6 +93,15 @@ def launch_plan(
     if changes:
         raise ConfigError(differs_message(run, changes))
     return cfg, "resume"
+
+
+def _training_key(key: str) -> bool:
+    """An estimator's or the sampling's setting (``graph.<node>.estimator.*``, ``sample.*``):
+    what a resume may change by override without ``--resume``."""
+    parts = key.split(".")
+    return parts[0] == "sample" or (
+        len(parts) > 3 and parts[0] == "graph" and parts[2] == "estimator"
+    )
 
 
 def _load(config: Any, run: RunDir, overrides: Sequence[str]) -> RunConfig:

@@ -244,7 +244,13 @@ class Resume:
             )
             replace[node] = epoch
         for node, folder in self.session.save_weights(dg, replace).items():
-            self.log.info("node %s: weights saved to %s (epoch %d)", node, folder, replace[node])
+            self.log.info(
+                "node %s: weights saved to %s (after epoch %d; best model: epoch %s)",
+                node,
+                folder,
+                replace[node],
+                _estimator(status, node).get("best_epoch"),
+            )
 
     def keep_previous(self, node: str) -> str:
         """Copy ``node``'s saved weights (and their ``saved.json``) to ``<node>/previous/``."""
