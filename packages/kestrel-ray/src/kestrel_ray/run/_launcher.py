@@ -266,7 +266,7 @@ class Launcher:
             "node %s: training ended at epoch %s (%s; the best model, used for sampling: epoch %s)",
             node,
             self.result.epochs[node],
-            _ENDED.get(estimator.get("ended"), estimator.get("state")),
+            _ENDED.get(str(estimator.get("ended")), estimator.get("state")),
             estimator.get("best_epoch"),
         )
 
