@@ -50,7 +50,6 @@ __all__ = ["Launcher", "INITIAL_CHUNK"]
 INITIAL_CHUNK = 4096
 _POLL = 0.05  # seconds: how long one ray.wait on the training calls may block
 _STATUS_EVERY = 0.5  # seconds between progress polls
-_ENDED = {"early_stop": "early stop: no better validation loss for early_stop_patience epochs"}
 
 
 class Launcher:
@@ -266,7 +265,7 @@ class Launcher:
             "node %s: training ended at epoch %s (%s; the best model, used for sampling: epoch %s)",
             node,
             self.result.epochs[node],
-            _ENDED.get(str(estimator.get("ended")), estimator.get("state")),
+            str(estimator.get("ended") or estimator.get("state")).replace("_", " "),
             estimator.get("best_epoch"),
         )
 
