@@ -38,6 +38,7 @@ def test_k31_resume_restores_the_buffer_continues_and_keeps_the_better_weights(
         None,
         run,
         overrides=["graph.z.estimator.lr=3.0", "buffer.simulate_interval=1000"],
+        mode="resume",  # --resume: a buffer key changes, not only the estimator's
         epochs=3,
         seed=99,
         progress=False,
