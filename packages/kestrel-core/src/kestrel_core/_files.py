@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-__all__ = ["write_atomic"]
+__all__ = ["write_atomic", "read_estimator_file"]
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
@@ -30,3 +30,21 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def read_estimator_file(node: str, path: str | os.PathLike[str]) -> bytes:
+    """The bytes of ``node``'s saved estimator file (what ``Estimator.load_bytes`` takes).
+
+    Raises:
+        EstimatorError: the file cannot be read, naming the node and the path.
+    """
+    from ._errors import EstimatorError
+
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as err:
+        raise EstimatorError(
+            f"node {node!r}: cannot read its saved estimator {os.fspath(path)}: "
+            f"{err.strerror or err}"
+        ) from err

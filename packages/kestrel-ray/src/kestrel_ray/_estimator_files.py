@@ -17,7 +17,7 @@ from typing import Any, Literal
 import ray
 
 from kestrel_core import EstimatorError
-from kestrel_core._files import write_atomic
+from kestrel_core._files import read_estimator_file, write_atomic
 from kestrel_core._protocols import ESTIMATOR_FILE
 
 from ._errors import unwrap_error
@@ -51,13 +51,7 @@ def transfer_estimators(
     else:
         refs = {}
         for name, path in files.items():
-            try:
-                with open(path, "rb") as fh:
-                    data = fh.read()
-            except OSError as err:
-                raise EstimatorError(
-                    f"node {name!r}: cannot read its saved estimator {path}: {err.strerror or err}"
-                ) from err
+            data = read_estimator_file(name, path)
             refs[name] = actors[name].load_bytes.remote(data, f"checkpoint {path!r}")
     for name, ref in refs.items():
         try:

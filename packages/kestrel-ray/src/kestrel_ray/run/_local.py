@@ -37,6 +37,7 @@ from kestrel_core import (
     seed_sequence,
 )
 from kestrel_core._boundary import call_estimator
+from kestrel_core._files import read_estimator_file
 from kestrel_core._forward import build_simulator
 from kestrel_core._inputs import as_input
 from kestrel_core._protocols import ESTIMATOR_FILE
@@ -135,13 +136,7 @@ class LocalGraph:
             if name not in self._estimators:
                 raise EstimatorError(f"load: node {name!r} has no estimator built here")
             path = os.path.join(os.fspath(directory), name, ESTIMATOR_FILE)
-            try:
-                with open(path, "rb") as fh:
-                    data = fh.read()
-            except OSError as err:
-                raise EstimatorError(
-                    f"node {name!r}: cannot read its saved estimator {path}: {err.strerror or err}"
-                ) from err
+            data = read_estimator_file(name, path)
             self._estimators[name].load_bytes(data, source=f"checkpoint {path!r}")
 
     # -- sampling (as DeployedGraph) ---------------------------------------------------------
