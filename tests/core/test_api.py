@@ -60,6 +60,7 @@ EXPECTED = [
     "InMemoryStore",
     "InMemoryBufferView",
     "BlockIndex",
+    "c2st",
 ]
 
 

@@ -68,6 +68,8 @@ __all__ = [
     "InMemoryStore",
     "InMemoryBufferView",
     "BlockIndex",
+    # diagnostics
+    "c2st",
 ]
 
 from .__about__ import __version__
@@ -77,6 +79,7 @@ from ._boundary import (
     check_count,
     finite_rows,
 )
+from ._c2st import c2st
 from ._config import BufferConfig, PathsConfig, RunConfig, SampleConfig, load_config
 from ._errors import (
     ConfigError,
