@@ -148,6 +148,19 @@ def _run_observations(
     return observed, truth
 
 
+def _refuse_batch(path: str, graph: Mapping[str, Any], run_dir: str) -> None:
+    """A file of samples for m observations (``(m, n, …)`` arrays) is not one posterior."""
+    beside = samplefiles.sample_observation(path) or {}
+    own, _ = _run_observations(graph, run_dir)
+    for node, value in beside.items():
+        if node in own and value.ndim == own[node].ndim + 1:
+            raise ConfigError(
+                f"{path}: samples for {value.shape[0]} observations ((m, n, …) arrays, from "
+                "`kestrel sample --observation` of an (m, …) array); give a file of one "
+                "observation's samples"
+            )
+
+
 def read_run_samples(
     run_dir: str | os.PathLike[str], mode: str = "posterior", path: str | None = None
 ) -> RunSamples:
@@ -165,6 +178,7 @@ def read_run_samples(
     path = os.path.abspath(path) if path else latest_sample_file(run_dir, mode)
     arrays = read_sample_file(path)
     graph = config.get("graph") or {}
+    _refuse_batch(path, graph, run_dir)
     names: dict[str, list[str]] = {}
     for node, spec in graph.items():
         raw = spec.get("names") if isinstance(spec, Mapping) else None

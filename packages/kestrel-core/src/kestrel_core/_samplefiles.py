@@ -184,6 +184,8 @@ def write_sample_file(
     mode: str,
     arrays: Mapping[str, np.ndarray],
     observations: Mapping[str, Any] | None = None,
+    *,
+    latest: bool = True,
 ) -> str:
     """Write the next ``NNNNNN.npz`` of a mode (and observation).
 
@@ -196,6 +198,8 @@ def write_sample_file(
         arrays: node → array ``(n, *D)``.
         observations: node → ``x_o`` (shape ``D``) the samples are conditioned on; required
             for the modes of :data:`OBSERVED_MODES`, ignored for the others.
+        latest: record the file in ``<mode>/LATEST`` (``False`` for the ``(m, n, *D)`` files
+            of a batch of observations, which ``kestrel plot`` does not draw).
 
     Returns:
         The path written.
@@ -217,7 +221,8 @@ def write_sample_file(
     ]
     index = max(existing) + 1 if existing else 0
     path = save_npz(os.path.join(folder, f"{index:06d}.npz"), arrays)
-    _note_latest(samples, mode, path)
+    if latest:
+        _note_latest(samples, mode, path)
     return path
 
 

@@ -173,7 +173,9 @@ def sample_command(subparsers: Any) -> None:
         default=[],
         metavar="[NODE=]FILE[:key]",
         help="condition on this observation instead of the run's own (.npy, or .npz with :key); "
-        "repeat as NODE=FILE[:key] for a graph with several observed nodes",
+        "repeat as NODE=FILE[:key] for a graph with several observed nodes; an (m, ...) array "
+        "of m >= 2 observations of the node's shape (...) gives n samples for each, written "
+        "as (m, n, ...) arrays",
     )
     p.add_argument(
         "--ray",
@@ -200,8 +202,9 @@ def _run_sample(args: argparse.Namespace) -> int:
     )
     shapes = ", ".join(f"{m} {s}" for m, s in result.shapes.items())
     where = "on Ray" if result.ray else "in this process"
+    each = f" for each of {result.batch} observations" if result.batch else ""
     print(
-        f"kestrel sample: {result.n} {result.mode} samples (seed {result.seed}, {where}) → "
+        f"kestrel sample: {result.n} {result.mode} samples{each} (seed {result.seed}, {where}) → "
         f"{result.path}: {shapes}"
     )
     return 0

@@ -30,6 +30,7 @@ from kestrel_core import (
     EstimatorContext,
     EstimatorError,
     Graph,
+    ShapeError,
     as_record,
     call_simulator,
     check_count,
@@ -164,23 +165,37 @@ class LocalGraph:
         """Flat key → array of the trace (as :meth:`DeployedGraph.to_arrays`)."""
         return {k: trace.arrays[k] for k in keys}
 
+    def estimator(self, name: str) -> Any:
+        """The estimator of node ``name`` (built here; loaded by :meth:`load`).
+
+        Raises:
+            EstimatorError: the node has no estimator here.
+        """
+        if name not in self._estimators:
+            raise EstimatorError(f"node {name!r} has no estimator built here")
+        return self._estimators[name]
+
     def run(
         self,
         n: int,
         plan: Sequence[tuple[str, str]],
         observations: Mapping[str, Any] | None = None,
+        *,
+        rows: Mapping[str, Any] | None = None,
     ) -> LocalTrace:
         """Call ``(node, method)`` in order, each conditioned on the values known so far.
 
         Args:
             n: number of samples. plan: the calls. observations: node → ``x_o`` (shape ``D``)
-                over the graph's own.
+                over the graph's own. rows: node → array ``(n, *D)``, a value per sample (e.g.
+                m observations, each repeated for its draws), over ``observations``.
 
         Returns:
             :class:`LocalTrace` of the planned nodes (empty for ``n = 0``).
 
         Raises:
             CountError: bad ``n``. GraphError: a needed condition has no value.
+            ShapeError: ``rows`` of another length than ``n``.
             EstimatorError: an estimator method for a node without estimator here.
             KestrelError: a simulator or estimator failed (naming the node).
         """
@@ -190,6 +205,10 @@ class LocalGraph:
         known: dict[str, np.ndarray] = {}
         for name, value in {**self.graph.observations, **(observations or {})}.items():
             known[name] = as_input(value, f"observation {name!r}")[None]  # one row, as on Ray
+        for name, value in (rows or {}).items():
+            known[name] = as_input(value, f"rows of {name!r}", copy=False)
+            if known[name].shape[:1] != (n,):
+                raise ShapeError(f"rows of {name!r}: {known[name].shape[:1]} rows for {n} samples")
         nodes = self.graph.nodes
         names = list(dict.fromkeys(name for name, _ in plan))
         chunks = chunk_grid(n, [(nodes[m].sample_chunk_size, nodes[m].num_actors) for m in names])

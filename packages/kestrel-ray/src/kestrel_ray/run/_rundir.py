@@ -239,6 +239,8 @@ class RunDir:
         mode: str,
         arrays: Mapping[str, np.ndarray],
         observations: Mapping[str, Any] | None = None,
+        *,
+        latest: bool = True,
     ) -> str:
         """Write the next sample file of ``mode``: ``samples/prior/NNNNNN.npz``, or
         ``samples/<mode>/<digest>/NNNNNN.npz`` with ``observation.npz`` beside it for
@@ -249,6 +251,7 @@ class RunDir:
             arrays: node name → array ``(n, *D)``.
             observations: node → ``x_o`` the samples were drawn for (default: the run's own,
                 :meth:`run_observations`).
+            latest: record the file as the mode's newest (``False``: a batched file).
 
         Returns:
             The path written.
@@ -257,7 +260,7 @@ class RunDir:
             ConfigError: an observation-dependent mode and no observation known.
         """
         obs = self.run_observations() if observations is None else observations
-        return samplefiles.write_sample_file(self.samples, mode, arrays, obs)
+        return samplefiles.write_sample_file(self.samples, mode, arrays, obs, latest=latest)
 
     def read_samples(
         self, mode: str, observation: str | Mapping[str, Any] | None = None

@@ -73,6 +73,8 @@ class SampleResult:
         used (the entropy when none was given). shapes: node → per-sample shape.
         observation: the digest of the observations the draws are conditioned on (the name of
         their folder; ``None`` for prior samples). ray: whether the draws were made on Ray.
+        batch: ``m`` when the call drew for m observations at once (arrays ``(m, n, *D)``,
+        see :mod:`._batch`); ``None`` for one observation.
     """
 
     path: str
@@ -82,6 +84,7 @@ class SampleResult:
     shapes: dict[str, tuple[int, ...]]
     observation: str | None = None
     ray: bool = False
+    batch: int | None = None
 
 
 def _check_mode(mode: str) -> None:
@@ -246,7 +249,9 @@ def sample_run(
         address: Ray cluster to join (implies Ray).
         observation: the observation to condition on instead of the run's own (not for
             ``prior``): an array or file spec (``FILE.npy``, ``FILE.npz:key``) for the graph's
-            one observed node, or a mapping observed node → array or spec.
+            one observed node, or a mapping observed node → array or spec. An array of shape
+            ``(m, *D)``, m ≥ 2, is m observations: ``n`` samples for each, in one batched call,
+            written as ``(m, n, *D)`` arrays (:mod:`._batch`).
         ray: ``True`` draws on Ray, ``False`` in this process, ``None`` decides
             (:func:`needs_ray`).
 
@@ -265,9 +270,16 @@ def sample_run(
     n = check_count(n, f"sample.{mode}.n")
     if n == 0:
         raise ConfigError(f"sample.{mode}.n: expected a positive number of samples, got 0")
-    given = given_observations(config.graph, mode, observation)
+    from ._batch import read_batch, sample_batch
+
+    batch = read_batch(config, mode, observation)  # (m, *D) arrays: m observations at once
+    given = given_observations(config.graph, mode, None if batch else observation)
     if mode != "prior":
         _require_weights(run, config, f"{mode} sampling")
+    if batch is not None:
+        return sample_batch(
+            run, config, mode, n, seed, batch, overrides=overrides, address=address, ray=ray
+        )
     observed = {**config.graph.observations, **given} if mode in OBSERVED_MODES else None
     on_ray = ray if ray is not None else needs_ray(config, mode, address) is not None
     if on_ray:

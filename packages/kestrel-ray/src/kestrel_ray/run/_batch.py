@@ -1,0 +1,282 @@
+"""Samples for many observations in one batched call: ``(m, …)`` observations → ``(m, n, …)``.
+
+An observed node's observation has the node's per-sample shape ``D``. An array of shape
+``(m, *D)`` with ``m ≥ 2`` holds ``m`` observations of that node (``(1, *D)`` stays one
+observation, with the warning of :func:`kestrel_core.check_observation`). Observed nodes given
+with shape ``D`` (or not given: the run's own) are shared by all ``m``; every batched node must
+hold the same ``m``.
+
+The draws: each observation is repeated once per draw, so that ``m · n`` rows of conditions go
+through the graph like ``m · n`` samples of one call (an estimator takes conditions of shape
+``(N, *D)``, a row per sample), cut into calls of at most :data:`CALL_ROWS` rows and
+:data:`CALL_BYTES` of repeated observations, and the results are reshaped to ``(m, n, *D)``.
+:func:`draw_batch` does this on a :class:`~._local.LocalGraph` or a
+:class:`~kestrel_ray.DeployedGraph`; :func:`sample_batch` writes the file of ``kestrel sample``:
+``RUN/samples/<mode>/<digest>/NNNNNN.npz`` (arrays ``(m, n, *D)``) with ``observation.npz``
+holding the ``(m, *D)`` observations (their digest names the folder). A batched file does not
+become the mode's ``LATEST`` (``kestrel plot`` draws single-observation files).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kestrel_core import ConfigError, KestrelError, RunConfig, ShapeError, check_count, flat_key
+from kestrel_core._samplefiles import OBSERVED_MODES, observation_digest
+
+from .._plan import inference_plan, resimulation_plan
+from ._observations import given_observations, read_observation
+
+__all__ = [
+    "Batch",
+    "CALL_ROWS",
+    "CALL_BYTES",
+    "read_batch",
+    "batch_plan",
+    "run_batch",
+    "draw_batch",
+    "sample_batch",
+]
+
+#: rows of conditions per graph call at most
+CALL_ROWS = 16384
+#: bytes of repeated observations per graph call at most
+CALL_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Observations of a batched sampling call.
+
+    Attributes:
+        rows: node → its ``m`` observations ``(m, *D)`` (the batched nodes).
+        shared: node → ``x_o`` of shape ``D`` given for all ``m`` (over the run's own).
+        m: the number of observations.
+    """
+
+    rows: dict[str, np.ndarray]
+    shared: dict[str, np.ndarray]
+    m: int
+
+    def observations(self, own: Mapping[str, Any]) -> dict[str, Any]:
+        """Every observed node's value as filed beside the samples: ``own`` with the shared and
+        the batched (``(m, *D)``) observations over it."""
+        return {**own, **self.shared, **self.rows}
+
+
+def read_batch(config: RunConfig, mode: str, given: Any) -> Batch | None:
+    """The observations given for one sampling call, when they hold several per node.
+
+    Args:
+        config: the run's config. mode: the sample mode.
+        given: as ``observation`` of :func:`~._sampling.sample_run` (an array or file spec for
+            the only observed node, or node → array or spec), or ``None``.
+
+    Returns:
+        A :class:`Batch` when some node's array is ``(m, *D)`` with ``m ≥ 2``; ``None``
+        otherwise (one observation: :func:`~._observations.given_observations` applies).
+
+    Raises:
+        ConfigError: as :func:`~._observations.given_observations` (files, nodes, ``prior``).
+        ShapeError: batched nodes of different ``m``; an observation of neither ``D`` nor
+            ``(m, *D)``.
+    """
+    if given is None or mode not in OBSERVED_MODES:
+        return None
+    own = config.graph.observations
+    if not isinstance(given, Mapping):
+        if len(own) != 1:
+            return None  # given_observations names the error
+        given = {next(iter(own)): given}
+    arrays = {node: read_observation(spec) for node, spec in given.items()}
+    batched = {
+        node: a
+        for node, a in arrays.items()
+        if node in own and a.ndim == len(own[node].shape) + 1 and a.shape[0] >= 2
+    }
+    if not batched:
+        return None
+    counts = {node: int(a.shape[0]) for node, a in batched.items()}
+    if len(set(counts.values())) > 1:
+        raise ShapeError(
+            f"--observation: the nodes hold different numbers of observations: {counts}"
+        )
+    shared = given_observations(
+        config.graph, mode, {k: v for k, v in arrays.items() if k not in batched}
+    )
+    rows = {}
+    for node, a in batched.items():
+        for i in range(a.shape[0]):
+            try:
+                given_observations(config.graph, mode, {node: a[i]})
+            except KestrelError as err:
+                raise type(err)(f"{err} (observation {i} of {a.shape[0]})") from None
+        rows[node] = np.ascontiguousarray(a)
+    return Batch(rows, shared, next(iter(counts.values())))
+
+
+def batch_plan(graph: Any, mode: str, observed: Iterable[str]) -> list[tuple[str, str]]:
+    """The plan of one sampling mode with ``observed`` nodes given (besides the graph's own).
+
+    Raises:
+        ConfigError: a mode without an observation (``prior``) or unknown.
+    """
+    observed = list(observed)
+    if mode == "posterior":
+        return inference_plan(graph, "sample_posterior", observed)
+    if mode == "proposal":
+        return inference_plan(graph, "sample_proposal", observed)
+    if mode == "ppd":
+        return resimulation_plan(graph, "sample_posterior", graph.latents, observed)
+    raise ConfigError(f"batched sampling: mode {mode!r} is not one of {', '.join(OBSERVED_MODES)}")
+
+
+def _call(dg: Any, n: int, plan: Sequence[tuple[str, str]], shared: Any, rows: Any) -> Any:
+    """One call of ``plan`` for ``n`` samples with per-sample ``rows`` of conditions."""
+    from ._local import LocalGraph
+
+    if isinstance(dg, LocalGraph):
+        return dg.run(n, plan, shared, rows=rows)
+    from .._arrays import observation_columns, put_rows
+
+    # a DeployedGraph: the columns DeployedGraph.run builds, with n-row columns for ``rows``
+    dg._check_deployed()
+    known = dict(dg._obs_columns)
+    if shared:
+        known.update(observation_columns(dg.graph, shared))
+    for node, value in rows.items():
+        known[node] = put_rows(value, f"observations of {node!r}", ConfigError)
+    return dg._submit(n, plan, known, {})
+
+
+def run_batch(
+    dg: Any,
+    plan: Sequence[tuple[str, str]],
+    n: int,
+    rows: Mapping[str, np.ndarray],
+    keys: Callable[[Any], Sequence[str]] | Sequence[str],
+    shared: Mapping[str, Any] | None = None,
+) -> dict[str, np.ndarray]:
+    """``n`` samples of ``plan`` for each of ``m`` rows of conditions, in batched calls.
+
+    Shape symbols: m rows of conditions, n samples each, D_key a flat key's per-sample shape.
+
+    Args:
+        dg: a :class:`~._local.LocalGraph` or a deployed :class:`~kestrel_ray.DeployedGraph`.
+        plan: the calls (e.g. :func:`batch_plan`). n: samples per row (≥ 1).
+        rows: node → ``(m, *D)``, the conditions of each of the m (same m for every node).
+        keys: the flat keys to read, or a function of the first call's trace giving them.
+        shared: node → ``D`` conditions shared by every row (over the graph's observations).
+
+    Returns:
+        flat key → ``(m, n, *D_key)``.
+
+    Raises:
+        ShapeError: ``rows`` of different m. Node failures as in ``DeployedGraph.run``.
+    """
+    n = check_count(n, "n")
+    counts = {node: int(np.shape(a)[0]) for node, a in rows.items()}
+    if len(set(counts.values())) != 1:
+        raise ShapeError(f"batched sampling: rows of different lengths {counts}")
+    m = next(iter(counts.values()))
+    row_bytes = sum(np.asarray(a[:1]).nbytes for a in rows.values())
+    window = max(1, min(CALL_ROWS, CALL_BYTES // max(row_bytes, 1)))
+    parts: dict[str, list[np.ndarray]] = {}
+    names: Sequence[str] | None = None if callable(keys) else list(keys)
+    total = m * n
+    for a in range(0, total, window):
+        b = min(total, a + window)
+        which = np.arange(a, b) // n
+        trace = _call(dg, b - a, plan, shared, {k: np.asarray(v)[which] for k, v in rows.items()})
+        if names is None:
+            names = list(keys(trace))  # type: ignore[operator]  # callable checked above
+        arrays = dg.to_arrays(trace, names)
+        for key in names:
+            parts.setdefault(key, []).append(np.asarray(arrays[key]))
+    assert names is not None
+    out = {}
+    for key in names:
+        joined = parts[key][0] if len(parts[key]) == 1 else np.concatenate(parts[key])
+        out[key] = joined.reshape(m, n, *joined.shape[1:])
+    return out
+
+
+def draw_batch(
+    dg: Any, mode: str, n: int, batch: Batch, entry: Any = None
+) -> dict[str, np.ndarray]:
+    """``n`` samples of ``mode`` for each observation of ``batch``.
+
+    Args:
+        dg: a :class:`~._local.LocalGraph` or a deployed :class:`~kestrel_ray.DeployedGraph`
+            (weights loaded). mode: ``posterior``, ``proposal`` or ``ppd``. n: samples per
+            observation. batch: the observations. entry: ``sample.<mode>`` of the config.
+
+    Returns:
+        node → ``(m, n, *D)``: the nodes :func:`~._sampling.select_nodes` picks for ``mode``.
+    """
+    from ._sampling import select_nodes
+
+    plan = batch_plan(dg.graph, mode, [*batch.rows, *batch.shared])
+
+    def keys(trace: Any) -> list[str]:
+        return [flat_key(m, "value") for m in select_nodes(dg, mode, trace.nodes(), entry)]
+
+    arrays = run_batch(dg, plan, n, batch.rows, keys, batch.shared)
+    return {key.rsplit(".", 1)[0]: a for key, a in arrays.items()}
+
+
+def sample_batch(
+    run: Any,
+    config: RunConfig,
+    mode: str,
+    n: int,
+    seed: int | None,
+    batch: Batch,
+    *,
+    overrides: Iterable[str] = (),
+    address: str | None = None,
+    ray: bool | None = None,
+) -> Any:
+    """:func:`~._sampling.sample_run` for a :class:`Batch` (weights and ``n`` checked there).
+
+    Returns:
+        A :class:`~._sampling.SampleResult` with ``batch = m``; the file's arrays are
+        ``(m, n, *D)``, its ``shapes`` the per-sample shapes ``D``.
+    """
+    from kestrel_core import seed_sequence
+
+    from ._sampling import SampleResult, needs_ray
+
+    observed = batch.observations(config.graph.observations)
+    on_ray = ray if ray is not None else needs_ray(config, mode, address) is not None
+    if on_ray:
+        from ._session import RunSession
+
+        session = RunSession.for_sample(run.root, overrides=overrides, seed=seed)
+        with session.ray(address), session.deployed() as dg:
+            session.load_weights(dg, config.graph.latents)
+            arrays = draw_batch(dg, mode, n, batch, config.sample[mode])
+        seed = session.seed
+    else:
+        from ._local import LocalGraph
+
+        seed = int(seed_sequence(seed).entropy)  # type: ignore[arg-type]  # an int here
+        graph = LocalGraph(config.graph, seed)
+        graph.load(run.graph, config.graph.latents)
+        arrays = draw_batch(graph, mode, n, batch, config.sample[mode])
+    path = run.write_samples(mode, arrays, observations=observed, latest=False)
+    return SampleResult(
+        os.fspath(path),
+        mode,
+        n,
+        int(seed),  # type: ignore[arg-type]
+        {m: tuple(a.shape[2:]) for m, a in arrays.items()},
+        observation_digest(observed),
+        bool(on_ray),
+        batch=batch.m,
+    )
