@@ -54,7 +54,7 @@ from ._errors import KestrelError
 __all__ = ["main", "build_parser", "add_config_arguments", "config_from_args", "LAYER_COMMANDS"]
 
 #: sub-commands other packages provide, and the package to install for each
-LAYER_COMMANDS = {"launch": "kestrel-ray", "sample": "kestrel-ray"}
+LAYER_COMMANDS = {"launch": "kestrel-ray", "sample": "kestrel-ray", "check": "kestrel-ray"}
 ENTRY_POINT_GROUP = "kestrel.commands"
 _IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
 

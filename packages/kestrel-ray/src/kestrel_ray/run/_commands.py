@@ -4,7 +4,7 @@
 
     kestrel launch [-c CONFIG] -o RUN [--resume | --restart] [--epochs N] [--address ADDR]
                    [--seed S] [--timeout SEC] [--no-auto-sample]
-                   [--progress {auto,live,log,none}] [key=value ...]
+                   [--progress {auto,live,log,none}] [--check] [key=value ...]
     kestrel sample prior|posterior|proposal|ppd -o RUN [-n N] [--seed S] [--address ADDR]
                    [--observation [NODE=]FILE[:key] ...] [--ray] [key=value ...]
 
@@ -19,6 +19,8 @@ import signal
 from typing import Any
 
 from kestrel_core._cli import add_config_arguments, non_negative_int, positive_float, positive_int
+
+from ._check_cli import add_check_argument
 
 __all__ = ["launch_command", "sample_command"]
 
@@ -97,12 +99,14 @@ def launch_command(subparsers: Any) -> None:
         default="auto",
         help="live table (terminal), log lines, or nothing (default: live on a terminal)",
     )
+    add_check_argument(p)
     p.set_defaults(func=_run_launch)
 
 
 def _run_launch(args: argparse.Namespace) -> int:
     import os
 
+    from ._check_cli import run_calibration, summary_lines
     from ._launch import launch
     from ._states import RunStatus
 
@@ -128,6 +132,9 @@ def _run_launch(args: argparse.Namespace) -> int:
     )
     for mode, path in result.samples.items():
         print(f"  {mode} samples: {path}")
+    if args.check and result.status in (RunStatus.COMPLETED, RunStatus.TIMEOUT):
+        for line in summary_lines(run_calibration(result.run_dir, address=args.address)):
+            print(line)
     # the shell's convention for a run ended by a signal, 128 + its number (weights saved):
     # 130 for Ctrl-C (SIGINT), 143 for SIGTERM
     if result.status == RunStatus.INTERRUPTED:
