@@ -93,7 +93,7 @@ class Graph:
         if observed is not None:
             base = self.base_dir if self.base_dir is not None else os.getcwd()
             try:
-                obs = load_observation(observed, base)
+                obs = load_observation(observed, base, node=name)
             except ConfigError as err:
                 raise ConfigError(f"{where}.observed: {err}") from err
         node = Node(

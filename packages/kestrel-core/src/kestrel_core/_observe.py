@@ -2,6 +2,14 @@
 
 Observations are stored **without** a batch axis: a node whose simulator produces values of
 per-sample shape ``D`` (batch shape ``(N, *D)``) has an observation of shape ``D``.
+
+An observation must be finite: a NaN or infinity is refused where the observation enters —
+loaded into a graph, given to ``kestrel sample --observation`` or to the Python API — with the
+node, the index and the value (case K24), never passed on to fail later elsewhere.
+Warnings about an observation relative to what an estimator was trained on (a feature constant
+in training, an observation far outside the training data, another observation than the one a
+run focused on) are :class:`ObservationWarning` instances, which carry their findings as
+data.
 """
 
 from __future__ import annotations
@@ -20,9 +28,12 @@ from ._inputs import as_input
 __all__ = [
     "load_observation",
     "check_observation",
+    "check_finite_observation",
+    "first_nonfinite",
     "as_observation",
     "absolute_observation_spec",
     "user_stacklevel",
+    "ObservationWarning",
 ]
 
 _KEYED = re.compile(r"""^(?P<path>.+?)\[\s*(?P<q>['"])(?P<key>.*)(?P=q)\s*\]\s*$""")
@@ -45,6 +56,88 @@ def user_stacklevel() -> int:
     return level
 
 
+class ObservationWarning(UserWarning):
+    """A sampling call's observation is unlike what the estimator was trained on.
+
+    Args:
+        message: the text shown.
+        findings: what was found, one JSON-ready dict each (``node``, ``kind`` — e.g.
+            ``"constant"``, ``"far"``, ``"other_observation"`` — and the kind's details), for
+            ``status.json`` and the sample files' metadata.
+    """
+
+    def __init__(self, message: str, findings: Any = ()) -> None:
+        super().__init__(message)
+        self.findings: list[dict[str, Any]] = [dict(f) for f in findings]
+
+
+def first_nonfinite(array: Any) -> tuple[tuple[int, ...], Any, int] | None:
+    """Where an array holds NaN or ±inf.
+
+    Args:
+        array: a numeric array-like (bool and integer arrays are always finite).
+
+    Returns:
+        ``(index, value, count)``: the index (a tuple) and value of the first non-finite
+        entry in C order and the number of non-finite entries; ``None`` if all are finite.
+
+    Example:
+        >>> first_nonfinite(np.array([0.4, np.nan]))
+        ((1,), nan, 1)
+    """
+    arr = np.asarray(array)
+    if arr.dtype.kind not in "fc":
+        return None
+    bad = ~np.isfinite(arr)
+    if not bad.any():
+        return None
+    index = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), arr.shape))
+    return index, arr[index].item(), int(bad.sum())
+
+
+def format_index(index: tuple[int, ...]) -> str:
+    """``"1"`` for a 1-D index, ``"(1, 2)"`` otherwise (``"()"`` for a scalar)."""
+    return str(index[0]) if len(index) == 1 else str(index)
+
+
+def check_finite_observation(
+    node: Any, obs: Any, what: str = "observation", error: type[Exception] = ConfigError
+) -> Any:
+    """Refuse an observation that holds NaN or ±inf.
+
+    Args:
+        node: node name (or a :class:`~kestrel_core.Node`), for messages; ``None``: unknown.
+        obs: the observation, array-like of any shape.
+        what: what ``obs`` is, for messages (e.g. ``"observation data/obs.npz['x']"``).
+        error: the exception class raised.
+
+    Returns:
+        ``obs`` itself.
+
+    Raises:
+        ConfigError: (or ``error``) a non-finite value; the message names the node, the index
+            and the value of the first one, and how many there are.
+
+    Example:
+        >>> check_finite_observation("x", np.array([0.4, np.inf]))
+        Traceback (most recent call last):
+        ...
+        kestrel_core._errors.ConfigError: node 'x': observation holds inf at index 1 (1 non-finite value of 2); an observation must be finite
+    """
+    found = first_nonfinite(obs)
+    if found is not None:
+        index, value, count = found
+        size = int(np.size(obs))
+        plural = "s" if count > 1 else ""
+        prefix = "" if node is None else f"node {getattr(node, 'name', node)!r}: "
+        raise error(
+            f"{prefix}{what} holds {value} at index "
+            f"{format_index(index)} ({count} non-finite value{plural} of {size}); "
+            "an observation must be finite"
+        )
+    return obs
+
+
 def as_observation(array: Any, what: str = "observation") -> np.ndarray:
     """Copy ``array`` to a native-endian, C-contiguous, read-only numeric ndarray.
 
@@ -57,21 +150,24 @@ def as_observation(array: Any, what: str = "observation") -> np.ndarray:
     return as_input(array, what)
 
 
-def load_observation(spec: Any, base_dir: str | os.PathLike[str] = ".") -> np.ndarray:
+def load_observation(
+    spec: Any, base_dir: str | os.PathLike[str] = ".", *, node: str | None = None
+) -> np.ndarray:
     """Load an observation.
 
     Args:
         spec: ``"data/obs.npz['x']"`` (one key of an ``.npz``), ``"obs.npz"`` (an ``.npz``
             holding exactly one array), ``"obs.npy"``, or an array-like (copied).
         base_dir: directory that relative paths are resolved against (the config file's).
+        node: the observed node, named in messages.
 
     Returns:
         The observation without a batch axis, native-endian, C-contiguous, read-only.
 
     Raises:
         ConfigError: the file does not exist, is not ``.npy``/``.npz``, the key is missing or
-            not given for a multi-key ``.npz`` (the message lists the available keys), or the
-            data is not numeric.
+            not given for a multi-key ``.npz`` (the message lists the available keys), the
+            data is not numeric, or it holds NaN or ±inf (:func:`check_finite_observation`).
 
     Example:
         >>> import tempfile, os
@@ -79,8 +175,14 @@ def load_observation(spec: Any, base_dir: str | os.PathLike[str] = ".") -> np.nd
         >>> load_observation("obs.npz['x']", d).shape
         (3,)
     """
+    obs, what = _load(spec, base_dir)
+    return check_finite_observation(node, obs, what)
+
+
+def _load(spec: Any, base_dir: str | os.PathLike[str]) -> tuple[np.ndarray, str]:
+    """The observation of :func:`load_observation`, unchecked, and what it is (for messages)."""
     if not isinstance(spec, (str, os.PathLike)):
-        return as_observation(spec)
+        return as_observation(spec), "observation"
     text = os.fspath(spec).strip()
     match = _KEYED.match(text)
     path, key = (match["path"].strip(), match["key"]) if match else (text, None)
@@ -92,7 +194,8 @@ def load_observation(spec: Any, base_dir: str | os.PathLike[str] = ".") -> np.nd
             raise ConfigError(
                 f"observation {text!r}: a .npy file holds one array; remove [{key!r}]"
             )
-        return as_observation(np.load(full, allow_pickle=False), f"observation {full}")
+        what = f"observation {full}"
+        return as_observation(np.load(full, allow_pickle=False), what), what
     if not full.endswith(".npz"):
         raise ConfigError(f"observation {text!r}: expected a .npy or .npz file")
     with np.load(full, allow_pickle=False) as data:
@@ -108,7 +211,8 @@ def load_observation(spec: Any, base_dir: str | os.PathLike[str] = ".") -> np.nd
             raise ConfigError(
                 f"observation {text!r}: no key {key!r} in {full} (available: {', '.join(keys) or 'none'})"
             )
-        return as_observation(data[key], f"observation {full}['{key}']")
+        what = f"observation {full}['{key}']"
+        return as_observation(data[key], what), what
 
 
 def check_observation(node: Any, obs: Any, sample_shape: tuple[int, ...]) -> np.ndarray:
@@ -126,6 +230,7 @@ def check_observation(node: Any, obs: Any, sample_shape: tuple[int, ...]) -> np.
     Raises:
         ShapeError: several observations are given (``(k, *D)`` with ``k > 1``), or the shape is
             otherwise not ``D``; the message names the node and both shapes.
+        ConfigError: the observation holds NaN or ±inf (names the node, index and value).
 
     Example:
         >>> check_observation("x", np.zeros(3), (3,)).shape
@@ -135,7 +240,7 @@ def check_observation(node: Any, obs: Any, sample_shape: tuple[int, ...]) -> np.
     arr = np.asarray(obs)
     want = tuple(int(s) for s in sample_shape)
     if arr.shape == want:
-        return arr
+        return check_finite_observation(name, arr)
     if arr.ndim == len(want) + 1 and arr.shape[1:] == want:
         if arr.shape[0] == 1:
             warnings.warn(
@@ -144,7 +249,7 @@ def check_observation(node: Any, obs: Any, sample_shape: tuple[int, ...]) -> np.
                 UserWarning,
                 stacklevel=user_stacklevel(),
             )
-            return arr[0]
+            return check_finite_observation(name, arr[0])
         raise ShapeError(
             f"node {name!r}: {arr.shape[0]} observations given, one expected (per-sample shape {want})"
         )

@@ -1,17 +1,45 @@
 """Running first and second moments in float64, for whitening inputs and outputs of networks.
 
 Shape symbols: N rows in a batch, D features.
+
+A feature whose training values do not vary (a simulator output that is always exactly 0) has
+no scale to whiten by: dividing by its ~0 standard deviation would turn any other value at
+inference into a huge input (case K23). Such **constant** features (:func:`constant_features`)
+are left out of the whitening — their whitened value is 0 whatever the input — so they carry no
+information, as they carried none in training.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from ._float64 import KeepFloat64
 
-__all__ = ["RunningMoments"]
+__all__ = ["RunningMoments", "constant_features", "CONSTANT_RTOL"]
+
+#: a feature is constant when its standard deviation is at most this fraction of its mean's
+#: magnitude (float64 rounding of a repeated value leaves ~1e-16; real spreads are far larger)
+CONSTANT_RTOL = 1e-12
+
+
+def constant_features(mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """Which features do not vary: ``sqrt(var) <= CONSTANT_RTOL · |mean|`` (so ``var == 0`` at
+    ``mean == 0``).
+
+    The test is relative to the feature's own magnitude: a spread of ``1e-9`` around ``2.75e-3``
+    (relative ``4e-7``) is information, the rounding left by averaging one repeated value is
+    not.
+
+    Args:
+        mean, var: float ``(D,)``, the features' mean and variance (without any floor).
+
+    Returns:
+        bool ``(D,)``.
+    """
+    return var.clamp_min(0.0).sqrt() <= CONSTANT_RTOL * mean.abs()
 
 
 class RunningMoments(KeepFloat64):
@@ -27,6 +55,11 @@ class RunningMoments(KeepFloat64):
     *around the updated running mean* (so a drifting mean widens the estimate instead of
     being ignored).
 
+    Besides the moments it keeps the range ``[lo, hi]`` of every row folded in (the training
+    data the statistics describe), for telling at inference how far an input lies outside it
+    (:mod:`~kestrel_torch._guards`). Features that are :attr:`constant` in the rows seen are
+    left out of :meth:`normalize` (their output is 0).
+
     Args:
         dim: D.
         momentum: EMA weight of a new batch, in ``(0, 1]``.
@@ -37,11 +70,17 @@ class RunningMoments(KeepFloat64):
         mean: float64 ``(D,)``.
         cov: float64 ``(D, D)`` if ``full`` else ``(D,)`` (the variances).
         count: int64 scalar, number of rows folded in so far.
+        lo, hi: float64 ``(D,)``, the smallest and largest value of each feature folded in
+            (``+inf``, ``-inf`` before any row, and after loading a checkpoint written before
+            the range was kept: an unknown range).
     """
 
     mean: torch.Tensor
     cov: torch.Tensor
     count: torch.Tensor
+    lo: torch.Tensor
+    hi: torch.Tensor
+    _range_buffers = ("lo", "hi")
 
     def __init__(
         self, dim: int, momentum: float, *, full: bool = False, min_var: float = 1e-20
@@ -58,6 +97,19 @@ class RunningMoments(KeepFloat64):
             torch.eye(dim, dtype=torch.float64) if full else torch.ones(shape, dtype=torch.float64),
         )
         self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+        self.register_buffer("lo", torch.full((dim,), math.inf, dtype=torch.float64))
+        self.register_buffer("hi", torch.full((dim,), -math.inf, dtype=torch.float64))
+
+    def _load_from_state_dict(
+        self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
+        # a checkpoint written before the range was kept: load it with an unknown range
+        for name, fill in zip(self._range_buffers, (math.inf, -math.inf)):
+            if prefix + name not in state_dict:
+                current = self._buffers[name]
+                assert current is not None
+                state_dict[prefix + name] = torch.full_like(current, fill)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
@@ -70,6 +122,8 @@ class RunningMoments(KeepFloat64):
             return
         x = x.detach().to(torch.float64).reshape(x.shape[0], self.dim)
         n = x.shape[0]
+        torch.minimum(self.lo, x.min(0).values, out=self.lo)
+        torch.maximum(self.hi, x.max(0).values, out=self.hi)
         seen = int(self.count)
         batch_mean = x.mean(0)
         if seen == 0:
@@ -84,6 +138,13 @@ class RunningMoments(KeepFloat64):
             batch_cov = (centred.T @ centred if self.full else (centred * centred).sum(0)) / n
             self.cov.mul_(1.0 - weight).add_(weight * batch_cov)
         self.count.add_(n)
+
+    @property
+    def constant(self) -> torch.Tensor:
+        """bool ``(D,)``: features that did not vary in the rows folded in
+        (:func:`constant_features`; none before the first row)."""
+        var = torch.diagonal(self.cov) if self.full else self.cov
+        return constant_features(self.mean, var)
 
     @property
     def variance(self) -> torch.Tensor:
@@ -104,8 +165,11 @@ class RunningMoments(KeepFloat64):
         return cov + self.min_var * torch.eye(self.dim, dtype=cov.dtype, device=cov.device)
 
     def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        """``(x − mean) / std`` in float64, shape of ``x``; no gradient reaches the statistics."""
-        return (x.to(torch.float64) - self.mean) / self.std
+        """``(x − mean) / std`` in float64, shape of ``x`` ``(..., D)``; no gradient reaches the
+        statistics. A :attr:`constant` feature gives 0 whatever ``x`` holds: it is left out,
+        never divided by its ~0 spread."""
+        out = (x.to(torch.float64) - self.mean) / self.std
+        return out.masked_fill(self.constant, 0.0)
 
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """Log density of ``N(mean, covariance)`` at ``x`` ``(..., D)``: float64 ``(...)``."""

@@ -6,6 +6,7 @@ import torch
 
 from ._float64 import KeepFloat64
 from ._lazy import LazyBuffers
+from ._moments import constant_features
 
 __all__ = ["RunningNorm"]
 
@@ -25,7 +26,9 @@ class RunningNorm(KeepFloat64, LazyBuffers):
     nothing), so one NaN simulation cannot poison the normalisation.
 
     Before any statistics exist (eval mode on a fresh module) the forward is the identity.
-    The output has the input's dtype and device.
+    The output has the input's dtype and device. A feature that did not vary in the batches
+    seen (:attr:`constant`) is left out: its output is 0 whatever the input (never a division
+    by its ~0 variance, case K23), and :meth:`inverse` gives back the constant.
 
     Args:
         momentum: weight of a new batch, in (0, 1].
@@ -67,6 +70,12 @@ class RunningNorm(KeepFloat64, LazyBuffers):
         """Whether statistics exist (a training batch was seen or a state was loaded)."""
         return self.mean.numel() > 0
 
+    @property
+    def constant(self) -> torch.Tensor:
+        """bool ``D``: features that did not vary in the batches seen
+        (:func:`~kestrel_torch._moments.constant_features`); empty before any statistics."""
+        return constant_features(self.mean, self.var)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise ``x``: tensor ``(B, *D)``; returns ``(B, *D)`` in ``x``'s dtype."""
         if self.training:
@@ -74,14 +83,16 @@ class RunningNorm(KeepFloat64, LazyBuffers):
         if not self.fitted:
             return x
         shift = self.mean.to(x.dtype)
-        scale = torch.rsqrt(self.var + self.eps).to(x.dtype)
+        scale = torch.rsqrt(self.var + self.eps).masked_fill(self.constant, 0.0).to(x.dtype)
         return (x - shift) * scale
 
     def inverse(self, y: torch.Tensor) -> torch.Tensor:
-        """Undo :meth:`forward`: ``x = y * sqrt(var + eps) + mean``, in ``y``'s dtype."""
+        """Undo :meth:`forward`: ``x = y * sqrt(var + eps) + mean``, in ``y``'s dtype (the
+        constant itself for a :attr:`constant` feature)."""
         if not self.fitted:
             return y
-        return y * torch.sqrt(self.var + self.eps).to(y.dtype) + self.mean.to(y.dtype)
+        scale = torch.sqrt(self.var + self.eps).masked_fill(self.constant, 0.0)
+        return y * scale.to(y.dtype) + self.mean.to(y.dtype)
 
     @torch.no_grad()
     def _update(self, x: torch.Tensor) -> None:

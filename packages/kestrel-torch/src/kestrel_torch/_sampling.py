@@ -8,11 +8,17 @@ through ``prior.from_normal`` — which lands in the prior's support by construc
 densities get the Jacobian: ``log p(θ) = log p(z) + log|det ∂z/∂θ|``. Conditions arrive as
 arrays (or tensors) with a leading dimension of 1 (broadcast) or n; :class:`Conditions` checks
 them against the rows the model was built from and puts them on the device without copying a
-broadcast observation n times.
+broadcast observation n times; a condition holding NaN or ±inf is refused there (case K24).
+
+Every draw checks a broadcast observation against the training data
+(:mod:`~kestrel_torch._guards`: features constant in training, an observation far outside
+it); what it finds is warned about once (an :class:`~kestrel_core._observe.ObservationWarning`
+per kind) and kept in :attr:`Conditions.findings`.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,8 +27,10 @@ import torch
 
 from kestrel_core import EstimatorContext, Record
 from kestrel_core._inputs import as_input
+from kestrel_core._observe import ObservationWarning, check_finite_observation
 
 from ._errors import EstimatorError
+from ._guards import Finding, describe, embed_checked
 from ._model import NPEModel
 
 __all__ = ["Conditions", "draw", "log_density", "prior_draws"]
@@ -35,12 +43,30 @@ class Conditions:
         context: the node (its evidence and scaffolds). device: where the model lives.
         templates: condition node → tensor ``(k, *shape)`` of the rows the model was built from;
             each condition must have that per-row shape, and is converted to that dtype.
+
+    Attributes:
+        findings: what the guards found for the observation of the latest draw with a
+            broadcast observation (JSON-ready dicts, see
+            :meth:`~kestrel_torch._guards.Finding.as_dict`; empty when it is like the training
+            data).
     """
 
     def __init__(
         self, context: EstimatorContext, device: torch.device, templates: Mapping[str, torch.Tensor]
     ) -> None:
         self.context, self.device, self.templates = context, device, templates
+        self.findings: list[dict[str, Any]] = []
+        self._warned: set[str] = set()
+
+    def note(self, found: list[Finding]) -> None:
+        """Keep the findings of a checked observation and warn once per distinct message."""
+        node = self.context.node
+        self.findings = [f.as_dict(node) for f in found]
+        for message, reported in describe(node, found):
+            if message not in self._warned:
+                self._warned.add(message)
+                records = [f.as_dict(node) for f in reported]
+                warnings.warn(ObservationWarning(message, records), stacklevel=2)
 
     def inputs(self, n: int, conditions: Mapping[str, Any]) -> dict[str, torch.Tensor | None]:
         """Evidence tensors on the device with leading dimension 1 (all broadcast) or ``n``;
@@ -80,7 +106,8 @@ class Conditions:
 
         Raises:
             EstimatorError: a per-row shape other than the template's, a leading dimension
-                other than 1 or ``n``, or a non-numeric array.
+                other than 1 or ``n``, a non-numeric array, or a NaN or ±inf (the message
+                names the node, the condition, the index and the value).
         """
         node = self.context.node
         template = self.templates.get(name)
@@ -113,6 +140,12 @@ class Conditions:
                 f"node {node!r}: condition {name!r} has leading dimension {k}; "
                 f"expected 1 (broadcast) or {n}"
             )
+        if (tensor.is_floating_point() or tensor.is_complex()) and not bool(
+            torch.isfinite(tensor).all()
+        ):
+            values = tensor.cpu().numpy()
+            what = f"condition {name!r}" + (f" (shape {tuple(values.shape)})" if k > 1 else "")
+            check_finite_observation(node, values[0] if k == 1 else values, what, EstimatorError)
         dtype = template.dtype if template is not None else None
         return tensor.to(device=self.device, dtype=dtype)
 
@@ -146,10 +179,16 @@ def draw(
 
     Raises:
         EstimatorError: a missing or mis-shaped condition.
+
+    Warns:
+        ObservationWarning: a broadcast observation unlike the training data
+            (:mod:`~kestrel_torch._guards`), once per message for ``conditions``.
     """
     if n == 0:
         return {"value": np.empty((0, prior.full_dim)), "log_prob": np.empty(0)}
-    s = model.embed(conditions.inputs(n, given))
+    s, found = embed_checked(model, conditions.inputs(n, given))
+    if s.shape[0] == 1:
+        conditions.note(found)
     z, log_z = model.head.sample(s, n, gamma, generator)
     theta, log_dtheta = prior.from_normal(z.cpu().numpy(), with_logdet=True)
     log_prob = log_z.cpu().numpy() - log_dtheta

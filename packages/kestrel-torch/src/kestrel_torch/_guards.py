@@ -1,0 +1,306 @@
+"""Guards for observations unlike the training data, checked at every sampling call.
+
+Shape symbols: E embedding width.
+
+An estimator only knows the data it was trained on. Where the observation lies outside them its
+posterior is an extrapolation, and nothing in the draws shows it. Two checks compare the
+observation's **embedding** ``s`` (what the head is conditioned on) with the statistics the
+head whitens ``s`` by — the float64 running mean, standard deviation and range ``[lo, hi]``
+of the training rows (:class:`~kestrel_torch._moments.RunningMoments`):
+
+* **constant** (case K23): a feature that did not vary in training
+  (:func:`~kestrel_torch._moments.constant_features`) is left out of the whitening, so it
+  carries no information; the finding says so, and says whether the observation holds another
+  value (the simulator never produced it). The inputs of every
+  :class:`~kestrel_torch.RunningNorm` inside the embedding are checked the same way.
+* **far**: feature ``j`` lies far outside the training data when the observation's ``s_j`` is
+  outside the range ``[lo_j, hi_j]`` of every training row seen **and** its z-score
+  ``|s_j − mean_j| / std_j`` exceeds :data:`FAR_Z`. The range makes the test hold for skewed
+  and heavy-tailed features (a value the training data reached never warns, whatever its
+  z-score); the z-score bound makes it independent of the buffer's size (the range of many
+  rows reaches a few standard deviations, so a value just beyond it is not yet far) and keeps
+  false alarms rare with many features (for Gaussian features ``P(|z| > 5) ≈ 6·10⁻⁷`` each).
+  It costs two comparisons per feature, on statistics that exist anyway. A checkpoint written
+  before the range was kept has an unknown range; then the z-score alone decides.
+
+Both run on a broadcast observation (one row of conditions, what every observation-conditioned
+sampling call gives); per-row conditions (n different rows) are not checked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._moments import RunningMoments, constant_features
+from ._norm import RunningNorm
+
+__all__ = ["FAR_Z", "Finding", "check_observation", "describe"]
+
+#: z-score beyond which a feature outside the training range counts as far from it
+FAR_Z = 5.0
+#: features named in one warning (the farthest first); the rest are counted
+_SHOWN = 5
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One feature of an observation unlike the training data.
+
+    Attributes:
+        kind: ``"constant"`` (constant in training) or ``"far"`` (far outside the training data).
+        feature: index of the feature in the embedding (or in the flattened input of the
+            normalisation layer ``where`` names).
+        label: the feature for people: ``"x[2]"`` (identity embedding), ``"embedding feature
+            2"``, or ``"<layer> input 2"``.
+        value: the observation's value of the feature.
+        mean, std: the training data's running mean and standard deviation of the feature.
+        z: ``(value − mean) / std`` (``None`` for a constant feature).
+        lo, hi: the range of the training rows (``None`` where unknown).
+        differs: for ``constant``: whether the observation holds another value than the constant.
+        where: ``"embedding"``, or the path of the normalisation layer inside it.
+    """
+
+    kind: str
+    feature: int
+    label: str
+    value: float
+    mean: float
+    std: float
+    z: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+    differs: bool = False
+    where: str = "embedding"
+
+    def as_dict(self, node: str) -> dict[str, Any]:
+        """JSON-ready record with the node's name (non-finite numbers become ``None``)."""
+        out: dict[str, Any] = {"node": node}
+        for key, value in asdict(self).items():
+            out[key] = None if isinstance(value, float) and not math.isfinite(value) else value
+        return out
+
+
+def _num(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def describe(node: str, findings: Sequence[Finding]) -> list[tuple[str, list[Finding]]]:
+    """Warning texts for the findings of one observation: one per kind present.
+
+    Args:
+        node: the estimator's node. findings: from :func:`check_observation`.
+
+    Returns:
+        ``(message, the findings it reports)`` pairs; each message starts with
+        ``node '<node>':``.
+    """
+    out: list[tuple[str, list[Finding]]] = []
+    differs = [f for f in findings if f.kind == "constant" and f.differs]
+    same = [f for f in findings if f.kind == "constant" and not f.differs]
+    far = sorted((f for f in findings if f.kind == "far"), key=lambda f: -abs(f.z or 0.0))
+    if differs:
+        items = ", ".join(
+            f"{f.label} (always {_num(f.mean)} in training, {_num(f.value)} observed)"
+            for f in differs[:_SHOWN]
+        )
+        out.append(
+            (
+                f"node {node!r}: {_count(differs, 'feature')} constant in the training data "
+                f"while the observation differs from it: {items}{_more(differs)}; the simulator "
+                "never produced the observed value. The feature is left out of the "
+                "standardisation (it carries no information): the posterior ignores it",
+                differs,
+            )
+        )
+    if same:
+        items = ", ".join(f"{f.label} (always {_num(f.mean)})" for f in same[:_SHOWN])
+        out.append(
+            (
+                f"node {node!r}: {_count(same, 'feature')} constant in the training data: "
+                f"{items}{_more(same)}; left out of the standardisation (it carries no "
+                "information)",
+                same,
+            )
+        )
+    if far:
+        items = ", ".join(
+            f"{f.label} = {_num(f.value)} (z = {f.z:+.1f}; training range "
+            f"{_range(f)}, mean {_num(f.mean)}, std {_num(f.std)})"
+            for f in far[:_SHOWN]
+        )
+        out.append(
+            (
+                f"node {node!r}: the observation lies far outside the training data "
+                f"(|z| > {FAR_Z:g} and outside the range of every training row): {items}"
+                f"{_more(far)}; the posterior there is an extrapolation",
+                far,
+            )
+        )
+    return out
+
+
+def _count(found: Sequence[Finding], what: str) -> str:
+    return f"{len(found)} {what}{'s are' if len(found) > 1 else ' is'}"
+
+
+def _more(found: Sequence[Finding]) -> str:
+    return f" and {len(found) - _SHOWN} more" if len(found) > _SHOWN else ""
+
+
+def _range(f: Finding) -> str:
+    return "unknown" if f.lo is None or f.hi is None else f"[{_num(f.lo)}, {_num(f.hi)}]"
+
+
+def feature_labels(
+    embedding: nn.Module, inputs: Mapping[str, torch.Tensor | None], width: int
+) -> list[str]:
+    """A label per embedding feature: ``"x[2]"`` for the identity embedding (flattened
+    inputs in order), ``"embedding feature 2"`` for a module's output."""
+    names = getattr(embedding, "inputs", ())
+    if getattr(embedding, "net", "module") is not None or not names:
+        return [f"embedding feature {j}" for j in range(width)]
+    labels: list[str] = []
+    for name in names:
+        tensor = inputs.get(name)
+        if tensor is None:
+            continue
+        shape = tuple(tensor.shape[1:])
+        size = int(np.prod(shape, dtype=np.int64))
+        for i in range(size):
+            index = np.unravel_index(i, shape) if shape else ()
+            inner = ", ".join(str(int(k)) for k in index)
+            labels.append(f"{name}[{inner}]" if shape else name)
+    return labels if len(labels) == width else [f"embedding feature {j}" for j in range(width)]
+
+
+def _stats_findings(stats: RunningMoments, s: torch.Tensor, labels: Sequence[str]) -> list[Finding]:
+    """Constant and far features of one embedding row against the head's statistics."""
+    if int(stats.count) == 0:
+        return []
+    value = s.detach().to(torch.float64).reshape(-1).cpu()
+    mean, std = stats.mean.cpu(), stats.std.cpu()
+    lo, hi = stats.lo.cpu(), stats.hi.cpu()
+    var = torch.diagonal(stats.cov) if stats.full else stats.cov
+    constant = constant_features(mean, var.cpu())
+    known = lo <= hi
+    z = (value - mean) / std
+    outside = ~known | (value < lo) | (value > hi)
+    far = ~constant & outside & (z.abs() > FAR_Z)
+    found = []
+    for j in torch.nonzero(constant | far).flatten().tolist():
+        is_constant = bool(constant[j])
+        found.append(
+            Finding(
+                kind="constant" if is_constant else "far",
+                feature=j,
+                label=labels[j],
+                value=float(value[j]),
+                mean=float(mean[j]),
+                std=float(var[j].clamp_min(0.0).sqrt()) if is_constant else float(std[j]),
+                z=None if is_constant else float(z[j]),
+                lo=float(lo[j]) if bool(known[j]) else None,
+                hi=float(hi[j]) if bool(known[j]) else None,
+                differs=is_constant and bool(_differs(value[j], mean[j])),
+            )
+        )
+    return found
+
+
+def _differs(value: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """Whether a value is another than a constant feature's (beyond float64 rounding)."""
+    return (value - mean).abs() > 1e-9 * torch.maximum(mean.abs(), value.abs())
+
+
+def _norm_findings(path: str, norm: RunningNorm, x: torch.Tensor) -> list[Finding]:
+    """Constant inputs of a RunningNorm layer inside the embedding, for one row ``x``."""
+    if not norm.fitted:
+        return []
+    mean, var = norm.mean.reshape(-1).cpu(), norm.var.reshape(-1).cpu()
+    constant = constant_features(mean, var)
+    if not bool(constant.any()):
+        return []
+    value = x.detach().to(torch.float64).reshape(-1).cpu()
+    if value.numel() != mean.numel():
+        return []
+    return [
+        Finding(
+            kind="constant",
+            feature=j,
+            label=f"{path} input {j}",
+            value=float(value[j]),
+            mean=float(mean[j]),
+            std=float(var[j].clamp_min(0.0).sqrt()),
+            differs=bool(_differs(value[j], mean[j])),
+            where=path,
+        )
+        for j in torch.nonzero(constant).flatten().tolist()
+    ]
+
+
+def embed_checked(
+    model: nn.Module, inputs: Mapping[str, torch.Tensor | None]
+) -> tuple[torch.Tensor, list[Finding]]:
+    """Embed conditions and check a broadcast observation against the training data.
+
+    Args:
+        model: an eval-mode :class:`~kestrel_torch._model.NPEModel` (``embed``, ``embedding``,
+            and a head whose ``context_stats`` are the embedding's running statistics).
+        inputs: condition node → tensor ``(M, *D)``, as for ``model.embed``.
+
+    Returns:
+        ``(s, findings)``: the embedding ``(M, E)`` and, for M = 1, what
+        :func:`check_observation` finds (empty for M > 1).
+    """
+    norms = [
+        (f"embedding.{path}" if path else "embedding", m)
+        for path, m in model.embedding.named_modules()
+        if isinstance(m, RunningNorm)
+    ]
+    seen: list[tuple[str, RunningNorm, torch.Tensor]] = []
+    hooks = [
+        m.register_forward_pre_hook(
+            lambda mod, args, path=path: seen.append((path, mod, args[0]))  # type: ignore[misc]
+        )
+        for path, m in norms
+    ]
+    try:
+        s = model.embed(inputs)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    if s.shape[0] != 1:
+        return s, []
+    found = []
+    for path, norm, x in seen:
+        if isinstance(x, torch.Tensor) and x.shape[:1] == (1,):
+            found += _norm_findings(path, norm, x)
+    return s, found + check_observation(model, s, inputs)
+
+
+def check_observation(
+    model: nn.Module, s: torch.Tensor, inputs: Mapping[str, torch.Tensor | None]
+) -> list[Finding]:
+    """Constant and far features of one embedded observation (see the module docstring).
+
+    Args:
+        model: the model (its head's ``context_stats``: a
+            :class:`~kestrel_torch._moments.RunningMoments`; a head without them is not checked).
+        s: the observation's embedding ``(1, E)``.
+        inputs: the conditions it was embedded from (for the features' labels).
+
+    Returns:
+        The findings, constant features first, then far ones (feature order).
+    """
+    stats = getattr(model.head, "context_stats", None)
+    if not isinstance(stats, RunningMoments) or s.shape[0] != 1 or s.shape[1] != stats.dim:
+        return []
+    labels = feature_labels(model.embedding, inputs, int(s.shape[1]))
+    found = _stats_findings(stats, s, labels)
+    return sorted(found, key=lambda f: (f.kind != "constant", f.feature))
