@@ -95,7 +95,7 @@ def hpd_credibility(log_prob_truth: Any, log_prob_samples: Any) -> np.ndarray:
             draws for the same x*_i.
 
     Returns:
-        float64 ``(m,)`` in (0, 1).
+        float64 ``(m,)`` in (0, 1].
 
     Raises:
         ShapeError: the arrays do not pair up.
@@ -109,7 +109,8 @@ def hpd_credibility(log_prob_truth: Any, log_prob_samples: Any) -> np.ndarray:
     lt = np.where(np.isnan(lt), -np.inf, lt)
     ls = np.where(np.isnan(ls), -np.inf, ls)
     denser = np.sum(ls > lt[:, None], axis=1) + 0.5 * np.sum(ls == lt[:, None], axis=1)
-    return np.asarray((denser + 0.5) / (ls.shape[1] + 1), dtype=np.float64)
+    cred = (denser + 0.5) / (ls.shape[1] + 1)
+    return np.asarray(np.where(lt == -np.inf, 1.0, cred), dtype=np.float64)
 
 
 def expected_coverage(credibility: Any, levels: Sequence[float] = LEVELS) -> np.ndarray:

@@ -11,15 +11,15 @@ through the graph like ``m · n`` samples of one call (an estimator takes condit
 ``(N, *D)``, a row per sample), cut into calls of at most :data:`CALL_ROWS` rows and
 :data:`CALL_BYTES` of repeated observations, and the results are reshaped to ``(m, n, *D)``.
 :func:`draw_batch` does this on a :class:`~._local.LocalGraph` or a
-:class:`~kestrel_ray.DeployedGraph`; :func:`sample_batch` writes the file of ``kestrel sample``:
-``RUN/samples/<mode>/<digest>/NNNNNN.npz`` (arrays ``(m, n, *D)``) with ``observation.npz``
-holding the ``(m, *D)`` observations (their digest names the folder). A batched file does not
-become the mode's ``LATEST`` (``kestrel plot`` draws single-observation files).
+:class:`~kestrel_ray.DeployedGraph`; ``kestrel sample`` (:func:`~._sampling.sample_run`) writes
+the file: ``RUN/samples/<mode>/<digest>/NNNNNN.npz`` (arrays ``(m, n, *D)``) with
+``observation.npz`` holding the ``(m, *D)`` observations (their digest names the folder). A
+batched file does not become the mode's ``LATEST`` (``kestrel plot`` draws single-observation
+files).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from kestrel_core import ConfigError, KestrelError, RunConfig, ShapeError, check_count, flat_key
-from kestrel_core._samplefiles import OBSERVED_MODES, observation_digest
+from kestrel_core._samplefiles import OBSERVED_MODES
 
 from .._plan import inference_plan, resimulation_plan
 from ._observations import given_observations, read_observation
@@ -40,7 +40,6 @@ __all__ = [
     "batch_plan",
     "run_batch",
     "draw_batch",
-    "sample_batch",
 ]
 
 #: rows of conditions per graph call at most
@@ -207,76 +206,24 @@ def run_batch(
 
 
 def draw_batch(
-    dg: Any, mode: str, n: int, batch: Batch, entry: Any = None
+    dg: Any, mode: str, n: int, batch: Batch, nodes: Callable[[Sequence[str]], Sequence[str]]
 ) -> dict[str, np.ndarray]:
     """``n`` samples of ``mode`` for each observation of ``batch``.
 
     Args:
         dg: a :class:`~._local.LocalGraph` or a deployed :class:`~kestrel_ray.DeployedGraph`
             (weights loaded). mode: ``posterior``, ``proposal`` or ``ppd``. n: samples per
-            observation. batch: the observations. entry: ``sample.<mode>`` of the config.
+            observation. batch: the observations.
+        nodes: the nodes to return, given the nodes the call produced (``kestrel sample``:
+            :func:`~._sampling.select_nodes`).
 
     Returns:
-        node → ``(m, n, *D)``: the nodes :func:`~._sampling.select_nodes` picks for ``mode``.
+        node → ``(m, n, *D)``.
     """
-    from ._sampling import select_nodes
-
     plan = batch_plan(dg.graph, mode, [*batch.rows, *batch.shared])
 
     def keys(trace: Any) -> list[str]:
-        return [flat_key(m, "value") for m in select_nodes(dg, mode, trace.nodes(), entry)]
+        return [flat_key(m, "value") for m in nodes(trace.nodes())]
 
     arrays = run_batch(dg, plan, n, batch.rows, keys, batch.shared)
     return {key.rsplit(".", 1)[0]: a for key, a in arrays.items()}
-
-
-def sample_batch(
-    run: Any,
-    config: RunConfig,
-    mode: str,
-    n: int,
-    seed: int | None,
-    batch: Batch,
-    *,
-    overrides: Iterable[str] = (),
-    address: str | None = None,
-    ray: bool | None = None,
-) -> Any:
-    """:func:`~._sampling.sample_run` for a :class:`Batch` (weights and ``n`` checked there).
-
-    Returns:
-        A :class:`~._sampling.SampleResult` with ``batch = m``; the file's arrays are
-        ``(m, n, *D)``, its ``shapes`` the per-sample shapes ``D``.
-    """
-    from kestrel_core import seed_sequence
-
-    from ._sampling import SampleResult, needs_ray
-
-    observed = batch.observations(config.graph.observations)
-    on_ray = ray if ray is not None else needs_ray(config, mode, address) is not None
-    if on_ray:
-        from ._session import RunSession
-
-        session = RunSession.for_sample(run.root, overrides=overrides, seed=seed)
-        with session.ray(address), session.deployed() as dg:
-            session.load_weights(dg, config.graph.latents)
-            arrays = draw_batch(dg, mode, n, batch, config.sample[mode])
-        seed = session.seed
-    else:
-        from ._local import LocalGraph
-
-        seed = int(seed_sequence(seed).entropy)  # type: ignore[arg-type]  # an int here
-        graph = LocalGraph(config.graph, seed)
-        graph.load(run.graph, config.graph.latents)
-        arrays = draw_batch(graph, mode, n, batch, config.sample[mode])
-    path = run.write_samples(mode, arrays, observations=observed, latest=False)
-    return SampleResult(
-        os.fspath(path),
-        mode,
-        n,
-        int(seed),  # type: ignore[arg-type]
-        {m: tuple(a.shape[2:]) for m, a in arrays.items()},
-        observation_digest(observed),
-        bool(on_ray),
-        batch=batch.m,
-    )

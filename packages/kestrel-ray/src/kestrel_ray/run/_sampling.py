@@ -46,6 +46,7 @@ from kestrel_core import (
 )
 from kestrel_core._samplefiles import OBSERVED_MODES, observation_digest
 
+from ._batch import Batch, draw_batch, read_batch
 from ._observations import given_observations
 from ._rundir import RunDir
 
@@ -127,6 +128,7 @@ def draw_samples(
     n: int,
     entry: Any = None,
     observations: Mapping[str, Any] | None = None,
+    batch: Batch | None = None,
 ) -> dict[str, np.ndarray]:
     """Draw ``n`` samples of ``mode`` from a graph whose weights are loaded.
 
@@ -137,9 +139,10 @@ def draw_samples(
         n: number of samples (≥ 1).
         entry: the config's ``sample.<mode>`` (for ``exclude_keys`` / ``add_keys``) or ``None``.
         observations: node → ``x_o`` (shape ``D``) over the graph's own (not for ``prior``).
+        batch: m observations (:class:`~._batch.Batch`): ``n`` samples for each, batched.
 
     Returns:
-        node name → array ``(n, *D)`` (the node's values).
+        node name → array ``(n, *D)`` (the node's values); ``(m, n, *D)`` for a batch.
 
     Raises:
         ConfigError: unknown mode or node selection. EstimatorError: an estimator cannot sample
@@ -147,6 +150,8 @@ def draw_samples(
     """
     _check_mode(mode)
     n = check_count(n, "n")
+    if batch is not None:
+        return draw_batch(dg, mode, n, batch, lambda made: select_nodes(dg, mode, made, entry))
     method = {
         "prior": "sample",
         "posterior": "sample_posterior",
@@ -270,31 +275,29 @@ def sample_run(
     n = check_count(n, f"sample.{mode}.n")
     if n == 0:
         raise ConfigError(f"sample.{mode}.n: expected a positive number of samples, got 0")
-    from ._batch import read_batch, sample_batch
-
     batch = read_batch(config, mode, observation)  # (m, *D) arrays: m observations at once
     given = given_observations(config.graph, mode, None if batch else observation)
     if mode != "prior":
         _require_weights(run, config, f"{mode} sampling")
-    if batch is not None:
-        return sample_batch(
-            run, config, mode, n, seed, batch, overrides=overrides, address=address, ray=ray
-        )
     observed = {**config.graph.observations, **given} if mode in OBSERVED_MODES else None
+    if batch is not None:
+        observed = batch.observations(config.graph.observations)
     on_ray = ray if ray is not None else needs_ray(config, mode, address) is not None
     if on_ray:
-        seed, arrays = _draw_on_ray(run.root, mode, n, seed, overrides, address, given)
+        seed, arrays = _draw_on_ray(run.root, mode, n, seed, overrides, address, given, batch)
     else:
-        seed, arrays = _draw_here(run, config, mode, n, seed, given)
-    path = run.write_samples(mode, arrays, observations=observed)
+        seed, arrays = _draw_here(run, config, mode, n, seed, given, batch)
+    path = run.write_samples(mode, arrays, observations=observed, latest=batch is None)
+    skip = 1 if batch is None else 2  # (n, *D), or (m, n, *D) for a batch
     return SampleResult(
         path,
         mode,
         n,
         seed,
-        {m: tuple(a.shape[1:]) for m, a in arrays.items()},
+        {m: tuple(a.shape[skip:]) for m, a in arrays.items()},
         observation_digest(observed) if observed else None,
         bool(on_ray),
+        None if batch is None else batch.m,
     )
 
 
@@ -305,6 +308,7 @@ def _draw_here(
     n: int,
     seed: int | None,
     observations: Mapping[str, np.ndarray],
+    batch: Batch | None = None,
 ) -> tuple[int, dict[str, np.ndarray]]:
     from ._local import LocalGraph
 
@@ -312,7 +316,7 @@ def _draw_here(
     graph = LocalGraph(config.graph, seed, estimators=mode != "prior")
     if mode != "prior":
         graph.load(run.graph, config.graph.latents)
-    return seed, draw_samples(graph, mode, n, config.sample[mode], observations)
+    return seed, draw_samples(graph, mode, n, config.sample[mode], observations, batch)
 
 
 def _draw_on_ray(
@@ -323,6 +327,7 @@ def _draw_on_ray(
     overrides: Iterable[str],
     address: str | None,
     observations: Mapping[str, np.ndarray],
+    batch: Batch | None = None,
 ) -> tuple[int, dict[str, np.ndarray]]:
     from ._session import RunSession
 
@@ -331,7 +336,7 @@ def _draw_on_ray(
     with session.ray(address), session.deployed() as dg:
         if mode != "prior":
             session.load_weights(dg, config.graph.latents)
-        arrays = draw_samples(dg, mode, n, config.sample[mode], observations)
+        arrays = draw_samples(dg, mode, n, config.sample[mode], observations, batch)
     return session.seed, arrays
 
 
