@@ -96,7 +96,10 @@ def read_batch(config: RunConfig, mode: str, given: Any) -> Batch | None:
     batched = {
         node: a
         for node, a in arrays.items()
-        if node in own and a.ndim == len(own[node].shape) + 1 and a.shape[0] >= 2
+        if node in own
+        and a.shape[1:] == own[node].shape
+        and a.ndim > len(own[node].shape)
+        and a.shape[0] >= 2
     }
     if not batched:
         return None

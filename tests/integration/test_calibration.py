@@ -1,0 +1,91 @@
+"""Issue 10 items 1–2: posteriors for m observations in one call; ``kestrel check calibration``.
+
+One toy run (z ~ U(0, 1)², x = z + N(0, 0.05²), a Gaussian estimator trained 2 epochs) serves
+every test: under-trained on purpose, so its posterior is too wide and the check says so.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kestrel_core import ConfigError, ShapeError
+from kestrel_core._cli import main
+from kestrel_core._runread import read_run_samples
+from kestrel_core._samplefiles import OBSERVATION_FILE, observation_digest
+from kestrel_ray import RunDir, launch, sample_run
+from kestrel_ray.run._calibrate import check_calibration
+
+from .test_launch import toy
+
+BATCH = np.array([[0.4, 0.6], [0.1, 0.9], [0.8, 0.2]])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, ray_session):
+    tmp = tmp_path_factory.mktemp("calibration")
+    launch(toy(tmp), tmp / "run", seed=11, progress=False, auto_sample=False)
+    return tmp / "run"
+
+
+def test_posterior_for_m_observations_in_one_call(trained, tmp_path):
+    np.save(tmp_path / "three.npy", BATCH)
+    single = sample_run(trained, "posterior", n=5, seed=1)
+    result = sample_run(
+        trained, "posterior", n=300, seed=2, observation=str(tmp_path / "three.npy")
+    )
+    assert (result.batch, result.shapes, result.ray) == (3, {"z": (2,)}, False)
+    assert result.observation == observation_digest({"x": BATCH})
+    with np.load(result.path) as f:
+        z = f["z"]
+    assert z.shape == (3, 300, 2)
+    # each observation's draws follow it (in order), even from a 2-epoch estimator
+    assert np.abs(z.mean(axis=1) - BATCH).max() < 0.15
+    run = RunDir(trained)
+    np.testing.assert_array_equal(run.sample_observation(result.path)["x"], BATCH)
+    assert run.latest_sample_file("posterior") == single.path  # a batch is not plotted
+    with pytest.raises(ConfigError, match=r"samples for 3 observations \(\(m, n, …\) arrays"):
+        read_run_samples(trained, path=result.path)
+    ppd = sample_run(trained, "ppd", n=4, seed=3, observation=BATCH)
+    with np.load(ppd.path) as f:
+        assert {k: f[k].shape for k in f.files} == {"z": (3, 4, 2), "x": (3, 4, 2)}
+    with pytest.raises(ShapeError, match=r"observation has shape \(3, 3\)"):
+        sample_run(trained, "posterior", n=4, observation=np.zeros((3, 3)))
+
+
+def test_batched_draws_on_ray_equal_the_draws_here(trained, no_leaked_actors):
+    here = sample_run(trained, "posterior", n=30, seed=5, observation=BATCH)
+    on_ray = sample_run(trained, "posterior", n=30, seed=5, observation=BATCH, ray=True)
+    assert on_ray.ray and on_ray.batch == 3
+    with np.load(here.path) as a, np.load(on_ray.path) as b:
+        np.testing.assert_allclose(a["z"], b["z"], rtol=1e-6, atol=1e-9)
+    # truths simulated on Ray, posteriors here
+    result = check_calibration(trained, n=20, samples=50, seed=0, ray=True, image=False)
+    assert result.ray and result.report["n"] == 20 and result.image is None
+
+
+def test_check_calibration_reports_the_undertrained_posterior(trained, capsys):
+    status = main(
+        ["check", "calibration", "-o", str(trained), "-n", "120", "--samples", "300", "--seed", "0"]
+    )
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert out.startswith("kestrel check calibration: underconfident"), out
+    report = json.loads((trained / "checks" / "calibration.json").read_text())
+    assert (report["n"], report["samples"], report["from"], report["seed"]) == (
+        120,
+        300,
+        "proposal",
+        0,
+    )
+    assert len(report["levels"]) == len(report["coverage"]) == 19
+    assert report["verdict"] == "underconfident" and report["max_deviation"] > 0.1
+    assert report["ranks"]["names"] == ["z[0]", "z[1]"]
+    assert set(report["tarp"]) == {"coverage", "max_deviation", "verdict"}
+    assert (trained / "checks" / "calibration.png").stat().st_size > 10_000
+    prior = check_calibration(trained, n=30, samples=40, source="prior", seed=1, image=False)
+    assert prior.report["from"] == "prior" and prior.n == 30
+    with pytest.raises(ConfigError, match="--from 'posterior'"):
+        check_calibration(trained, source="posterior")
