@@ -14,7 +14,7 @@ import pytest
 from kestrel_core import ConfigError, ShapeError
 from kestrel_core._cli import main
 from kestrel_core._runread import read_run_samples
-from kestrel_core._samplefiles import OBSERVATION_FILE, observation_digest
+from kestrel_core._samplefiles import observation_digest
 from kestrel_ray import RunDir, launch, sample_run
 from kestrel_ray.run._calibrate import check_calibration
 
