@@ -26,9 +26,11 @@ from .test_launch import toy
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, ray_session):
-    """A toy run trained for 2 epochs (z ~ U(0, 1)², x = z + noise observed at [0.4, 0.6])."""
+    """A toy run trained for 2 epochs (z ~ U(0, 1)², x = z + noise observed at [0.4, 0.6]);
+    amortized (prior draws only), so sampling it at other observations is what it is for."""
     tmp = tmp_path_factory.mktemp("sample_local")
-    launch(toy(tmp), tmp / "run", seed=11, progress=False, auto_sample=False)
+    estimator = {"_target_": "kestrel_torch.GaussianPosterior", "max_epochs": 2, "amortized": True}
+    launch(toy(tmp, estimator=estimator), tmp / "run", seed=11, progress=False, auto_sample=False)
     return tmp / "run"
 
 

@@ -122,6 +122,11 @@ class EstimatorOptions:
         prior_epochs: proposals stay prior draws until this many epochs were trained over the
             estimator's life.
         gamma: tempering exponent of proposals (≥ 0; 0: always the prior).
+        amortized: an estimator meant for many observations: proposals off (``gamma`` = 0, the
+            prior the only source of training samples), so its posterior holds wherever the
+            prior predictive reaches; ``false`` (the default) focuses training on the run's
+            observation with γ-tempered proposals, and sampling such a run at another
+            observation warns. Setting both ``amortized: true`` and a ``gamma`` > 0 is refused.
         cache_sync_every: sync the loader caches every this many epochs (≥ 1).
         max_cache_samples: cache at most this many training samples (0: all).
         discard_samples, log_ratio_threshold: mark a training sample DISFAVOURED when
@@ -143,6 +148,7 @@ class EstimatorOptions:
     min_lr: float = option(0.0, real(0.0, "lr"))
     prior_epochs: int = option(0, integer(0))
     gamma: float = option(0.5, real(0.0))
+    amortized: bool = option(False, flag)
     cache_sync_every: int = option(1, integer(1))
     max_cache_samples: int = option(0, integer(0))
     discard_samples: bool = option(False, flag)
@@ -159,6 +165,8 @@ class EstimatorOptions:
             check = f.metadata.get("check")
             if check is not None:
                 object.__setattr__(self, f.name, check(name, f.name, getattr(self, f.name), self))
+        if self.amortized:
+            object.__setattr__(self, "gamma", 0.0)  # proposals off: prior draws only
 
     @classmethod
     def from_kwargs(cls: type[_O], kwargs: Mapping[str, Any], owner: str) -> _O:
@@ -171,12 +179,17 @@ class EstimatorOptions:
         Raises:
             TypeError: an unknown keyword (``"GaussianPosterior: unknown keyword argument
                 'max_epoch' (did you mean 'max_epochs'?)"``).
-            ConfigError: a value out of range.
+            ConfigError: a value out of range, or ``amortized: true`` with a ``gamma`` > 0.
         """
         names = [f.name for f in fields(cls)]
         for key in kwargs:
             if key not in names:
                 raise TypeError(f"{owner}: {unknown('keyword argument', key, names)}")
+        if kwargs.get("amortized") is True and kwargs.get("gamma", 0) != 0:
+            raise ConfigError(
+                f"{owner}(amortized=True, gamma={kwargs['gamma']!r}): an amortized estimator "
+                "draws no proposals (γ = 0, prior draws only); drop gamma or set amortized: false"
+            )
         return cls(**kwargs, owner=owner)
 
     def as_dict(self) -> dict[str, Any]:

@@ -47,6 +47,7 @@ from kestrel_core import (
 from kestrel_core._samplefiles import OBSERVED_MODES, observation_digest
 
 from ._batch import Batch, draw_batch, read_batch
+from ._guards import capture, other_observation, record, status_findings
 from ._observations import given_observations
 from ._rundir import RunDir
 
@@ -267,6 +268,12 @@ def sample_run(
         ConfigError: not a run directory; unknown mode; ``n`` given neither here nor in the
             config; an unusable observation. EstimatorError: no saved weights (modes other than
             ``prior``). ShapeError: an observation of the wrong shape.
+
+    Warns:
+        ObservationWarning: the observation is unlike the training data (a feature constant in
+            training, far outside it) or, for a run trained with proposals, another than the
+            run's own (:mod:`._guards`); the findings are kept beside the sample file
+            (``NNNNNN.json``) and in ``status.json`` (``observation_checks``).
     """
     _check_mode(mode)
     run, config = _open(run_dir, overrides, mode)
@@ -283,11 +290,18 @@ def sample_run(
     if batch is not None:
         observed = batch.observations(config.graph.observations)
     on_ray = ray if ray is not None else needs_ray(config, mode, address) is not None
-    if on_ray:
-        seed, arrays = _draw_on_ray(run.root, mode, n, seed, overrides, address, given, batch)
-    else:
-        seed, arrays = _draw_here(run, config, mode, n, seed, given, batch)
+    checked = bool(observed) and batch is None and mode in OBSERVED_MODES
+    found = other_observation(run, config, observed or {}, bool(overrides)) if checked else []
+    with capture() as caught:  # the estimators' ObservationWarnings (in this process)
+        if on_ray:
+            seed, arrays = _draw_on_ray(
+                run.root, mode, n, seed, overrides, address, given, batch, findings=caught
+            )
+        else:
+            seed, arrays = _draw_here(run, config, mode, n, seed, given, batch)
     path = run.write_samples(mode, arrays, observations=observed, latest=batch is None)
+    if checked:
+        record(run, path, mode, observation_digest(observed or {}), found + caught)
     skip = 1 if batch is None else 2  # (n, *D), or (m, n, *D) for a batch
     return SampleResult(
         path,
@@ -328,6 +342,8 @@ def _draw_on_ray(
     address: str | None,
     observations: Mapping[str, np.ndarray],
     batch: Batch | None = None,
+    *,
+    findings: list[dict[str, Any]] | None = None,
 ) -> tuple[int, dict[str, np.ndarray]]:
     from ._session import RunSession
 
@@ -337,6 +353,8 @@ def _draw_on_ray(
         if mode != "prior":
             session.load_weights(dg, config.graph.latents)
         arrays = draw_samples(dg, mode, n, config.sample[mode], observations, batch)
+        if findings is not None and mode != "prior":  # what the estimators' guards found
+            findings.extend(status_findings(dg, config.graph.latents))
     return session.seed, arrays
 
 
