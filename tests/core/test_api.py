@@ -38,6 +38,8 @@ EXPECTED = [
     "load_config",
     "RunConfig",
     "BufferConfig",
+    "BudgetConfig",
+    "Rounds",
     "PathsConfig",
     "SampleConfig",
     "Graph",

@@ -11,6 +11,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from kestrel_core import (
+    BudgetConfig,
     BufferConfig,
     ConfigError,
     GraphError,
@@ -88,11 +89,14 @@ def test_yaml_config_loads_into_frozen_dataclasses(tmp_path):
         8,
         2,
         simulate_count=64,
-        simulate_interval=1.0,
+        epochs_per_round=1,
+        simulate_interval=0.0,
         simulate_when_full=True,
         snapshot_every=0,
         initial_samples_path=None,
     )
+    assert cfg.budget == BudgetConfig(simulations=None, stop_early=False)
+    assert cfg.deterministic is None
     assert cfg.base_dir == str(tmp_path)
     assert cfg.graph.forward_order == ["theta", "mu", "x"]
     assert cfg.graph.inference_order == ["x", "theta"]
@@ -514,3 +518,36 @@ def test_k17_errors_are_kestrel_errors_raised_before_anything_runs(tmp_path, mon
     with pytest.raises(KestrelError):
         load_config({"graph": {"c": {"simulator": graph_models.Counting, "parents": ["nope"]}}})
     assert built == []
+
+
+# --- budget and pacing (issue 14) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "section, value, expected",
+    [
+        ("budget", {"simulations": 0}, "budget.simulations: expected an integer ≥ 1"),
+        ("budget", {"simulations": 2.5}, "budget.simulations: expected an integer ≥ 1"),
+        ("budget", {"stop_early": "yes"}, "budget.stop_early: expected true or false"),
+        ("budget", {"simulation": 10}, "budget.simulation: unknown key 'simulation'"),
+        ("deterministic", "sometimes", "deterministic: expected true, false or null"),
+    ],
+)
+def test_budget_and_deterministic_keys_are_checked(tmp_path, section, value, expected):
+    base = load(tmp_path).to_dict()
+    base[section] = value
+    with pytest.raises(ConfigError) as info:
+        load_config(base)
+    assert expected in str(info.value)
+
+
+def test_budget_loads_and_epochs_per_round_is_checked(tmp_path):
+    base = load(tmp_path).to_dict()
+    base["budget"] = {"simulations": 500}
+    base["buffer"]["epochs_per_round"] = 3
+    cfg = load_config(base)
+    assert cfg.budget == BudgetConfig(simulations=500, stop_early=False)
+    assert cfg.buffer.epochs_per_round == 3
+    base["buffer"]["epochs_per_round"] = 0
+    with pytest.raises(ConfigError, match=r"buffer\.epochs_per_round: expected an integer ≥ 1"):
+        load_config(base)

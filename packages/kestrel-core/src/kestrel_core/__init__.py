@@ -45,6 +45,8 @@ __all__ = [
     "load_config",
     "RunConfig",
     "BufferConfig",
+    "BudgetConfig",
+    "Rounds",
     "PathsConfig",
     "SampleConfig",
     "Graph",
@@ -80,7 +82,14 @@ from ._boundary import (
     finite_rows,
 )
 from ._c2st import c2st
-from ._config import BufferConfig, PathsConfig, RunConfig, SampleConfig, load_config
+from ._config import (
+    BudgetConfig,
+    BufferConfig,
+    PathsConfig,
+    RunConfig,
+    SampleConfig,
+    load_config,
+)
 from ._errors import (
     ConfigError,
     CountError,
@@ -113,5 +122,6 @@ from ._protocols import (
     Simulator,
 )
 from ._random import seed_sequence, spawn_rngs
+from ._rounds import Rounds
 from ._store import LIVE, TRAINABLE, BlockIndex, InMemoryBufferView, InMemoryStore, Status, rotate
 from ._trace import check_trace, flat_key, flatten, format_shapes, split_key, unflatten

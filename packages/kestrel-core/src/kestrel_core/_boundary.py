@@ -87,15 +87,31 @@ def rng_keyword(method: Any, rng: np.random.Generator | None) -> dict[str, Any]:
     return {"rng": rng} if rng is not None and _accepts_rng(method) else {}
 
 
-def call_estimator(estimator: Any, method: str, n: int, conditions: Any, seed: Any) -> Any:
+def accepts_keyword(method: Any, name: str) -> bool:
+    """Whether ``method`` has a parameter ``name`` that can be passed by keyword."""
+    try:
+        param = inspect.signature(method).parameters.get(name)
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
+
+
+def call_estimator(
+    estimator: Any, method: str, n: int, conditions: Any, seed: Any, round: int | None = None
+) -> Any:
     """``estimator.<method>(n, conditions)``, passing ``rng=`` a generator of ``seed`` (a
     ``SeedSequence`` or int, from the sampling call's seed) when the method accepts it: an
-    estimator's draws follow the sampling call's seed, not the estimator's own.
+    estimator's draws follow the sampling call's seed, not the estimator's own. ``round``
+    (a resimulation round, :class:`kestrel_core.Rounds`) is passed as ``round=`` to a
+    ``sample_proposal`` that accepts it.
     """
     draw = getattr(estimator, method)
     seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     rng = np.random.Generator(np.random.PCG64(seq))
-    return draw(n, conditions, **rng_keyword(draw, rng))
+    extra: dict[str, Any] = rng_keyword(draw, rng)
+    if round is not None and method == "sample_proposal" and accepts_keyword(draw, "round"):
+        extra["round"] = int(round)
+    return draw(n, conditions, **extra)
 
 
 def _read_only(arr: np.ndarray) -> np.ndarray:

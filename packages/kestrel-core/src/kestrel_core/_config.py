@@ -30,12 +30,19 @@ from ._errors import ConfigError, GraphError
 from ._graph import Graph
 from ._mvnormal import MultivariateNormal
 from ._priors import Product
-from ._schema import BUFFER_DEFAULTS, SAMPLE_MODES, name_list, schema_problems
+from ._schema import BUDGET_DEFAULTS, BUFFER_DEFAULTS, SAMPLE_MODES, name_list, schema_problems
 from ._spec import Spec
 from ._targets import spec_problems
 from ._topology import structure_problems
 
-__all__ = ["load_config", "RunConfig", "BufferConfig", "PathsConfig", "SampleConfig"]
+__all__ = [
+    "load_config",
+    "RunConfig",
+    "BufferConfig",
+    "BudgetConfig",
+    "PathsConfig",
+    "SampleConfig",
+]
 
 _ROLES = ("simulator", "estimator")
 
@@ -63,7 +70,10 @@ class BufferConfig:
         min_samples: floor of TRAINING + DISFAVOURED; also the initial simulation size.
         max_samples: cap on TRAINING samples. validation_samples: newest samples kept for
             validation. simulate_count: samples per re-simulation round.
-        simulate_interval: seconds between rounds. simulate_when_full: keep simulating when
+        epochs_per_round: a round is due every this many training epochs (its proposal is the
+            best model at that epoch; :class:`kestrel_core.Rounds`).
+        simulate_interval: the least number of seconds between rounds (0: none).
+        simulate_when_full: keep simulating when
             TRAINING is at ``max_samples``. snapshot_every: write every n-th sample (0 = off).
         initial_samples_path: absolute path of samples to start from, or ``None``.
     """
@@ -72,10 +82,27 @@ class BufferConfig:
     max_samples: int
     validation_samples: int
     simulate_count: int = 64
-    simulate_interval: float = 1.0
+    epochs_per_round: int = 1
+    simulate_interval: float = 0.0
     simulate_when_full: bool = True
     snapshot_every: int = 0
     initial_samples_path: str | None = None
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """The run's simulation budget (``budget`` section).
+
+    Attributes:
+        simulations: the total number of simulations the run may use over all its launches —
+            every latent draw whose row reached the store, valid or not (``None``: no budget;
+            the run simulates until training ends).
+        stop_early: let the estimators early-stop with budget left (default ``False``: early
+            stopping waits until the budget is spent).
+    """
+
+    simulations: int | None = None
+    stop_early: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,7 +121,8 @@ class RunConfig:
     Attributes:
         paths, buffer (``None`` if the config has no ``buffer`` section), graph, sample (all four
         modes), ray (``ray.init`` kwargs), logging, run_dir (``None`` if not given), base_dir
-        (the config file's directory, or the current directory for a mapping).
+        (the config file's directory, or the current directory for a mapping), budget,
+        deterministic (``None``: deterministic when the launch is given a seed).
     """
 
     paths: PathsConfig
@@ -105,6 +133,8 @@ class RunConfig:
     run_dir: str | None
     base_dir: str
     logging: dict[str, Any] = field(default_factory=dict)
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
+    deterministic: bool | None = None
     _data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _source: Any = field(default=None, repr=False, compare=False)
 
@@ -274,6 +304,8 @@ def load_config(
         run_dir=data.get("run_dir"),
         base_dir=base_dir,
         logging=dict(data.get("logging") or {}),
+        budget=BudgetConfig(**{**BUDGET_DEFAULTS, **(data.get("budget") or {})}),
+        deterministic=data.get("deterministic"),
         _data=data,
         _source=(unresolved, base_dir),
     )

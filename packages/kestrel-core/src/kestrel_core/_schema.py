@@ -19,6 +19,7 @@ __all__ = [
     "TOP_KEYS",
     "PATH_KEYS",
     "BUFFER_KEYS",
+    "BUDGET_KEYS",
     "SAMPLE_MODES",
     "SAMPLE_KEYS",
     "NODE_KEYS",
@@ -29,18 +30,32 @@ __all__ = [
     "name_list",
 ]
 
-TOP_KEYS = ("run_dir", "paths", "buffer", "graph", "sample", "ray", "logging")
+TOP_KEYS = (
+    "run_dir",
+    "paths",
+    "buffer",
+    "budget",
+    "deterministic",
+    "graph",
+    "sample",
+    "ray",
+    "logging",
+)
 PATH_KEYS = ("graph", "samples", "buffer", "imports")
 BUFFER_REQUIRED = ("min_samples", "max_samples", "validation_samples")
 #: optional buffer keys and their defaults
 BUFFER_DEFAULTS: dict[str, Any] = {
     "simulate_count": 64,
-    "simulate_interval": 1.0,
+    "epochs_per_round": 1,
+    "simulate_interval": 0.0,
     "simulate_when_full": True,
     "snapshot_every": 0,
     "initial_samples_path": None,
 }
 BUFFER_KEYS = BUFFER_REQUIRED + tuple(BUFFER_DEFAULTS)
+#: the ``budget`` section's keys and their defaults
+BUDGET_DEFAULTS: dict[str, Any] = {"simulations": None, "stop_early": False}
+BUDGET_KEYS = tuple(BUDGET_DEFAULTS)
 SAMPLE_MODES = ("prior", "posterior", "proposal", "ppd")
 SAMPLE_KEYS = ("n", "exclude_keys", "add_keys")
 NODE_KEYS = (
@@ -110,6 +125,7 @@ def _buffer_problems(buf: Any, problems: list[str]) -> None:
         problems.append(f"buffer.min_samples: {lo} is larger than buffer.max_samples {hi}")
     checks = {
         "simulate_count": (lambda v: _is_int(v, 1), "an integer ≥ 1"),
+        "epochs_per_round": (lambda v: _is_int(v, 1), "an integer ≥ 1 (epochs between rounds)"),
         "simulate_interval": (
             lambda v: isinstance(v, Real) and not isinstance(v, bool) and float(v) >= 0,
             "seconds ≥ 0",
@@ -121,6 +137,21 @@ def _buffer_problems(buf: Any, problems: list[str]) -> None:
     for key, (ok, expected) in checks.items():
         if key in buf and not ok(buf[key]):
             problems.append(f"buffer.{key}: expected {expected}, found {buf[key]!r}")
+
+
+def _budget_problems(budget: Any, problems: list[str]) -> None:
+    if not _keys(budget, BUDGET_KEYS, "budget", problems):
+        return
+    sims = budget.get("simulations")
+    if sims is not None and not _is_int(sims, 1):
+        problems.append(
+            f"budget.simulations: expected an integer ≥ 1 (simulations for the whole run) or "
+            f"null (no budget), found {sims!r}"
+        )
+    if "stop_early" in budget and not isinstance(budget["stop_early"], bool):
+        problems.append(
+            f"budget.stop_early: expected true or false, found {budget['stop_early']!r}"
+        )
 
 
 def _paths_problems(paths: Any, problems: list[str]) -> None:
@@ -191,6 +222,12 @@ def schema_problems(data: Any) -> list[str]:
                 problems.append(f"{where}.simulator: required (every node needs a simulator)")
     _paths_problems(data.get("paths"), problems)
     _buffer_problems(data.get("buffer"), problems)
+    _budget_problems(data.get("budget"), problems)
+    det = data.get("deterministic")
+    if det is not None and not isinstance(det, bool):
+        problems.append(
+            f"deterministic: expected true, false or null (true when a seed is given), found {det!r}"
+        )
     _sample_problems(data.get("sample"), nodes, problems)
     if data.get("ray") is not None and not isinstance(data["ray"], Mapping):
         problems.append(f"ray: expected a mapping of ray.init arguments, found {data['ray']!r}")
@@ -215,13 +252,20 @@ def override_problem(parts: list[str | int], nodes: list[str]) -> str | None:
     top = names[0]
     if top not in TOP_KEYS:
         return unknown("top-level key", top, TOP_KEYS)
-    table = {"paths": PATH_KEYS, "buffer": BUFFER_KEYS, "logging": LOGGING_KEYS, "run_dir": ()}
+    table = {
+        "paths": PATH_KEYS,
+        "buffer": BUFFER_KEYS,
+        "budget": BUDGET_KEYS,
+        "logging": LOGGING_KEYS,
+        "run_dir": (),
+        "deterministic": (),
+    }
     if top == "ray":
         return None
     if top in table:
         if len(names) > 1 and names[1] not in table[top]:
             return f"{key_path(*names[:2])}: {unknown('key', names[1], table[top])}"
-        if len(names) > 2 or (top == "run_dir" and len(names) > 1):
+        if len(names) > 2 or (top in ("run_dir", "deterministic") and len(names) > 1):
             return f"{key_path(*names)}: {key_path(*names[:-1])} has no sub-keys"
         return None
     if top == "sample":

@@ -242,6 +242,46 @@ class DeployedGraph(Deployment):
         self._check_deployed()
         return {name: self._estimator(name).train_ref(self._store) for name in self._latents}
 
+    def configure_rounds(
+        self, epochs_per_round: int = 1, *, deterministic: bool = False, open: bool = False
+    ) -> None:
+        """Give every estimator node a fresh round schedule (:class:`kestrel_core.Rounds`) for
+        the next :meth:`start_training`; blocks until every node has it.
+
+        Raises:
+            ConfigError: ``epochs_per_round`` is not an integer ≥ 1 (from the actor).
+        """
+        self._check_deployed()
+        refs = {
+            name: self._estimator(name).actor.configure_rounds.remote(
+                epochs_per_round, deterministic, open
+            )
+            for name in self._latents
+        }
+        for name, ref in refs.items():
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as err:
+                raise unwrap_error(err, name, "configure_rounds") from err
+
+    def round_ready_refs(self, k: int) -> dict[str, Any]:
+        """``{node: ObjectRef}`` resolving when round ``k`` may be drawn from that node's
+        proposal, to the round its next ``sample_proposal`` call draws from."""
+        self._check_deployed()
+        return {
+            name: self._estimator(name).actor.round_ready.remote(int(k)) for name in self._latents
+        }
+
+    def round_appended(self, k: int) -> None:
+        """Tell every estimator node that round ``k`` is in the store (fire and forget)."""
+        for name in self._latents:
+            self._estimator(name).actor.round_appended.remote(int(k))
+
+    def close_rounds(self) -> None:
+        """Tell every estimator node that no more rounds come (fire and forget)."""
+        for name in self._latents:
+            self._estimator(name).actor.close_rounds.remote()
+
     def request_stop(self) -> None:
         """Ask every estimator to stop after its current step (fire and forget)."""
         for name in self._latents:

@@ -56,7 +56,7 @@ from ._chunks import (
 )
 from ._imports import local_import_paths
 from ._refs import chunk_grid
-from ._view import RayBufferView
+from ._training import TrainingMethods
 
 __all__ = ["NodeWrapper", "SAMPLING_METHODS"]
 
@@ -67,7 +67,7 @@ SAMPLING_METHODS = ("sample", "sample_posterior", "sample_proposal")
 BROADCAST_MEMO = 8
 
 
-class NodeWrapper:
+class NodeWrapper(TrainingMethods):
     """Ray actor class (async) for one node.
 
     Shape symbols: n samples of a call, c rows of a chunk, D the node's per-sample shape.
@@ -98,6 +98,8 @@ class NodeWrapper:
         self._samples = 0
         self._sim_lock: asyncio.Lock | None = None
         self._estimator = None
+        self._rounds = None
+        self._round: int | None = None
         self._simulator: Any = None
         self._template: tuple[tuple[int, ...], np.dtype] | None = None  # last (D, dtype)
         for path in reversed(local_import_paths(list(import_paths))):
@@ -280,7 +282,8 @@ class NodeWrapper:
             records, raised, error = [], None, None
             for (a, c), seq in zip(spans(chunks), seeds):
                 conds = {k: rows_of(v, a, c, n) for k, v in arrays.items()}
-                out = call_estimator(self._estimator, method, c, conds, seq)  # seq: the draws
+                # seq: the draws; a proposal draws from the model of the round the driver asked for
+                out = call_estimator(self._estimator, method, c, conds, seq, self._round)
                 records.append(as_record(self._name, method, out, c))
                 await asyncio.sleep(0)  # let training take a step between chunks
         self._calls += 1
@@ -345,56 +348,3 @@ class NodeWrapper:
                 rec.update(as_record(self._name, "log_prob", out, c, fields=("log_prob",)))
             records.append(rec)
         return records, [t.raised for t in attempts], error
-
-    # -- training ----------------------------------------------------------------------------
-    async def train(self, store: Any) -> dict[str, Any]:
-        """Train the estimator from the store until it stops; sampling calls interleave.
-
-        Args:
-            store: the store's :class:`~kestrel_ray.StoreHandle`; the estimator reads it
-                through a :class:`~kestrel_ray.RayBufferView` (futures, no blocking get).
-
-        Returns:
-            The final :meth:`status`.
-
-        Raises:
-            EstimatorError: the node has no estimator. The estimator's own exceptions pass
-                through with a note naming the node.
-        """
-        self._check()
-        if self._estimator is None:
-            raise EstimatorError(f"node {self._name!r} has no estimator to train")
-        self._state = "training"
-        try:
-            await self._estimator.train(RayBufferView(store, use_futures=True))
-        except Exception as err:
-            self._state = "failed"
-            if hasattr(err, "add_note"):
-                err.add_note(f"(raised while training the estimator of node {self._name!r})")
-            raise
-        self._state = "done"
-        return await self.status()
-
-    async def request_stop(self) -> None:
-        """Ask the estimator to stop training after its current step."""
-        if self._estimator is not None:
-            self._estimator.request_stop()
-
-    async def save_bytes(self) -> bytes | None:
-        """The estimator's state as bytes (``None`` without estimator), for the driver to write.
-
-        No actor method takes a run-directory path: on a cluster the actor's machine has its
-        own disk, and the run directory lives with the driver.
-        """
-        self._check()
-        return None if self._estimator is None else self._estimator.save_bytes()
-
-    async def load_bytes(self, data: bytes, source: str = "checkpoint bytes") -> None:
-        """Restore the estimator from :meth:`save_bytes`' output; a no-op without estimator.
-
-        Args:
-            data: the state. source: its name in error messages (the driver's file).
-        """
-        self._check()
-        if self._estimator is not None:
-            self._estimator.load_bytes(data, source=source)

@@ -14,16 +14,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, ClassVar, cast
 
 import numpy as np
 import torch
 
-from kestrel_core import TRAINABLE, BufferView, EstimatorContext, Record, Status, check_count
+from kestrel_core import (
+    TRAINABLE,
+    BufferView,
+    EstimatorContext,
+    Record,
+    Rounds,
+    Status,
+    check_count,
+)
 
-from . import _checkpoint as checkpoint
 from ._batch import Batch
 from ._binding import Binding
 from ._errors import EstimatorError
@@ -32,13 +38,15 @@ from ._head import PosteriorHead
 from ._loader import CachedDataLoader
 from ._model import NPEModel, build_model
 from ._options import EstimatorOptions
+from ._pacing import DeferredDiscards, Pacing, ProposalRounds
+from ._persist import Checkpointing
 from ._rng import CallRng, call_generator
 from ._sampling import Conditions, draw, log_density, prior_draws
 
 __all__ = ["StepwiseEstimator"]
 
 
-class StepwiseEstimator:
+class StepwiseEstimator(Checkpointing):
     """Base of Kestrel's estimators: neural posterior estimation (NPE) trained step by step.
 
     A subclass sets :attr:`options_class` and implements :meth:`make_head`. The estimator works
@@ -80,6 +88,7 @@ class StepwiseEstimator:
         self._state = "idle"
         self._error: str | None = None
         self._clipped = 0
+        self._proposals = ProposalRounds()
 
     def make_head(self, dim: int, context_dim: int) -> PosteriorHead:
         """The head for ``dim`` (D) free parameters and an embedding of width ``context_dim`` (E)."""
@@ -173,12 +182,20 @@ class StepwiseEstimator:
             return None
         return train_step(self._fit, loss, batch)
 
-    async def train(self, view: BufferView) -> None:
+    async def train(self, view: BufferView, rounds: Rounds | None = None) -> None:
         """Train on the view's TRAINING/DISFAVOURED samples, validate on its VALIDATION samples.
 
         Runs until ``total_epochs`` reaches ``max_epochs``, fewer on early stopping or
         :meth:`request_stop` (which ends training after the current step). Blocking work (the
         first cache fill) runs in a worker thread, so the event loop stays free.
+
+        Args:
+            view: the store view.
+            rounds: the launch's round schedule (:class:`kestrel_core.Rounds`): round ``k``'s
+                proposal (:meth:`sample_proposal` with ``round=k``) is the best model at epoch
+                ``k·E`` of this call; deterministic schedules also fix when new rows enter
+                training (and hold the discards until then); an open schedule holds back early
+                stopping. ``None``: caches sync every ``cache_sync_every`` epochs.
 
         Raises:
             EstimatorError: no training samples, no usable (finite) training row, an epoch in
@@ -190,8 +207,10 @@ class StepwiseEstimator:
         if self._state == "training":
             raise EstimatorError(f"node {node!r}: train() is already running")
         self._state, self._error = "training", None
-        train_loader = self._loader(view, TRAINABLE, "train")
+        discards = DeferredDiscards(view) if rounds is not None and rounds.deterministic else None
+        train_loader = self._loader(discards or view, TRAINABLE, "train")
         val_loader: CachedDataLoader | None = None
+        self._proposals.clear()
         try:
             await asyncio.to_thread(train_loader.sync)
             self._fit.note_ids(train_loader)
@@ -200,6 +219,9 @@ class StepwiseEstimator:
                 await asyncio.to_thread(val_loader.sync)
             if self._fit.model is None and self.options.max_epochs > 0:
                 self._start_from_cache(train_loader)
+            stop = lambda: self._stop_requested  # noqa: E731
+            loaders = [train_loader] + ([val_loader] if val_loader is not None else [])
+            pacing = Pacing(rounds, self._fix_proposal, loaders, discards, stop)
             await fit(
                 self._fit,
                 b.loss,
@@ -207,8 +229,9 @@ class StepwiseEstimator:
                 val_loader,
                 self.options,
                 b.batch_generator,
-                stop=lambda: self._stop_requested,
+                stop=stop,
                 name=node,
+                pacing=pacing,
             )
             self._state = "stopped" if self._stop_requested else "done"
         except BaseException as err:
@@ -216,6 +239,8 @@ class StepwiseEstimator:
             raise
         finally:
             self._stop_requested = False
+            if rounds is not None:
+                rounds.finish()
             train_loader.close()
             if val_loader is not None:
                 val_loader.close()
@@ -291,23 +316,49 @@ class StepwiseEstimator:
             )
         return self._draw(n, conditions, 1.0, rng)
 
-    def sample_proposal(self, n: int, conditions: Mapping[str, Any], rng: CallRng = None) -> Record:
+    def sample_proposal(
+        self, n: int, conditions: Mapping[str, Any], rng: CallRng = None, round: int | None = None
+    ) -> Record:
         """``n`` draws from the γ-tempered posterior ∝ prior · likelihood^γ (prior draws early on).
 
         Prior draws are returned before the first epoch, while ``total_epochs < prior_epochs``
-        and for ``gamma = 0``. Args, returns and raises as :meth:`sample_posterior`.
+        and for ``gamma = 0``. Args, returns and raises as :meth:`sample_posterior`, plus:
+
+        Args:
+            round: the resimulation round (:meth:`train`'s ``rounds``): draw from the model
+                fixed for it; ``None``, or a round not fixed (training ended before it): the
+                current best model.
         """
         n = check_count(n)
-        opts = self.options
-        if self._fit.best is None or self._fit.epochs < opts.prior_epochs or opts.gamma == 0:
+        if round is not None and self._proposals.has(round):
+            model = self._proposals.model(round)
+            if model is None:
+                return self.sample_prior(n, rng)
+            return self._draw(n, conditions, self.options.gamma, rng, model)
+        if self._prior_proposal():
             return self.sample_prior(n, rng)
-        return self._draw(n, conditions, opts.gamma, rng)
+        return self._draw(n, conditions, self.options.gamma, rng)
+
+    def _prior_proposal(self) -> bool:
+        opts = self.options
+        return self._fit.best is None or self._fit.epochs < opts.prior_epochs or opts.gamma == 0
+
+    def _fix_proposal(self, k: int) -> None:
+        """Round ``k`` draws from the best model as it is now (``None``: from the prior)."""
+        self._proposals.fix(k, None if self._prior_proposal() else self._fit.best)
 
     def _best_model(self) -> NPEModel | None:
         return cast("NPEModel | None", self._fit.best)
 
-    def _draw(self, n: int, conditions: Mapping[str, Any], gamma: float, rng: CallRng) -> Record:
-        model, b = self._best_model(), self._bound()
+    def _draw(
+        self,
+        n: int,
+        conditions: Mapping[str, Any],
+        gamma: float,
+        rng: CallRng,
+        model: Any = None,
+    ) -> Record:
+        model, b = model if model is not None else self._best_model(), self._bound()
         assert model is not None and self._conditions is not None  # checked by the callers
         generator = b.sample_generator if rng is None else call_generator(rng, b.device)
         record = draw(model, b.context.prior, n, self._conditions, conditions, gamma, generator)
@@ -345,56 +396,3 @@ class StepwiseEstimator:
                 f"{context.prior.full_dim}), got {theta.shape}"
             )
         return log_density(model, context.prior, theta, self._conditions, conditions)
-
-    # -- checkpoints -------------------------------------------------------------------------
-    def _header(self) -> dict[str, Any]:
-        context = self._bound().context
-        return {
-            "estimator": type(self).__name__,
-            "node": context.node,
-            "latent_dim": int(context.prior.dim),
-            "lr_option": float(self.options.lr),
-        }
-
-    def save_bytes(self) -> bytes:
-        """The checkpoint as bytes: current and best models, optimiser, schedule, epoch counter.
-
-        Tensors and plain containers only, for ``torch.load(weights_only=True)`` (:meth:`load_bytes`).
-
-        Raises:
-            EstimatorError: :meth:`setup` was not called.
-        """
-        return checkpoint.to_bytes(checkpoint.pack(self._fit, self._header(), self._init))
-
-    def load_bytes(self, data: bytes, *, source: str = "checkpoint bytes") -> None:
-        """Restore what :meth:`save_bytes` returned, onto this estimator's device.
-
-        Training resumes from the loaded weights, optimiser and best model; ``total_epochs`` continues.
-
-        Args:
-            data: the checkpoint. source: its name in messages.
-
-        Raises:
-            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) not a checkpoint, or
-                one of another estimator class or parameter dimension.
-        """
-        payload = checkpoint.from_bytes(data, self._bound().device, source=source)
-        checkpoint.unpack(payload, self._fit, self._header(), self._start, source=source)
-
-    def save(self, directory: str) -> None:
-        """Write :meth:`save_bytes` to ``<directory>/estimator.pt`` (atomically).
-
-        Raises:
-            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) the file cannot be written.
-        """
-        checkpoint.write_checkpoint(Path(directory) / checkpoint.CHECKPOINT_FILE, self.save_bytes())
-
-    def load(self, directory: str) -> None:
-        """Restore ``<directory>/estimator.pt`` (see :meth:`load_bytes`).
-
-        Raises:
-            CheckpointError: no checkpoint, or one of another class or parameter dimension.
-        """
-        path = Path(directory) / checkpoint.CHECKPOINT_FILE
-        self._bound()
-        self.load_bytes(checkpoint.read_checkpoint(path), source=f"checkpoint {str(path)!r}")

@@ -38,6 +38,7 @@ from ._batch import Batch
 from ._errors import EstimatorError
 from ._loader import CachedDataLoader
 from ._options import EstimatorOptions
+from ._pacing import Pacing
 
 __all__ = ["FitState", "Loss", "fit", "train_step"]
 
@@ -220,6 +221,7 @@ async def fit(
     *,
     stop: Callable[[], bool],
     name: str,
+    pacing: Pacing | None = None,
 ) -> None:
     """Train ``state.model`` until ``state.epochs`` reaches ``options.max_epochs`` (a total).
 
@@ -233,17 +235,23 @@ async def fit(
         loss: the loss. train: the training loader, synced. val: the validation loader, synced,
             or ``None``. options: the estimator's options. generator: for the batches.
         stop: ``True`` ends training after the current step. name: the node, for messages.
+        pacing: the round schedule (:class:`~kestrel_torch._pacing.Pacing`): asked at the end
+            of every epoch (fixes a due round's proposal; deterministic: syncs the caches there
+            instead of every ``cache_sync_every`` epochs), and early stopping waits while it
+            holds (a budget with rounds left; patience restarts when it lets go).
 
     Raises:
         EstimatorError: an epoch without a single usable step (names the node and counts the
             non-finite rows and skipped steps).
     """
     best_metric, bad_epochs = _recorded(state), 0
+    pacing = pacing if pacing is not None else Pacing(None, lambda k: None, (), None, stop)
+    held = pacing.hold_early_stop
     epoch = -1
     state.ended = "max_epochs"
     while state.epochs < options.max_epochs:
         epoch += 1  # of this call
-        if epoch > 0 and epoch % options.cache_sync_every == 0:
+        if pacing.periodic_sync and epoch > 0 and epoch % options.cache_sync_every == 0:
             if train.sync():
                 state.note_ids(train)
             if val is not None:
@@ -293,7 +301,12 @@ async def fit(
             state.val_loss,
             state.lr,
         )
-        if stop() or bad_epochs >= options.early_stop_patience:
+        if await pacing.epoch_end(epoch + 1):
+            state.note_ids(train)
+        if held and not pacing.hold_early_stop:  # the last round came: a full patience for it
+            bad_epochs = 0
+        held = pacing.hold_early_stop
+        if stop() or (bad_epochs >= options.early_stop_patience and not held):
             state.ended = "stopped" if stop() else "early_stop"
             break
         await asyncio.sleep(0)

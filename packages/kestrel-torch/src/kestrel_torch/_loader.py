@@ -112,7 +112,8 @@ class CachedDataLoader:
         self._cache: dict[str, torch.Tensor] = {}  # key -> (C, *D) on the device
         self._row_to_id = np.empty(0, dtype=np.int64)  # (C,), -1 for a free row
         self._used = 0  # rows [0, used) hold live ids or holes; [used, C) are unused
-        self._live_rows = np.empty(0, dtype=np.int64)  # rows holding live ids, ascending
+        self._live_rows = np.empty(0, dtype=np.int64)  # rows holding live ids, in id order
+        self._in_order = True  # live rows are exactly 0..used-1 in id order
         self._rows_dev = torch.empty(0, dtype=torch.int64, device=self._device)
         self._ids_dev = torch.empty(0, dtype=torch.int64, device=self._device)
         self._reported: set[str] = set()
@@ -131,7 +132,8 @@ class CachedDataLoader:
 
     @property
     def ids(self) -> np.ndarray:
-        """Live sample ids in row order, int64 numpy array ``(count,)`` (a copy)."""
+        """Live sample ids, ascending, int64 numpy array ``(count,)`` (a copy); batch position
+        ``i`` of :meth:`sample_batch` and row ``i`` of :meth:`all` hold sample ``ids[i]``."""
         return self._row_to_id[self._live_rows]
 
     @property
@@ -245,6 +247,13 @@ class CachedDataLoader:
         live = np.flatnonzero(row_to_id[:used] >= 0)
         self._used = int(live[-1]) + 1 if live.size else 0
         row_to_id[self._used : used] = -1
+        ids = row_to_id[live]
+        # live rows in id order: a batch position maps to the same sample whichever rows the
+        # fetches happened to fill (deterministic training does not depend on fetch timing)
+        self._in_order = live.size == self._used
+        if ids.size > 1 and bool(np.any(ids[1:] < ids[:-1])):
+            live = live[np.argsort(ids, kind="stable")]
+            self._in_order = False
         self._live_rows = live
         self._rows_dev = torch.from_numpy(live).to(self._device)
         self._ids_dev = torch.from_numpy(row_to_id[live]).to(self._device)
@@ -283,20 +292,20 @@ class CachedDataLoader:
         if count == 0:
             raise self._empty_error()
         pos = torch.randint(count, (batch_size,), device=self._device, generator=generator)
-        rows = pos if count == self._used else self._rows_dev[pos]
+        rows = pos if self._in_order else self._rows_dev[pos]
         # index_select: the same gather as cache[rows], at about half its cost on the CPU
         data = {key: cache.index_select(0, rows) for key, cache in self._cache.items()}
         return Batch(self._ids_dev[pos], data, self._view)
 
     def all(self) -> Batch:
-        """Every live sample in row order (e.g. the validation set), as copies on the device.
+        """Every live sample in id order (e.g. the validation set), as copies on the device.
 
         Raises:
             EstimatorError: the cache is empty.
         """
         if self._live_rows.size == 0:
             raise self._empty_error()
-        if self._live_rows.size == self._used:
+        if self._in_order:
             data = {key: cache[: self._used].clone() for key, cache in self._cache.items()}
         else:
             data = {

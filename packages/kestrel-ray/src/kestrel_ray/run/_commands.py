@@ -69,6 +69,14 @@ def launch_command(subparsers: Any) -> None:
         "run's launches)",
     )
     p.add_argument(
+        "--simulations",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="the run's simulation budget: use exactly N simulations over all its launches "
+        "(the same as budget.simulations=N)",
+    )
+    p.add_argument(
         "--address",
         default=None,
         metavar="ADDR",
@@ -78,7 +86,8 @@ def launch_command(subparsers: Any) -> None:
         "--seed",
         type=non_negative_int,
         default=None,
-        help="seed (default: fresh entropy, recorded; a resumed run keeps its first seed)",
+        help="seed (default: fresh entropy, recorded; a resumed run keeps its first seed); a "
+        "seeded launch is deterministic unless the config says deterministic: false",
     )
     p.add_argument(
         "--timeout",
@@ -114,10 +123,13 @@ def _run_launch(args: argparse.Namespace) -> int:
     config = args.config
     if config is None and not os.path.isfile(os.path.join(args.output, "config.yml")):
         config = "config.yml"  # a new run: the default config file
+    overrides = list(args.overrides)
+    if args.simulations is not None:
+        overrides.append(f"budget.simulations={args.simulations}")
     result = launch(
         config,
         args.output,
-        overrides=args.overrides,
+        overrides=overrides,
         seed=args.seed,
         timeout=args.timeout,
         address=args.address,

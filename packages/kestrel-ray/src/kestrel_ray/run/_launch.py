@@ -7,16 +7,19 @@ reporter and Ray; :class:`~kestrel_ray.run._launcher.Launcher` runs it.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable
 from typing import Any
 
+from ._failure import save_on_failure
 from ._launcher import Launcher
 from ._logging import driver_logger
 from ._progress import make_progress
 from ._result import RunResult
 from ._session import RunSession
 from ._stop import StopControl
+from ._watch import LaunchWatch
 
 __all__ = ["launch"]
 
@@ -45,7 +48,9 @@ def launch(
             path, so a copy or a moved run directory works where it is.
         overrides: dotlist overrides (``"graph.theta.estimator.max_epochs=10"``).
         seed: the run's seed; ``None`` draws fresh entropy (recorded in the result and in
-            ``status.json``).
+            ``status.json``). A launch given a seed trains deterministically (the same buffers,
+            weights and samples on any machine load) unless the config sets
+            ``deterministic: false``; see :class:`kestrel_core.Rounds`.
         timeout: seconds after which the run stops gracefully, as on Ctrl-C.
         address: Ray cluster to join (default: ``RAY_ADDRESS``, else a local Ray). A Ray
             already running in this process is used as it is.
@@ -85,16 +90,21 @@ def launch(
             elif session.config_from_run:
                 log.info("run %s: continuing with its config.yml", session.run.root)
             reporter = make_progress(progress, log)
+            watch = LaunchWatch(reporter.update)  # also counts restarts, writes checkpoints
             # the stop handlers go in after ray.init, which installs its own SIGTERM handler
             with session.ray(address, log), StopControl(timeout) as stop:
                 launcher = Launcher(
                     session,
                     stop=stop,
                     log=log,
-                    on_progress=reporter.update,
+                    on_progress=watch,
                     auto_sample=auto_sample,
                     epochs=epochs,
+                    deterministic=seed is not None,
                 )
+                watch.launcher = launcher
+                # a failure saves the buffer and the live estimators' weights before the actors die
+                session.on_failure = functools.partial(save_on_failure, launcher)
                 reporter.start()
                 try:
                     result = launcher.run()

@@ -10,10 +10,9 @@ between actors and the store):
    ``buffer.initial_samples_path`` if set, then simulate the rest of
    ``min_samples + validation_samples`` from the prior, in chunks;
 3. ``TRAINING``: start training on every estimator node, then one :meth:`Launcher._step` at a
-   time: every ``simulate_interval`` seconds draw ``simulate_count`` latents from the proposals
-   (fewer, down to none, when ``simulate_when_full`` is false and the buffer is full), simulate
-   the rest of the graph from them and append (one append in flight); poll training calls
-   every ~50 ms, so an actor's error surfaces at once;
+   time: resimulation rounds paced by training epochs and bounded by the simulation budget
+   (:mod:`._rounds`, one append in flight); poll training calls every ~50 ms, so an actor's
+   error surfaces at once; with budget left after training ended, the rest is drawn;
 4. ``STOPPING`` (Ctrl-C, SIGTERM or timeout): estimators stop after their current step;
 5. ``SAVING`` and ``SAMPLING``: save the buffer and the weights (a resumed node's only when
    this launch made a better model), draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples.
@@ -33,12 +32,14 @@ import ray
 from kestrel_core import ConfigError, KestrelError, StoreError
 
 from .._errors import RunError, describe_failure, unwrap_error
+from ._budget import Budget, restore_counts, write_budget
+from ._endsample import sample_at_end
 from ._initial import append_initial_samples
 from ._logging import FILE_ONLY
-from ._progress import ProgressState, recent_rate
+from ._progress import ProgressState
 from ._result import RunResult
 from ._resume import Resume, add_epochs
-from ._sampling import draw_samples, shapes_text
+from ._rounds import Resimulation
 from ._session import RunSession, cluster_nodes
 from ._skipped import count_errors
 from ._states import Phase, RunStatus
@@ -65,6 +66,8 @@ class Launcher:
         auto_sample: draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples at the end.
         epochs: give every estimator this many epochs more than its saved weights have
             (``max_epochs`` is a total over the run's launches); ``None``: the config's.
+        deterministic: train under a deterministic round schedule (:class:`kestrel_core.Rounds`)
+            when the config's ``deterministic`` is ``null`` (a launch given a seed passes True).
     """
 
     def __init__(
@@ -76,6 +79,7 @@ class Launcher:
         on_progress: Callable[[ProgressState], None] | None = None,
         auto_sample: bool = True,
         epochs: int | None = None,
+        deterministic: bool = False,
     ):
         if session.config.buffer is None:
             raise ConfigError("buffer: kestrel launch needs a buffer section")
@@ -96,12 +100,15 @@ class Launcher:
         self.t0 = time.monotonic()
         self.stats: dict[str, int] = {}
         self.cluster: dict[str, dict[str, float]] = {}
-        self._appended: list[tuple[float, int]] = []  # (time, samples appended so far)
+        self._first_append: float | None = None  # when this launch's first simulation began
         self._last_report = 0.0
         self._node_status: dict[str, dict[str, Any]] = {}
         self._training: dict[Any, str] = {}  # training call ref → node
-        self._append_ref: Any = None
-        self._next_round = 0.0
+        det = self.cfg.deterministic
+        self.deterministic = bool(deterministic if det is None else det)
+        budget = self.cfg.budget
+        self.budget = Budget(budget.simulations, stop_early=budget.stop_early)
+        self.resim: Resimulation | None = None
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -114,11 +121,13 @@ class Launcher:
         """
         self._write_status()
         self.log.info(
-            "launch: run %s, seed %d, nodes %s, estimators %s",
+            "launch: run %s, seed %d%s, nodes %s, estimators %s, budget %s",
             self.session.run.root,
             self.session.seed,
+            " (deterministic)" if self.deterministic else "",
             list(self.cfg.graph.nodes),
             self.cfg.graph.latents,
+            "none" if self.budget.total is None else f"{self.budget.total} simulations",
         )
         try:
             with self.session.deployed(buffer=True, node_logs=True) as dg:
@@ -169,6 +178,9 @@ class Launcher:
                 "simulated": r.simulated,
                 "nonfinite": r.nonfinite,
                 "errors": r.errors,
+                "budget": self.budget.as_status(),
+                "rounds": self.resim.round if self.resim is not None else 0,
+                "deterministic": self.deterministic,
                 "buffer": self.stats,
                 "wall_time": round(time.monotonic() - self.t0, 3),
                 "placement": r.placement,
@@ -187,6 +199,8 @@ class Launcher:
         self._enter(Phase.INITIAL_SIMULATION)
         total = self.buffer.min_samples + self.buffer.validation_samples
         loaded = self.resume.restore_buffer(self.dg)
+        if loaded:
+            self._restore_budget()
         path = self.buffer.initial_samples_path
         if path and not loaded:
             loaded = append_initial_samples(
@@ -194,6 +208,7 @@ class Launcher:
             )
             self.log.info("initial samples: %d loaded from %s", loaded, path)
         left = max(0, total - loaded)
+        self.budget.check_initial(left)
         self.log.info(
             "initial simulation: %d samples from the prior%s",
             left,
@@ -201,49 +216,63 @@ class Launcher:
         )
         while left > 0 and not self.stop.requested:
             n = min(INITIAL_CHUNK, left)
-            self._append(self.dg.sample(n), "initial simulation")
+            trace = self.dg.sample(n)
+            valid = trace.valid_rows()
+            self._append(trace, "initial simulation")
+            self.budget.count(trace.n, 0 if valid is None else int((~valid).sum()))
             left -= n
             self._report(force=True)
 
+    def _restore_budget(self) -> None:
+        """A resumed run counts on from the simulations its saved buffer recorded."""
+        if restore_counts(self.budget, self.session.run.snapshots, self.resume.restored):
+            self.log.info("budget: %s (restored)", self.budget.as_status())
+
     def _train(self) -> None:
+        self.resim = Resimulation(
+            self.dg,
+            self.buffer,
+            self.budget,
+            deterministic=self.deterministic,
+            append=lambda trace, what: self._append(trace, what, wait=False),
+            finish=self._finish_append,
+            stats=self.dg.buffer_stats,
+            log=self.log,
+        )
+        self.resim.start()
         futures = self.dg.start_training()
         self._training = {ref: node for node, ref in futures.items()}
-        self.log.info("training: started on %s", list(futures))
-        self._next_round = time.monotonic() + float(self.buffer.simulate_interval)
+        self.log.info(
+            "training: started on %s (a round every %d epochs%s)",
+            list(futures),
+            self.buffer.epochs_per_round,
+            ", deterministic" if self.deterministic else "",
+        )
         self._enter(Phase.TRAINING)
-        while self._training:
+        while self._training or self.resim.busy or self.resim.more_after_training():
             self._step()
-        if self._append_ref is not None:
-            self._finish_append(self._append_ref)
-            self._append_ref = None
+            if self.stop.requested and not self._training:
+                break
+        self.resim.drain()
 
     def _step(self) -> None:
         """One turn of the training loop: collect ended training calls, react to a stop
         request, finish or start a resimulation round, report."""
-        done, _ = ray.wait(list(self._training), num_returns=len(self._training), timeout=_POLL)
-        for ref in done:
-            self._training_ended(self._training.pop(ref), ref)
+        if self._training:
+            refs = list(self._training)
+            done, _ = ray.wait(refs, num_returns=len(refs), timeout=_POLL)
+            for ref in done:
+                self._training_ended(self._training.pop(ref), ref)
+        else:
+            time.sleep(_POLL / 5)
         if self.stop.requested and self.phase is Phase.TRAINING:
             self.log.info(
                 "stop: %s; asking the estimators to stop after their current step", self.stop.reason
             )
             self.dg.request_stop()
             self._enter(Phase.STOPPING)
-        if self._append_ref is not None and _ready(self._append_ref):
-            self._finish_append(self._append_ref)
-            self._append_ref = None
-        if (
-            self._training
-            and self.phase is Phase.TRAINING
-            and self._append_ref is None
-            and time.monotonic() >= self._next_round
-        ):
-            self._next_round = time.monotonic() + float(self.buffer.simulate_interval)
-            n = self._round_size()
-            if n > 0:
-                self._append_ref = self._append(
-                    self.dg.simulate_from_proposal(n), "resimulation", wait=False
-                )
+        assert self.resim is not None  # _train made it
+        self.resim.step(training=bool(self._training), stopping=self.phase is Phase.STOPPING)
         self._report()
 
     def _training_ended(self, node: str, ref: Any) -> None:
@@ -272,7 +301,8 @@ class Launcher:
     def _finish(self) -> None:
         status = self.stop.status  # completed, timeout or interrupted
         self._enter(Phase.SAVING)
-        self.resume.save_buffer(self.dg)
+        if self.resume.save_buffer(self.dg) is not None:
+            write_budget(self.session.run.snapshots, self.budget)
         self._save()
         self._report(force=True)
         if self.auto_sample:
@@ -298,38 +328,15 @@ class Launcher:
         self.resume.save_weights(self.dg, self._poll_status(timeout=10.0), self.result.epochs)
 
     def _sample(self, status: RunStatus) -> None:
-        for mode in ("posterior", "ppd"):
-            entry = self.cfg.sample[mode]
-            if not entry.n:
-                if mode == "posterior":
-                    self.log.info(
-                        "sampling: sample.posterior.n is not set; no posterior samples drawn"
-                    )
-                continue
-            try:
-                arrays = draw_samples(self.dg, mode, entry.n, entry)
-            except KestrelError as err:
-                if status is RunStatus.COMPLETED:
-                    raise
-                self.log.warning("sampling %s skipped: %s", mode, err)
-                continue
-            path = self.session.run.write_samples(mode, arrays)
-            self.result.samples[mode] = path
-            self.log.info(
-                "sampling: %d %s samples → %s (%s)", entry.n, mode, path, shapes_text(arrays)
-            )
+        paths = sample_at_end(self.dg, self.cfg, self.session.run, status, self.log)
+        self.result.samples.update(paths)
 
     # -- appends and reports -------------------------------------------------------------------
-    def _round_size(self) -> int:
-        count = int(self.buffer.simulate_count)
-        if self.buffer.simulate_when_full:
-            return count
-        self.stats = self.dg.buffer_stats()
-        return max(0, min(count, int(self.buffer.max_samples) - int(self.stats.get("training", 0))))
-
     def _append(self, trace: Any, what: str, *, wait: bool = True) -> Any:
         """Append a trace (its non-finite rows counted; the store keeps them dead); ``wait=False``
         returns the append's ref (finish it with :meth:`_finish_append`)."""
+        if self._first_append is None:
+            self._first_append = time.monotonic()
         counts = trace.check_finite(what)
         count_errors(self.result.errors, trace, what, self.log)  # on_error: skip
         if any(counts.values()):
@@ -354,7 +361,6 @@ class Launcher:
         for note in done.notes:
             self.log.warning("buffer: %s", note)
         self.result.simulated += done.kept  # the valid rows: what entered the buffer
-        self._appended.append((time.monotonic(), self.result.simulated))
         return done.kept
 
     def _poll_status(self, timeout: float = 2.0) -> dict[str, Any]:
@@ -379,7 +385,8 @@ class Launcher:
         for m, st in nodes.items():
             if st.get("epoch") is not None:
                 self.result.epochs[m] = int(st["epoch"])
-        self._appended = [(t, c) for t, c in self._appended if now - t <= 10.0]
+        since = now - self._first_append if self._first_append is not None else 0.0
+        rate = self.result.simulated / since if since > 0 else 0.0  # over the whole launch
         if self.on_progress is not None:
             self.on_progress(
                 ProgressState(
@@ -388,12 +395,8 @@ class Launcher:
                     nodes,
                     dict(self.stats),
                     self.result.simulated,
-                    recent_rate(self._appended),
+                    rate,
                     dict(self.result.nonfinite),
+                    self.budget.as_status() if self.budget.total is not None else {},
                 )
             )
-
-
-def _ready(ref: Any) -> bool:
-    done, _ = ray.wait([ref], timeout=0)
-    return bool(done)

@@ -5,7 +5,7 @@ run directory          launch
 =====================  =================================================================
 new (no config.yml)    the config given (with overrides) — ``new``
 exists, no config      the run's own ``config.yml`` plus overrides of estimator (``graph.<node>.
-                       estimator.*``) and ``sample.*`` keys — ``resume``; an override of any
+                       estimator.*``), ``sample.*`` and ``budget.*`` keys — ``resume``; any
                        other key is an error naming it, as for another config
 exists, same config    the config given, which equals the run's — ``resume``
 exists, other config   an error naming the keys that differ (old → new) and the choices:
@@ -96,10 +96,10 @@ def launch_plan(
 
 
 def _training_key(key: str) -> bool:
-    """An estimator's or the sampling's setting (``graph.<node>.estimator.*``, ``sample.*``):
-    what a resume may change by override without ``--resume``."""
+    """An estimator's, the sampling's or the budget's setting (``graph.<node>.estimator.*``,
+    ``sample.*``, ``budget.*``): what a resume may change by override without ``--resume``."""
     parts = key.split(".")
-    return parts[0] == "sample" or (
+    return parts[0] in ("sample", "budget") or (
         len(parts) > 3 and parts[0] == "graph" and parts[2] == "estimator"
     )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,7 +28,6 @@ __all__ = [
     "LogProgress",
     "NullProgress",
     "make_progress",
-    "recent_rate",
 ]
 
 
@@ -43,8 +42,10 @@ class ProgressState:
         nodes: estimator node → its estimator's status dict (``epoch``, ``max_epochs``,
             ``train_loss``, ``val_loss``, ``samples_seen``, ``state``).
         buffer: the store's counts (``training``, ``validation``, …).
-        simulated: samples appended so far. rate: samples appended per second (recent).
+        simulated: valid samples that entered the buffer in this launch. rate: of those per
+            second, averaged over the launch since its first simulation began.
         nonfinite: node → non-finite simulations dropped so far.
+        budget: ``{"total", "used", "invalid", "left"}`` of the simulation budget (empty: none).
     """
 
     elapsed: float
@@ -54,6 +55,7 @@ class ProgressState:
     simulated: int = 0
     rate: float = 0.0
     nonfinite: dict[str, int] = field(default_factory=dict)
+    budget: dict[str, Any] = field(default_factory=dict)
 
 
 class Progress(Protocol):
@@ -66,11 +68,10 @@ class Progress(Protocol):
     def stop(self) -> None: ...
 
 
-def recent_rate(points: Sequence[tuple[float, int]]) -> float:
-    """Samples per second over ``[(time, samples so far), …]`` (0 with fewer than two points)."""
-    if len(points) < 2 or points[-1][0] <= points[0][0]:
-        return 0.0
-    return (points[-1][1] - points[0][1]) / (points[-1][0] - points[0][0])
+def _budget(budget: Mapping[str, Any]) -> str:
+    if not budget:
+        return ""
+    return f" · budget {budget.get('used', 0)}/{budget.get('total')}"
 
 
 def _loss(value: Any) -> str:
@@ -126,12 +127,13 @@ class LogProgress:
             return
         self._last, self._phase = now, state.phase
         self._log.info(
-            "[%6.1f s] %s; %s; %d simulated (%.0f/s)",
+            "[%6.1f s] %s; %s; %d simulated (%.0f/s)%s",
             state.elapsed,
             state.phase,
             _buffer(state.buffer),
             state.simulated,
             state.rate,
+            _budget(state.budget),
         )
         for node, st in state.nodes.items():
             self._log.info(
@@ -186,7 +188,10 @@ class LiveProgress:
                 str(st.get("samples_seen", 0)),
             )
         bad = {k: v for k, v in state.nonfinite.items() if v}
-        caption = f"{_buffer(state.buffer)} · {state.simulated} simulated · {state.rate:.0f} sim/s"
+        caption = (
+            f"{_buffer(state.buffer)} · {state.simulated} simulated · {state.rate:.0f} sim/s"
+            f"{_budget(state.budget)}"
+        )
         if bad:
             caption += f" · non-finite dropped: {bad}"
         table.caption = caption

@@ -1,0 +1,131 @@
+"""The run's simulation budget: how many simulations it may use over all its launches.
+
+A simulation is counted when its row reaches the store — valid, or invalid (a NaN / ±inf
+value, or a simulator call that raised under ``on_error: skip``; counted separately, since
+they cost as much). Rows loaded from ``buffer.initial_samples_path`` or restored from the
+run's own buffer are not simulations of this launch; a resumed run counts on from what its
+saved buffer recorded (``<snapshots>/budget.json``, written with ``buffer.npz``), so the
+budget is the run's, not the launch's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from kestrel_core import ConfigError
+
+__all__ = ["Budget", "BUDGET_FILE", "read_budget", "write_budget", "restore_counts"]
+
+#: the budget's counters beside the buffer snapshot
+BUDGET_FILE = "budget.json"
+
+
+@dataclass
+class Budget:
+    """Simulations used against an optional total.
+
+    Attributes:
+        total: simulations the run may use (``None``: no budget).
+        used: simulations whose rows reached the store, over the run's launches.
+        invalid: of ``used``, rows that were invalid (non-finite or raised).
+        stop_early: estimators may early-stop with budget left.
+    """
+
+    total: int | None = None
+    used: int = 0
+    invalid: int = 0
+    stop_early: bool = False
+
+    @property
+    def left(self) -> int | None:
+        """Simulations left (``None``: no budget)."""
+        return None if self.total is None else max(0, self.total - self.used)
+
+    @property
+    def spent(self) -> bool:
+        """True when a budget is set and nothing is left."""
+        return self.total is not None and self.used >= self.total
+
+    @property
+    def holds_training(self) -> bool:
+        """True while early stopping should wait for the budget's rounds."""
+        return self.total is not None and not self.spent and not self.stop_early
+
+    def take(self, n: int) -> int:
+        """How many of ``n`` wanted simulations the budget allows now."""
+        left = self.left
+        return int(n) if left is None else max(0, min(int(n), left))
+
+    def count(self, rows: int, invalid: int = 0) -> None:
+        """``rows`` rows reached the store, ``invalid`` of them invalid."""
+        self.used += int(rows)
+        self.invalid += int(invalid)
+
+    def check_initial(self, initial: int) -> None:
+        """The initial simulation from the prior must fit the budget.
+
+        Raises:
+            ConfigError: it does not (names both numbers and the keys).
+        """
+        left = self.left
+        if left is not None and initial > left:
+            raise ConfigError(
+                f"budget.simulations: {self.total} (of which {left} left) is smaller than the "
+                f"initial simulation buffer.min_samples + buffer.validation_samples = {initial}; "
+                "raise the budget or lower those buffer sizes"
+            )
+
+    def as_status(self) -> dict[str, Any]:
+        """``{"total", "used", "invalid", "left"}`` for ``status.json``."""
+        return {"total": self.total, "used": self.used, "invalid": self.invalid, "left": self.left}
+
+
+def read_budget(folder: str) -> tuple[int, int] | None:
+    """``(used, invalid)`` recorded beside a saved buffer in ``folder`` (``None``: none).
+
+    Raises:
+        ConfigError: the file is not a budget record (names the file).
+    """
+    path = os.path.join(folder, BUDGET_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+        return int(data["used"]), int(data.get("invalid", 0))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise ConfigError(f"budget: cannot read {path}: {err}") from err
+
+
+def write_budget(folder: str, budget: Budget) -> str:
+    """Write the budget's counters to ``<folder>/budget.json`` (atomically); returns the path."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, BUDGET_FILE)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump({"used": budget.used, "invalid": budget.invalid, "total": budget.total}, fh)
+    os.replace(tmp, path)
+    return path
+
+
+def restore_counts(budget: Budget, folder: str, restored: Any) -> bool:
+    """Set ``budget``'s counters from a resumed run's saved buffer in ``folder``.
+
+    Args:
+        budget: updated in place. folder: the snapshot folder. restored: the
+            :class:`~kestrel_core._store._buffer_file.BufferSnapshot` put back (``None``: none).
+
+    Returns:
+        True if counters were found: ``budget.json``, else (a buffer saved without it) the
+        snapshot's id count, every row the run's store ever took.
+    """
+    counts = read_budget(folder)
+    if counts is None and restored is not None:
+        counts = (int(restored.next_id), 0)
+    if counts is None:
+        return False
+    budget.used, budget.invalid = counts
+    return True

@@ -1,0 +1,186 @@
+"""The driver's side of the resimulation rounds: when one is drawn, how many samples, the budget.
+
+Rounds are paced by training (:class:`kestrel_core.Rounds`): round ``k`` is drawn once every
+estimator node has fixed its proposal for it (at epoch ``k·E`` of its training call), the
+previous round's append has finished, ``buffer.simulate_interval`` seconds have passed since
+the previous round began (a minimum spacing, 0 by default) and the budget has simulations
+left. The round draws ``simulate_count`` latents (fewer: what the budget has left, or — with
+``simulate_when_full: false`` — what the buffer can take), simulates the rest of the graph
+and appends; then every estimator hears that round ``k`` is in the store.
+
+When the budget is spent, or the launch stops, the estimators hear that no more rounds come.
+After training ended with budget left (``max_epochs`` reached), the rest of the budget is drawn
+from the final proposals (one warning), so a budget is always spent exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from kestrel_core import BufferConfig
+
+from .._errors import RunError, describe_failure, unwrap_error
+from ._budget import Budget
+
+__all__ = ["Resimulation"]
+
+
+class Resimulation:
+    """The rounds of one launch's training phase.
+
+    Args:
+        dg: the deployed graph.
+        buffer: the buffer config (``simulate_count``, ``epochs_per_round``,
+            ``simulate_interval``, ``simulate_when_full``, ``max_samples``).
+        budget: the run's budget (updated as rows reach the store).
+        deterministic: the estimators train under a deterministic schedule.
+        append: ``append(trace, what)`` → the append's ref (the launcher counts non-finite rows).
+        finish: ``finish(ref)`` → rows kept, once the append is done.
+        stats: ``stats()`` → the store's counts (for ``simulate_when_full: false``).
+        log: the driver's logger.
+    """
+
+    def __init__(
+        self,
+        dg: Any,
+        buffer: BufferConfig,
+        budget: Budget,
+        *,
+        deterministic: bool,
+        append: Callable[[Any, str], Any],
+        finish: Callable[[Any], int],
+        stats: Callable[[], dict[str, int]],
+        log: logging.Logger,
+    ):
+        self.dg, self.buffer, self.budget = dg, buffer, budget
+        self.deterministic = deterministic
+        self._append, self._finish, self._stats, self.log = append, finish, stats, log
+        self.round = 0  # the last round drawn
+        self._ready: dict[str, Any] | None = None  # node → ref: is round self.round + 1 ready
+        self._pending: tuple[Any, int, int, int] | None = None  # (ref, round, rows, invalid)
+        self._next = 0.0
+        self._closed = False
+        self._warned = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Give the estimators their schedule (call before training starts)."""
+        self.dg.configure_rounds(
+            int(self.buffer.epochs_per_round),
+            deterministic=self.deterministic,
+            open=self.budget.holds_training,
+        )
+        if self.budget.spent:
+            self.close("the simulation budget is spent")
+        self._next = time.monotonic() + float(self.buffer.simulate_interval)
+
+    def close(self, why: str) -> None:
+        """No more rounds: tell the estimators (once)."""
+        if not self._closed:
+            self._closed = True
+            self.dg.close_rounds()
+            self.log.info("rounds: no more (%s); %d rounds drawn", why, self.round)
+
+    @property
+    def busy(self) -> bool:
+        """An append is in flight."""
+        return self._pending is not None
+
+    def more_after_training(self) -> bool:
+        """Rounds are still owed once every estimator's training ended (budget left)."""
+        return (
+            not self._closed
+            and self.budget.total is not None
+            and not self.budget.spent
+            and not self.budget.stop_early
+        )
+
+    # -- one turn ------------------------------------------------------------------------------
+    def step(self, *, training: bool, stopping: bool) -> None:
+        """Finish a done append; draw the next round when it is due.
+
+        Args:
+            training: some estimator is still training.
+            stopping: the launch is stopping (no new rounds).
+        """
+        if self._pending is not None and _ready(self._pending[0]):
+            self.drain()
+        if stopping:
+            self.close("the launch is stopping")
+            return
+        if self._pending is not None or self._closed or time.monotonic() < self._next:
+            return
+        if not training and not self.more_after_training():
+            return
+        if self._ready is None:
+            self._ready = self.dg.round_ready_refs(self.round + 1)
+        refs = list(self._ready.values())
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if len(done) < len(refs):
+            return
+        rounds = self._ready_rounds()
+        self._ready = None
+        self._draw(max(rounds.values(), default=self.round + 1), training)
+
+    def _ready_rounds(self) -> dict[str, int]:
+        assert self._ready is not None  # step() asked
+        out = {}
+        for node, ref in self._ready.items():
+            try:
+                out[node] = int(ray.get(ref))
+            except ray.exceptions.RayError as err:
+                cause = unwrap_error(err, node, "round_ready")
+                raise RunError(
+                    f"node {node!r} failed: " + describe_failure(cause, remote=err, node=node),
+                    node=node,
+                ) from err
+        return out
+
+    def _draw(self, k: int, training: bool) -> None:
+        self._next = time.monotonic() + float(self.buffer.simulate_interval)
+        self.round = k
+        n = self.budget.take(self._size())
+        if not training and n and not self._warned:
+            self._warned = True
+            self.log.warning(
+                "budget: training ended with %d simulations of the budget left; drawing them "
+                "from the final proposal (they stay in the buffer for a later launch, e.g. "
+                "with --epochs N)",
+                self.budget.left,
+            )
+        if n == 0:  # nothing to simulate this round (the buffer is full): it is in the store
+            self.dg.round_appended(k)
+            return
+        trace = self.dg.simulate_from_proposal(n)
+        valid = trace.valid_rows()
+        invalid = 0 if valid is None else int((~valid).sum())
+        self._pending = (self._append(trace, "resimulation"), k, int(trace.n), invalid)
+
+    def _size(self) -> int:
+        count = int(self.buffer.simulate_count)
+        if self.buffer.simulate_when_full:
+            return count
+        training = int(self._stats().get("training", 0))
+        return max(0, min(count, int(self.buffer.max_samples) - training))
+
+    def drain(self) -> None:
+        """Wait for the append in flight (if any) and account for it."""
+        if self._pending is None:
+            return
+        ref, k, rows, invalid = self._pending
+        self._pending = None
+        self._finish(ref)
+        self.budget.count(rows, invalid)
+        self.dg.round_appended(k)
+        if self.budget.spent:
+            self.close(f"the simulation budget of {self.budget.total} is spent")
+
+
+def _ready(ref: Any) -> bool:
+    done, _ = ray.wait([ref], timeout=0)
+    return bool(done)
