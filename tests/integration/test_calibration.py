@@ -1,21 +1,25 @@
 """Issue 10 items 1–2: posteriors for m observations in one call; ``kestrel check calibration``.
 
-One toy run (z ~ U(0, 1)², x = z + N(0, 0.05²), a Gaussian estimator trained 2 epochs) serves
-every test: under-trained on purpose, so its posterior is too wide and the check says so.
+One toy run (z ~ U(0, 1)², x = z + N(0, 0.05²), a Gaussian estimator trained 2 epochs, launched
+with ``--check``) serves every test: under-trained on purpose, so its posterior is too wide and
+the check says so.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import numpy as np
 import pytest
+import yaml
 
 from kestrel_core import ConfigError, ShapeError
 from kestrel_core._cli import main
 from kestrel_core._runread import read_run_samples
 from kestrel_core._samplefiles import observation_digest
-from kestrel_ray import RunDir, launch, sample_run
+from kestrel_ray import RunDir, sample_run
 from kestrel_ray.run._calibrate import check_calibration
 
 from .test_launch import toy
@@ -24,10 +28,30 @@ BATCH = np.array([[0.4, 0.6], [0.1, 0.9], [0.8, 0.2]])
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, ray_session):
+def launched(tmp_path_factory, ray_session):
+    """``kestrel launch … --check`` (in this process, on the session's Ray): run and output."""
     tmp = tmp_path_factory.mktemp("calibration")
-    launch(toy(tmp), tmp / "run", seed=11, progress=False, auto_sample=False)
-    return tmp / "run"
+    config = tmp / "config.yml"
+    config.write_text(yaml.safe_dump(toy(tmp)))
+    out = io.StringIO()
+    args = ["-c", str(config), "-o", str(tmp / "run"), "--seed", "11", "--no-auto-sample"]
+    with contextlib.redirect_stdout(out):
+        status = main(["launch", *args, "--progress", "none", "--check"])
+    assert status == 0, out.getvalue()
+    return tmp / "run", out.getvalue()
+
+
+@pytest.fixture
+def trained(launched):
+    return launched[0]
+
+
+def test_launch_check_runs_the_calibration_check_after_training(launched):
+    run, out = launched
+    assert "kestrel check calibration: underconfident" in out, out
+    report = json.loads((run / "checks" / "calibration.json").read_text())
+    assert (report["n"], report["samples"], report["from"]) == (200, 1000, "proposal")
+    assert report["verdict"] == "underconfident" and report["max_deviation"] > 0.1
 
 
 def test_posterior_for_m_observations_in_one_call(trained, tmp_path):
@@ -61,22 +85,19 @@ def test_batched_draws_on_ray_equal_the_draws_here(trained, no_leaked_actors):
     assert on_ray.ray and on_ray.batch == 3
     with np.load(here.path) as a, np.load(on_ray.path) as b:
         np.testing.assert_allclose(a["z"], b["z"], rtol=1e-6, atol=1e-9)
-    # truths simulated on Ray, posteriors here
-    result = check_calibration(trained, n=20, samples=50, seed=0, ray=True, image=False)
-    assert result.ray and result.report["n"] == 20 and result.image is None
 
 
 def test_check_calibration_reports_the_undertrained_posterior(trained, capsys):
     status = main(
-        ["check", "calibration", "-o", str(trained), "-n", "120", "--samples", "300", "--seed", "0"]
+        ["check", "calibration", "-o", str(trained), "-n", "100", "--samples", "200", "--seed", "0"]
     )
     out = capsys.readouterr().out
     assert status == 0, out
     assert out.startswith("kestrel check calibration: underconfident"), out
     report = json.loads((trained / "checks" / "calibration.json").read_text())
     assert (report["n"], report["samples"], report["from"], report["seed"]) == (
-        120,
-        300,
+        100,
+        200,
         "proposal",
         0,
     )
