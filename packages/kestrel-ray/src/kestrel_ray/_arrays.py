@@ -20,6 +20,7 @@ import ray
 
 from kestrel_core import ConfigError, Graph, GraphError, KestrelError, OutputTypeError, ShapeError
 from kestrel_core._inputs import as_input
+from kestrel_core._observe import check_finite_observation
 
 from ._refs import Column, RefTrace
 
@@ -56,14 +57,15 @@ def observation_columns(graph: Graph, observations: Mapping[str, Any]) -> dict[s
 
     Raises:
         GraphError: an observation names a node the graph does not have.
-        ConfigError: an observation is not numeric.
+        ConfigError: an observation is not numeric, or holds NaN or ±inf (node, index, value).
     """
     out = {}
     for name, value in observations.items():
         if name not in graph:
             raise GraphError(f"observation for unknown node {name!r}; nodes: {list(graph.nodes)}")
         what = f"observation {name!r}"
-        out[name] = put_rows(as_input(value, what, copy=False)[None], what, ConfigError)
+        array = check_finite_observation(name, as_input(value, what, copy=False))
+        out[name] = put_rows(array[None], what, ConfigError)
     return out
 
 
