@@ -175,7 +175,8 @@ class StoreHandle:
 
         Raises:
             KestrelError: the one the store raised (unwrapped from Ray's task error).
-            StoreError: no answer within the timeout, or a stored block is lost.
+            StoreError: no answer within the timeout, a stored block is lost, or the store's
+                actor is gone.
         """
         single = not isinstance(refs, list)
         refs = [refs] if single else refs
@@ -197,6 +198,9 @@ class StoreHandle:
             raise StoreError(f"the sample store did not answer within {self._timeout} s") from err
         except ray.exceptions.ObjectLostError as err:
             raise StoreError(f"a stored block is lost: {err}") from err
+        except ray.exceptions.RayActorError as err:  # killed, or its machine is gone
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise StoreError(f"the sample store's actor is gone: {first}") from err
         return values[0] if single else values
 
     # -- the SampleStore protocol (blocking) --------------------------------------------------------

@@ -27,6 +27,8 @@ class RunResult:
         simulated: samples appended.
         nonfinite: node → non-finite simulations dropped.
         errors: node → simulations that raised and were skipped (``on_error: skip``).
+        restarts: node → how often Ray restarted its actors after a crash (the call running
+            on one was retried with the same seeds; see :mod:`._restarts`).
         wall_time: seconds.
         placement: node → the Ray node id of each of its actors.
         config: the run's config.
@@ -44,6 +46,7 @@ class RunResult:
     simulated: int = 0
     nonfinite: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
     wall_time: float = 0.0
     placement: dict[str, list[str]] = field(default_factory=dict)
     config: Any = field(default=None, repr=False)

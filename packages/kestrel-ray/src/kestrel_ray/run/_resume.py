@@ -113,6 +113,7 @@ class Resume:
     Attributes:
         loaded: node → its estimator's status right after its weights were loaded.
         restored: the buffer snapshot put back (``None``: none was).
+        saved_rows: the rows of the last buffer snapshot written (``None``: none yet).
     """
 
     def __init__(self, session: Any, log: logging.Logger):
@@ -120,6 +121,8 @@ class Resume:
         self.log = log
         self.loaded: dict[str, dict[str, Any]] = {}
         self.restored: BufferSnapshot | None = None
+        self.saved_rows: int | None = None
+        self._kept: set[str] = set()  # nodes whose loaded weights are in previous/ already
 
     # -- start ---------------------------------------------------------------------------------
     def load_weights(self, dg: Any) -> list[str]:
@@ -181,9 +184,10 @@ class Resume:
         return snapshot.n
 
     # -- end -----------------------------------------------------------------------------------
-    def save_buffer(self, dg: Any) -> str | None:
+    def save_buffer(self, dg: Any, *, quiet: bool = False) -> str | None:
         """Write the whole buffer to ``<snapshots>/buffer.npz``; returns the path (``None``:
-        an empty store). A failure is logged, not raised: the weights matter more."""
+        an empty store). A failure is logged, not raised: the weights matter more.
+        ``quiet``: no log line for a snapshot written (a checkpoint logs its own)."""
         try:
             snapshot = snapshot_store(dg.store)
             if snapshot is None:
@@ -192,7 +196,9 @@ class Resume:
         except (OSError, StoreError) as err:
             self.log.warning("buffer: snapshot not saved: %s", err)
             return None
-        self.log.info("buffer: snapshot saved to %s (%s)", path, snapshot.counts())
+        self.saved_rows = snapshot.n
+        if not quiet:
+            self.log.info("buffer: snapshot saved to %s (%s)", path, snapshot.counts())
         return path
 
     def save_weights(self, dg: Any, status: Mapping[str, Any], result: dict[str, int]) -> None:
@@ -253,8 +259,14 @@ class Resume:
             )
 
     def keep_previous(self, node: str) -> str:
-        """Copy ``node``'s saved weights (and their ``saved.json``) to ``<node>/previous/``."""
-        return keep_previous(self.session.run.node_dir(node))
+        """Copy ``node``'s saved weights (and their ``saved.json``) to ``<node>/previous/``,
+        once per launch: after that the files there are the loaded ones and the node's own
+        are this launch's (a checkpoint wrote them), so later calls copy nothing."""
+        folder = self.session.run.node_dir(node)
+        if node in self._kept:
+            return os.path.join(folder, PREVIOUS_DIR)
+        self._kept.add(node)
+        return keep_previous(folder)
 
 
 def keep_previous(folder: str) -> str:

@@ -1,0 +1,127 @@
+"""What a failed launch still saves, so that ``kestrel launch -o RUN`` continues it.
+
+When a node fails — its simulator raises, an estimator's actor dies mid-epoch, the store actor
+dies — :class:`~kestrel_ray.run._launcher.Launcher` calls :func:`save_on_failure` before it
+kills the actors. The store is an actor of its own, apart from the node actors, so after a
+node's death it still answers:
+
+* the whole buffer goes to ``<snapshots>/buffer.npz`` (as at a graceful stop), unless the
+  store itself is gone — then the snapshot of the last checkpoint (:mod:`._checkpoint`) stays;
+* every estimator node whose actor still answers has its weights written under the resume
+  rule (:meth:`~kestrel_ray.run._checkpoint.Checkpoint.save_weights`); a dead one's weights
+  on disk stay as the last checkpoint (or the last launch) left them;
+* the driver log says what was saved, what stays from where, and how to continue.
+
+Each step has a short timeout, so a failed launch still ends within seconds. A second Ctrl-C
+(abort) saves nothing: it is not a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import ray
+
+from kestrel_core import KestrelError, StoreError
+from kestrel_core._store import BUFFER_FILE, write_buffer_file
+
+from .._store_snapshot import snapshot_store
+from ._checkpoint import Checkpoint
+from ._resume import saved_epoch
+
+__all__ = ["save_on_failure", "FAILURE_TIMEOUT"]
+
+#: seconds each actor (the store, each estimator node) has to answer on the failure path
+FAILURE_TIMEOUT = 10.0
+
+
+def save_on_failure(launcher: Any, err: BaseException) -> dict[str, Any]:
+    """Save the buffer and the reachable estimators' weights of a launch that failed.
+
+    Never raises (what cannot be saved is logged): the original error matters more.
+
+    Args:
+        launcher: the :class:`~kestrel_ray.run._launcher.Launcher` whose run failed (its
+            ``dg``, ``resume``, ``session`` and ``log``).
+        err: the error that ended it (a :class:`~kestrel_ray.RunError` names its ``node``).
+
+    Returns:
+        ``{"buffer": rows written or None, "weights": {node: epoch}, "gone": [node, …]}``
+        (empty when nothing was deployed).
+    """
+    dg, log = getattr(launcher, "dg", None), launcher.log
+    if dg is None or not dg.deployed:
+        return {}
+    try:
+        return _save(launcher, dg, log)
+    except Exception as problem:  # never hide the launch's own error
+        log.warning("failure: saving what was left failed: %s: %s", type(problem).__name__, problem)
+        return {}
+
+
+def _save(launcher: Any, dg: Any, log: logging.Logger) -> dict[str, Any]:
+    run = launcher.session.run
+    nodes, gone = _estimator_status(dg, launcher.session.config.graph.latents)
+    rows = _save_buffer(dg, run, log)
+    weights: dict[str, int] = {}
+    try:
+        weights = Checkpoint(launcher.resume, log).save_weights(dg, nodes, skip=gone)
+    except KestrelError as problem:
+        log.warning("failure: weights not saved: %s", str(problem).splitlines()[0])
+    for node in gone:
+        epoch = saved_epoch(run, node)
+        log.warning(
+            "failure: node %r's actor is gone; %s",
+            node,
+            f"its weights on disk are those saved after epoch {epoch} (saved.json)"
+            if epoch
+            else "no weights of it were saved yet",
+        )
+    if weights:
+        log.warning("failure: weights saved for %s (node → epoch)", weights)
+    resumable = rows is not None or _has_snapshot(run)
+    log.warning(
+        "failure: %s; continue the run with `kestrel launch -o %s`",
+        "the buffer snapshot and the saved weights are on disk"
+        if resumable
+        else "no buffer snapshot on disk (a new launch simulates the buffer again)",
+        run.root,
+    )
+    return {"buffer": rows, "weights": weights, "gone": gone}
+
+
+def _estimator_status(dg: Any, latents: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """node → its estimator's status, for the estimator nodes that answer; and those that do not."""
+    refs = {node: dg.handle(node).status_refs()[0] for node in latents}
+    nodes, gone = {}, []
+    for node, ref in refs.items():
+        try:
+            nodes[node] = dict(ray.get(ref, timeout=FAILURE_TIMEOUT).get("estimator") or {})
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            gone.append(node)
+    return nodes, gone
+
+
+def _save_buffer(dg: Any, run: Any, log: logging.Logger) -> int | None:
+    """Write the store's whole buffer; ``None`` when the store is gone or empty (logged)."""
+    try:
+        snapshot = snapshot_store(dg.store.with_options(timeout=FAILURE_TIMEOUT))
+        if snapshot is None:
+            return None
+        path = write_buffer_file(run.snapshots, snapshot)
+    except (StoreError, ray.exceptions.RayError, OSError) as problem:
+        kept = "the last checkpoint's snapshot stays" if _has_snapshot(run) else "none"
+        log.warning(
+            "failure: the buffer snapshot was not written (%s); on disk: %s",
+            str(problem).splitlines()[0],
+            kept,
+        )
+        return None
+    log.warning("failure: buffer snapshot saved to %s (%s)", path, snapshot.counts())
+    return snapshot.n
+
+
+def _has_snapshot(run: Any) -> bool:
+    return os.path.isfile(os.path.join(run.snapshots, BUFFER_FILE))

@@ -1,0 +1,104 @@
+"""The estimator node's actor or the store actor killed while a launch trains (issue 11, item 1).
+
+Neither is restarted (a fresh estimator or store would silently drop the training state or
+the buffer's statuses): the launch stops within seconds with an error naming what died. What
+it leaves is a run ``kestrel launch -o RUN`` continues:
+
+* estimator killed: the store still answers, so the failure path writes the whole buffer; the
+  dead node's weights on disk are the last checkpoint's (written about once a minute while
+  training — every 0.3 s here);
+* store killed (stop cleanly rather than rebuild: the statuses and the validation split live
+  in the store): the failure path writes the live estimator's weights; the buffer on disk is
+  the last checkpoint's, whose rows all stay readable.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from kestrel_core import KestrelError
+from kestrel_ray import launch
+from kestrel_ray.run import _checkpoint
+
+from .faultkit import (
+    FOREVER,
+    Killer,
+    actor_pid,
+    buffer_file,
+    checkpointed,
+    contiguous,
+    driver_log,
+    status,
+    store_pid,
+    toy,
+)
+
+pytestmark = pytest.mark.faults
+
+#: seconds from the kill to the launch's error
+DETECT_WITHIN = 15.0
+
+
+@pytest.fixture
+def fast_checkpoints(monkeypatch):
+    monkeypatch.setattr(_checkpoint, "CHECKPOINT_EVERY", 0.3)
+
+
+def saved_epoch(run) -> int:
+    return int(json.loads((run / "graph" / "z" / "saved.json").read_text())["epoch"])
+
+
+def continues(run, before_rows: int) -> None:
+    """``kestrel launch -o RUN --epochs 1`` continues from what is on disk."""
+    epoch = saved_epoch(run)
+    result = launch(None, run, seed=3, progress=False, epochs=1, auto_sample=False)
+    assert result.status == "completed" and result.resumed == ["z"]
+    assert result.epochs == {"z": epoch + 1}
+    log = driver_log(run)
+    assert f"buffer restored from {run / 'buffer' / 'snapshots' / 'buffer.npz'}" in log
+    assert "no simulation from the prior" in log
+    assert len(buffer_file(run)["_ids"]) >= before_rows
+
+
+def test_a_killed_estimator_actor_stops_the_run_resumable(
+    tmp_path, fast_checkpoints, no_leaked_actors
+):
+    run = tmp_path / "run"
+    killer = Killer(checkpointed(run, epochs=2), lambda: actor_pid(run, "z"))
+    with pytest.raises(KestrelError) as info:  # the training call's or a proposal call's error
+        launch(toy(tmp_path, epochs=FOREVER, max_samples=100_000), run, seed=1, progress=False)
+    detected = time.monotonic() - killer.killed_at
+    assert killer.error is None and detected < DETECT_WITHIN, detected
+    assert "node 'z'" in str(info.value)
+    st = status(run)
+    assert st["status"] == "failed" and "node 'z'" in st["reason"]
+    log = driver_log(run)
+    assert "failure: buffer snapshot saved" in log  # by the failure path: the store answers
+    assert "failure: node 'z''s actor is gone; its weights on disk are those saved after" in log
+    saved = buffer_file(run)
+    assert contiguous(saved["_ids"]) and int(saved["_next_id"]) == len(saved["_ids"])
+    assert saved_epoch(run) >= 2  # a checkpoint's weights
+    continues(run, len(saved["_ids"]))
+
+
+def test_a_killed_store_actor_stops_the_run_cleanly_and_resumable(
+    tmp_path, fast_checkpoints, no_leaked_actors
+):
+    run = tmp_path / "run"
+    killer = Killer(checkpointed(run, epochs=2), store_pid)
+    with pytest.raises(KestrelError) as info:
+        launch(toy(tmp_path, epochs=FOREVER, max_samples=100_000), run, seed=2, progress=False)
+    detected = time.monotonic() - killer.killed_at
+    assert killer.error is None and detected < DETECT_WITHIN, detected
+    assert "store" in str(info.value)
+    assert status(run)["status"] == "failed"
+    log = driver_log(run)
+    assert "failure: the buffer snapshot was not written" in log
+    assert "the last checkpoint's snapshot stays" in log
+    assert "failure: weights saved for {'z'" in log  # the estimator outlived the store
+    saved = buffer_file(run)  # the checkpoint's
+    assert contiguous(saved["_ids"]) and int(saved["_next_id"]) == len(saved["_ids"])
+    continues(run, len(saved["_ids"]))
