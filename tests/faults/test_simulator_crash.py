@@ -49,7 +49,7 @@ def test_a_simulator_killed_mid_call_loses_and_changes_no_stored_sample(deployed
         np.testing.assert_array_equal(after.arrays[key][:80], values)
     assert paired(after.arrays["z.value"], after.arrays["x.value"])
     # the retried call drew exactly what an uninterrupted one draws (here: in this process)
-    expected = sample_forward(crash_graph(tmp_path / "clean", kill_at=[]), 80, seed=1)
+    expected = sample_forward(crash_graph(tmp_path / "clean", []), 80, seed=1, chunk_size=16)
     for key in ("z.value", "x.value"):
         np.testing.assert_array_equal(after.arrays[key][:80], expected[key])
     view = RayBufferView(dg.store, timeout=30)

@@ -8,7 +8,8 @@ Sections (unknown keys anywhere are errors with a "did you mean …?" suggestion
               initial_samples_path (null)
     graph:    <node>: simulator, estimator, parents, evidence, scaffolds, observed,
               num_actors, sample_chunk_size, ray, on_error (raise | skip), dry_run (true),
-              names (component names for plots and exports)
+              timeout (seconds per simulator call), names (component names for plots and
+              exports)
     sample:   prior | posterior | proposal | ppd: n, exclude_keys, add_keys
     ray:      keyword arguments of ray.init (passed through)
     logging:  level

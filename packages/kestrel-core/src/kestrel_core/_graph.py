@@ -22,7 +22,17 @@ import numpy as np
 from . import _topology
 from ._errors import ConfigError, GraphError
 from ._names import node_names
-from ._node import ON_ERROR, RAY_OPTIONS, Node, choice, count, flag, name_tuple, ray_options
+from ._node import (
+    ON_ERROR,
+    RAY_OPTIONS,
+    Node,
+    choice,
+    count,
+    flag,
+    name_tuple,
+    ray_options,
+    seconds,
+)
 from ._observe import load_observation
 from ._spec import Spec
 from ._suggest import key_path, unknown
@@ -57,6 +67,7 @@ class Graph:
         ray: Mapping[str, Any] | None = None,
         on_error: str = "raise",
         dry_run: bool = True,
+        timeout: float | None = None,
         names: Iterable[str] | None = None,
     ) -> Graph:
         """Add a node; returns the graph so calls chain.
@@ -72,6 +83,8 @@ class Graph:
             ray: Ray actor options, keys from :data:`RAY_OPTIONS`.
             on_error: ``"raise"`` or ``"skip"`` (samples whose simulation raised are dropped).
             dry_run: simulate the node in-process before a launch starts Ray (default true).
+            timeout: seconds one simulator call (one chunk) may take on Ray (``None``: no
+                limit); see :class:`Node`.
             names: names of the node's flattened components (``[beta, gamma]``); their number
                 must match the node's dimension where it is known here (the observation's
                 size, or a kestrel-core prior's), and is checked again against samples.
@@ -109,6 +122,7 @@ class Graph:
             ray=ray_options(ray, f"{where}.ray"),
             on_error=choice(on_error, f"{where}.on_error", ON_ERROR),
             dry_run=flag(dry_run, f"{where}.dry_run"),
+            timeout=seconds(timeout, f"{where}.timeout"),
             names=node_names(names, f"{where}.names", simulator, obs),
         )
         self._nodes[name] = node

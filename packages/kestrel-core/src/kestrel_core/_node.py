@@ -21,6 +21,7 @@ __all__ = [
     "count",
     "choice",
     "flag",
+    "seconds",
 ]
 
 #: what a node does when its simulator raises for some samples (``on_error``)
@@ -63,6 +64,9 @@ class Node:
         dry_run: simulate this node on a few prior draws in-process before a launch starts
             Ray (``False`` for a simulator too expensive for that; its descendants are then
             not dry-run either).
+        timeout: seconds one simulator call (one chunk of ``sample_chunk_size`` rows) may take
+            on Ray; a chunk still running then is retried once on a restarted actor, then
+            fails naming the node and the chunk. ``None``: no limit.
         names: names of the node's ``prod(D)`` flattened components (plots, exports), or
             ``()``; see :mod:`kestrel_core._names`.
     """
@@ -79,6 +83,7 @@ class Node:
     ray: dict[str, Any] = field(default_factory=dict)
     on_error: str = "raise"
     dry_run: bool = True
+    timeout: float | None = None
     names: tuple[str, ...] = ()
 
     @property
@@ -121,6 +126,24 @@ def choice(value: Any, where: str, allowed: tuple[str, ...]) -> str:
         hint = did_you_mean(value, allowed) if isinstance(value, str) else ""
         raise ConfigError(f"{where}: expected {' | '.join(allowed)}, found {value!r}{hint}")
     return value
+
+
+def seconds(value: Any, where: str) -> float | None:
+    """Check a duration in seconds: a positive finite number, or ``None`` (no limit).
+
+    Raises:
+        ConfigError: not a positive finite number.
+    """
+    if value is None:
+        return None
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not np.isfinite(value)
+        or value <= 0
+    ):
+        raise ConfigError(f"{where}: expected a number of seconds > 0, found {value!r}")
+    return float(value)
 
 
 def flag(value: Any, where: str) -> bool:

@@ -70,6 +70,7 @@ NODE_KEYS = (
     "ray",
     "on_error",
     "dry_run",
+    "timeout",
     "names",
 )
 LOGGING_KEYS = ("level",)

@@ -37,12 +37,17 @@ def check_deployable(graph: Graph) -> None:
 
     Raises:
         GraphError: the graph is invalid.
-        ConfigError: an estimator node has ``num_actors > 1``, or a resource request can never
-            be met ("node 'x' requests 2 GPUs; the cluster has 0").
+        ConfigError: an estimator node has ``num_actors > 1`` or a ``timeout``, or a resource
+            request can never be met ("node 'x' requests 2 GPUs; the cluster has 0").
     """
     graph.validate()
     nodes = graph.nodes
     for name, node in nodes.items():
+        if node.estimator is not None and node.timeout is not None:
+            raise ConfigError(
+                f"graph.{name}.timeout: node {name!r} has an estimator, whose actor is never "
+                "restarted (it holds the training state); a timeout applies to simulator nodes"
+            )
         if node.estimator is not None and node.num_actors > 1:
             raise ConfigError(
                 f"graph.{name}.num_actors: node {name!r} has an estimator and "
@@ -101,7 +106,7 @@ def start_node_actors(
     handles: dict[str, NodeHandle | MultiplexNodeWrapper] = {}
     for name in graph.nodes:
         reps = [
-            NodeHandle(name, actor, infos[(name, i)]["fields"])
+            NodeHandle(name, actor, infos[(name, i)]["fields"], graph.nodes[name].timeout)
             for (m, i, actor) in started
             if m == name
         ]

@@ -4,7 +4,9 @@
 many objects the call returns (chunks × fields + one meta dict) and calls the actor with
 ``.options(num_returns=k)``, so the refs exist immediately, the driver owns every block, and a
 downstream node can be called with refs whose values are still being computed. The other
-methods (status, training, logs) return ObjectRefs the caller waits on. Two driver-side
+methods (status, training, logs) return ObjectRefs the caller waits on. A node with a
+``timeout`` gets one call per chunk instead, so that a chunk that hangs can be named, retried
+and failed (:mod:`._timeout`). Two driver-side
 helpers call actor methods beside them, each for one job: ``_estimator_files`` (estimator state
 as bytes) and ``run._nodelog.NodeLogSink`` (draining logs and metrics rows).
 """
@@ -22,6 +24,7 @@ from kestrel_core import check_count, flat_key
 
 from ._errors import unwrap_error
 from ._refs import Column, RefTrace, merge_meta
+from ._timeout import ChunkCall, wait_chunk
 
 __all__ = ["NodeHandle", "Pending", "ActorGroup", "collect_trace"]
 
@@ -36,12 +39,15 @@ class Pending:
         columns: field (``"value"``, ``"log_prob"``) → :class:`Column` of ``n`` rows.
         meta_refs: one ref per actor call to ``{"fields": {field: (D, dtype)}, "nonfinite": int,
             "finite": [bool (c,) per chunk]}``.
+        chunk_calls: for a node with a ``timeout``: the chunk of each meta ref (one call per
+            chunk), waited for with :func:`~kestrel_ray._timeout.wait_chunk`; else empty.
     """
 
     node: str
     n: int
     columns: dict[str, Column] = field(default_factory=dict)
     meta_refs: list[Any] = field(default_factory=list)
+    chunk_calls: list[ChunkCall] = field(default_factory=list)
 
 
 def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
@@ -57,10 +63,13 @@ def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
 
     Raises:
         KestrelError: a node's call failed (its error, naming the node and the call).
+        SimulatorError: a chunk of a node with a ``timeout`` hung twice (naming node and chunk).
     """
     trace = RefTrace(n)
     for name, (method, pending) in calls.items():
         try:
+            for ref, call in zip(pending.meta_refs, pending.chunk_calls):
+                wait_chunk(name, f"{method}({n})", ref, call)
             metas = ray.get(pending.meta_refs)
         except ray.exceptions.RayError as err:
             raise unwrap_error(err, name, f"{method}({n})") from err
@@ -107,12 +116,20 @@ class NodeHandle(ActorGroup):
         name: node name.
         actor: the NodeWrapper actor handle.
         fields: method → fields it returns (from the actor's ``ready()``).
+        timeout: the node's ``timeout`` (seconds per chunk; ``None``: no limit).
     """
 
-    def __init__(self, name: str, actor: Any, fields: Mapping[str, Sequence[str]]):
+    def __init__(
+        self,
+        name: str,
+        actor: Any,
+        fields: Mapping[str, Sequence[str]],
+        timeout: float | None = None,
+    ):
         self.name = name
         self.actor = actor
         self.fields = {m: tuple(f) for m, f in fields.items()}
+        self.timeout = timeout
 
     @property
     def actors(self) -> list[Any]:
@@ -152,6 +169,8 @@ class NodeHandle(ActorGroup):
         fields = self.fields[method]
         if n == 0:
             return Pending(self.name, 0, {f: Column() for f in fields})
+        if self.timeout is not None:
+            return self._submit_chunks(method, n, conditions, chunks, seeds)
         payload = {name: col.payload() for name, col in conditions.items()}
         k = len(chunks) * len(fields) + 1
         refs = (
@@ -165,3 +184,34 @@ class NodeHandle(ActorGroup):
             for j, f in enumerate(fields)
         }
         return Pending(self.name, n, columns, [refs[-1]])
+
+    def _submit_chunks(
+        self,
+        method: str,
+        n: int,
+        conditions: Mapping[str, Column],
+        chunks: Sequence[int],
+        seeds: Sequence[Any] | None,
+    ) -> Pending:
+        """:meth:`submit` as one call per chunk, each with its rows of the conditions."""
+        assert self.timeout is not None
+        fields = self.fields[method]
+        out = Pending(self.name, n, {f: Column() for f in fields})
+        start = 0
+        for i, c in enumerate(chunks):
+            stop = start + int(c)
+            payload = {
+                name: (col if col.is_broadcast(n) else col.slice(start, stop)).payload()
+                for name, col in conditions.items()
+            }
+            refs = list(
+                getattr(self.actor, method)
+                .options(num_returns=len(fields) + 1)
+                .remote(int(c), payload, [int(c)], None if seeds is None else [seeds[i]])
+            )
+            for j, f in enumerate(fields):
+                out.columns[f] = out.columns[f] + Column.whole([(refs[j], int(c))])
+            out.meta_refs.append(refs[-1])
+            out.chunk_calls.append(ChunkCall(self.actor, i, start, stop, self.timeout))
+            start = stop
+        return out

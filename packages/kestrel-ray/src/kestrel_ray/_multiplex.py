@@ -78,4 +78,5 @@ class MultiplexNodeWrapper(ActorGroup):
             for f, col in part.columns.items():
                 out.columns[f] = out.columns[f] + col
             out.meta_refs.extend(part.meta_refs)
+            out.chunk_calls.extend(part.chunk_calls)
         return out

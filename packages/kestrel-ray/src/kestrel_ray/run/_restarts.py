@@ -24,6 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .._timeout import actor_info
+
 __all__ = ["RestartWatch", "actor_restarts"]
 
 #: seconds between two reads of the actor table
@@ -33,16 +35,11 @@ POLL_EVERY = 1.0
 def actor_restarts(actor: Any) -> int | None:
     """How often Ray restarted ``actor`` (``None``: unknown — no actor table, another Ray).
 
-    Reads the cluster's actor table (``ray._private.state``: the GCS record of the actor, which
-    holds ``NumRestarts``); Ray's public state API needs the dashboard, which a launch keeps off.
+    Read from Ray's actor table (:func:`~kestrel_ray._timeout.actor_info`), the cluster's
+    record of the actor, which outlives its processes.
     """
-    try:
-        from ray._private import state
-
-        info = state.actors(actor_id=actor._actor_id.hex())
-        return int(info["NumRestarts"]) if info else None
-    except Exception:  # any Ray without this table: restarts are not counted, nothing breaks
-        return None
+    info = actor_info(actor)
+    return int(info["NumRestarts"]) if "NumRestarts" in info else None
 
 
 class RestartWatch:
