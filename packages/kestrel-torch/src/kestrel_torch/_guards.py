@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._model import NPEModel
 from ._moments import RunningMoments, constant_features
 from ._norm import RunningNorm
 
@@ -245,7 +246,7 @@ def _norm_findings(path: str, norm: RunningNorm, x: torch.Tensor) -> list[Findin
 
 
 def embed_checked(
-    model: nn.Module, inputs: Mapping[str, torch.Tensor | None]
+    model: NPEModel, inputs: Mapping[str, torch.Tensor | None]
 ) -> tuple[torch.Tensor, list[Finding]]:
     """Embed conditions and check a broadcast observation against the training data.
 
@@ -266,7 +267,7 @@ def embed_checked(
     seen: list[tuple[str, RunningNorm, torch.Tensor]] = []
     hooks = [
         m.register_forward_pre_hook(
-            lambda mod, args, path=path: seen.append((path, mod, args[0]))  # type: ignore[misc]
+            lambda mod, args, path=path: seen.append((path, mod, args[0]))
         )
         for path, m in norms
     ]
@@ -285,7 +286,7 @@ def embed_checked(
 
 
 def check_observation(
-    model: nn.Module, s: torch.Tensor, inputs: Mapping[str, torch.Tensor | None]
+    model: NPEModel, s: torch.Tensor, inputs: Mapping[str, torch.Tensor | None]
 ) -> list[Finding]:
     """Constant and far features of one embedded observation (see the module docstring).
 

@@ -92,7 +92,7 @@ def read_batch(config: RunConfig, mode: str, given: Any) -> Batch | None:
         if len(own) != 1:
             return None  # given_observations names the error
         given = {next(iter(own)): given}
-    arrays = {node: read_observation(spec) for node, spec in given.items()}
+    arrays = {node: read_observation(spec, node) for node, spec in given.items()}
     batched = {
         node: a
         for node, a in arrays.items()

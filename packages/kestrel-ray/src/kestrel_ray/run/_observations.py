@@ -21,26 +21,28 @@ __all__ = ["read_observation", "given_observations", "parse_observation_args"]
 _NODE_SPEC = re.compile(r"^(?P<node>[A-Za-z_][A-Za-z0-9_]*)=(?P<spec>.+)$")
 
 
-def read_observation(spec: Any) -> np.ndarray:
+def read_observation(spec: Any, node: str | None = None) -> np.ndarray:
     """An observation given on the command line or in Python.
 
     Args:
         spec: ``FILE.npy``, ``FILE.npz`` (one array), ``FILE.npz:key``, ``"FILE.npz['key']"``
             (relative paths against the working directory), or an array-like.
+        node: the observed node it is for (named in messages).
 
     Returns:
         The array, read-only (its shape is checked against the node later).
 
     Raises:
-        ConfigError: no such file or key (the message lists the keys of an ``.npz``).
+        ConfigError: no such file or key (the message lists the keys of an ``.npz``), or a
+            NaN or ±inf in the data (node, index, value; case K24).
     """
     if isinstance(spec, (str, os.PathLike)):
         text = os.fspath(spec)
         head, sep, key = text.rpartition(":")
         if sep and "[" not in text and head.endswith(".npz") and key:
             text = f"{head}[{key!r}]"
-        return load_observation(text, os.getcwd())
-    return load_observation(spec)
+        return load_observation(text, os.getcwd(), node=node)
+    return load_observation(spec, node=node)
 
 
 def given_observations(graph: Graph, mode: str, given: Any) -> dict[str, np.ndarray]:
@@ -78,7 +80,7 @@ def given_observations(graph: Graph, mode: str, given: Any) -> dict[str, np.ndar
                 f"--observation {node}=…: {node!r} is not an observed node of the run "
                 f"(observed: {', '.join(own) or 'none'})"
             )
-        out[node] = check_observation(node, read_observation(spec), own[node].shape)
+        out[node] = check_observation(node, read_observation(spec, node), own[node].shape)
     return out
 
 
