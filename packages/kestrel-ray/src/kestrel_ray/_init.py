@@ -4,8 +4,10 @@ Joining a cluster follows Ray's own tools: ``ray start`` turns token authenticat
 ``RAY_AUTH_MODE`` is unset and a token is available, so a driver joining with ``--address`` or
 ``RAY_ADDRESS`` does the same (the token in ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH``
 names, or ``~/.ray/auth_token``). An address that cannot work fails in one line naming the
-address, where it came from and the remedy, within seconds: nothing listening, an ``http://``
-address (the dashboard's, not the cluster's), a ``ray://`` client address.
+address, where it came from and the remedy, within seconds: nothing listening, something
+listening that is not a Ray head (a stale address whose port another program took: Ray itself
+would retry for ever, printing a warning every 30 s), an ``http://`` address (the dashboard's,
+not the cluster's), a ``ray://`` client address.
 
 A local Ray (no address) runs with token authentication, as Ray ≥ 2.59 does by default; Kestrel
 sets ``RAY_AUTH_MODE=token`` itself when the variable is unset — the documented way to choose
@@ -19,6 +21,7 @@ import importlib
 import logging
 import os
 import socket
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +29,7 @@ from ._errors import ClusterError
 
 __all__ = ["init_ray", "token_source", "check_address"]
 
-#: seconds to wait for a TCP connection to the head's address before calling it unreachable
+#: seconds to wait for the head's address to accept a connection and answer as a Ray head
 CONNECT_TIMEOUT = 5.0
 
 
@@ -65,9 +68,16 @@ def check_address(address: str, source: str) -> None:
         address: ``"host:port"``, ``"auto"``, ``"ray://…"`` or ``"http://…"``.
         source: where it came from, for the message (``"--address"`` or ``"RAY_ADDRESS"``).
 
+    The ``host:port`` checked is the one ``ray.init`` connects to (``127.0.0.1`` and
+    ``localhost`` stand for this machine's address, as in Ray). Within :data:`CONNECT_TIMEOUT`
+    seconds it must accept a TCP connection and answer a Ray head's first request (the GCS's
+    ``GetClusterId``, over gRPC; a head that wants a token answers ``UNAUTHENTICATED``, which
+    counts as an answer: the token is checked when Ray joins). Not checked beyond TCP with
+    ``RAY_USE_TLS`` set.
+
     Raises:
         ClusterError: a ``ray://`` (Ray Client) or ``http(s)://`` address; a ``host:port``
-            where nothing accepts a TCP connection within :data:`CONNECT_TIMEOUT` seconds.
+            where nothing accepts a TCP connection, or whatever does is not a Ray head.
     """
     where = f"{address!r} (from {source})"
     if address.startswith("ray://"):
@@ -88,6 +98,8 @@ def check_address(address: str, source: str) -> None:
         raise ClusterError(
             f"cannot read the Ray address {where}; expected host:port, e.g. 10.0.0.1:6379"
         )
+    host = _bootstrap_host(host)
+    deadline = time.monotonic() + CONNECT_TIMEOUT
     try:
         with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT):
             pass
@@ -97,6 +109,48 @@ def check_address(address: str, source: str) -> None:
             f"no Ray cluster at {where}: {reason.lower()}; start one with `ray start --head` "
             "or correct the address"
         ) from None
+    _check_head(f"{host}:{port}", where, max(1.0, deadline - time.monotonic()))
+
+
+def _bootstrap_host(host: str) -> str:
+    """The host ``ray.init`` connects to for ``host`` (Ray's own rule for this machine)."""
+    try:
+        from ray._private.services import resolve_ip_for_localhost
+
+        return str(resolve_ip_for_localhost(host))
+    except Exception:  # another Ray: check the host as given
+        return host
+
+
+def _check_head(target: str, where: str, timeout: float) -> None:
+    """Raise unless a Ray head (its GCS) answers at ``target`` within ``timeout`` seconds."""
+    if os.environ.get("RAY_USE_TLS", "0").lower() not in ("", "0", "false"):
+        return  # the probe would need the cluster's certificates
+    try:
+        import grpc
+        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    except ImportError:  # pragma: no cover - Ray without its gRPC stubs: TCP was checked
+        return
+    channel = grpc.insecure_channel(target)
+    try:
+        stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+        stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout)
+    except grpc.RpcError as err:
+        code = err.code()
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return  # a Ray head that wants a token: joining checks it
+        what = (
+            "answers, but not as a Ray head"
+            if code == grpc.StatusCode.UNIMPLEMENTED
+            else f"does not answer as a Ray head within {timeout:.0f} s"
+        )
+        raise ClusterError(
+            f"no Ray cluster at {where}: something listens there but {what} (a stale address "
+            "whose port another program took?); start one with `ray start --head` or correct "
+            "the address"
+        ) from None
+    finally:
+        channel.close()
 
 
 def _use_token_auth() -> None:
