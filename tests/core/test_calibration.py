@@ -114,6 +114,23 @@ def test_tarp_is_calibrated_for_exact_draws_and_reproducible():
     assert np.max(np.abs(a - np.array(LEVELS))) < 0.1
 
 
+def test_tarp_of_a_local_check_takes_its_references_from_a_wide_prior():
+    # θ* from a narrow proposal N(0, 1.8²), x = θ* + N(0, 1), the flat-prior posterior N(x, 1):
+    # frequentist-calibrated; references near the truths read it as underconfident, references
+    # from a prior 30 times wider do not
+    rng = np.random.default_rng(2)
+    m, d = 600, 4
+    theta = 1.8 * rng.normal(size=(m, d))
+    x = theta + rng.normal(size=(m, d))
+    draws = x[:, None, :] + rng.normal(size=(m, 300, d))
+    lv = np.array(LEVELS)
+    near = tarp_coverage(theta, draws, rng=rng)
+    wide = tarp_coverage(theta, draws, references=30 * rng.normal(size=(m, d)))
+    assert np.max(np.abs(near - lv)) > 0.15 and np.max(np.abs(wide - lv)) < 0.07
+    with pytest.raises(ShapeError, match="references"):
+        tarp_coverage(theta, draws, references=np.zeros((3, d)))
+
+
 def test_shapes_that_do_not_pair_up_are_refused():
     with pytest.raises(ShapeError, match=r"truth \(3, 2\) and samples \(4, 5, 2\)"):
         sbc_ranks(np.zeros((3, 2)), np.zeros((4, 5, 2)))

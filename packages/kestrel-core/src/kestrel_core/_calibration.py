@@ -154,17 +154,25 @@ def tarp_coverage(
     samples: Any,
     levels: Sequence[float] = LEVELS,
     rng: np.random.Generator | None = None,
+    references: Any = None,
 ) -> np.ndarray:
     """TARP expected coverage (Lemos et al. 2023).
 
-    Components are standardised by the truths' mean and standard deviation; for each truth a
-    reference point is drawn uniformly in the box the standardised truths span; ``f_i`` is the
-    fraction of draws closer to the reference than the truth is. Coverage at level ``c`` is the
-    fraction of truths with ``f_i < c``; ``c`` for a calibrated posterior.
+    Each truth gets a reference point; ``f_i`` is the fraction of draws closer to it than the
+    truth is. Coverage at level ``c`` is the fraction of truths with ``f_i < c``; ``c`` for a
+    calibrated posterior. Distances are taken after standardising every component by the
+    references' mean and standard deviation.
+
+    The references should come from the prior, as in the paper: with θ* drawn from a narrower
+    distribution (a local check from the proposal) references near the truths make even the
+    exact posterior look underconfident; references from a prior much wider than the posterior
+    turn the statistic into a rank along a random direction, valid there too.
 
     Args:
         truth: ``(m, *D)``. samples: ``(m, L, *D)``. levels: ``(k,)``.
-        rng: draws the reference points (default: a generator seeded with 0).
+        rng: draws the reference points when none are given (default: seeded with 0).
+        references: ``(m, *D)`` reference points (e.g. prior draws); default: uniform in the
+            box the truths span.
 
     Returns:
         float64 ``(k,)``.
@@ -173,14 +181,21 @@ def tarp_coverage(
         ShapeError: the arrays do not pair up.
     """
     t, s = _as_draws(truth, samples)
-    rng = np.random.default_rng(0) if rng is None else rng
-    mean = t.mean(axis=0)
-    std = t.std(axis=0)
+    if references is None:
+        rng = np.random.default_rng(0) if rng is None else rng
+        lo, hi = t.min(axis=0), t.max(axis=0)
+        ref = rng.uniform(size=t.shape) * (hi - lo) + lo
+    else:
+        ref = np.asarray(references, dtype=np.float64)
+        ref = ref.reshape(ref.shape[0], -1) if ref.ndim else ref
+        if ref.shape != t.shape:
+            raise ShapeError(f"tarp_coverage: references {ref.shape} for truths {t.shape}")
+    mean = ref.mean(axis=0)
+    std = ref.std(axis=0)
     std = np.where(std > 0, std, 1.0)
     t = (t - mean) / std
     s = (s - mean) / std
-    lo, hi = t.min(axis=0), t.max(axis=0)
-    ref = rng.uniform(size=t.shape) * (hi - lo) + lo
+    ref = (ref - mean) / std
     d_truth = np.linalg.norm(t - ref, axis=1)
     d_draws = np.linalg.norm(s - ref[:, None, :], axis=2)
     f = np.mean(d_draws < d_truth[:, None], axis=1)
@@ -270,6 +285,7 @@ def calibration_report(
     levels: Sequence[float] = LEVELS,
     confidence: float = CONFIDENCE,
     rng: np.random.Generator | None = None,
+    references: Any = None,
 ) -> dict[str, Any]:
     """Every calibration figure of one set of simulations, as plain (JSON-ready) values.
 
@@ -277,7 +293,8 @@ def calibration_report(
         truth: ``(m, *D)``. samples: ``(m, L, *D)``. log_prob_truth: ``(m,)``.
         log_prob_samples: ``(m, L)``. names: the ``d`` component labels (default ``θ[i]``).
         levels: credibility levels. confidence: of the binomial band.
-        rng: for TARP's reference points.
+        rng: for TARP's reference points. references: TARP's reference points ``(m, *D)``
+            (prior draws; see :func:`tarp_coverage`).
 
     Returns:
         ``{"levels", "coverage", "max_deviation", "verdict", "n", "samples", "band": {"lower",
@@ -301,7 +318,7 @@ def calibration_report(
     bins = rank_bins(m)
     edges = np.linspace(0, n_draws + 1, bins + 1)
     histogram = [np.histogram(ranks[:, j], bins=edges)[0].tolist() for j in range(d)]
-    tarp = tarp_coverage(t, s, levels, rng)
+    tarp = tarp_coverage(t, s, levels, rng, references)
     return {
         "levels": [float(c) for c in levels],
         "coverage": _rounded(coverage),

@@ -15,13 +15,18 @@
    estimators draw (:func:`_in_normal_space`).
 3. **Figures** (:func:`kestrel_core._calibration.calibration_report`): expected coverage of
    highest-density regions at levels 0.05 … 0.95 with its binomial band and verdict, SBC ranks
-   per component, TARP. Written to ``RUN/checks/calibration.json`` and drawn to
-   ``RUN/checks/calibration.png`` (when matplotlib is installed).
+   per component, TARP (its reference points drawn from the prior). Written to
+   ``RUN/checks/calibration.json`` and drawn to ``RUN/checks/calibration.png`` (when
+   matplotlib is installed).
 
 With θ* from the proposal this is a *local* check: for a prior that is nearly flat over the
 proposal (the data dominate), exact posteriors cover their truths at the nominal rate for any
-θ*; an informative prior makes even the exact posterior deviate somewhat. ``--from prior`` is
-simulation-based calibration proper, meaningful for an estimator trained on the prior.
+θ*; an informative prior makes even the exact posterior deviate somewhat. TARP's references
+come from the prior: where the prior is not much wider than the posterior, TARP in a local check
+reads even an exact posterior as underconfident (see
+:func:`~kestrel_core._calibration.tarp_coverage`); the verdict is the HPD coverage's.
+``--from prior`` is simulation-based calibration proper, meaningful for an estimator trained on
+the prior.
 """
 
 from __future__ import annotations
@@ -274,8 +279,26 @@ def _report(
         log_prob_truth,
         log_prob_draws,
         names=names,
-        rng=np.random.default_rng(tarp_seed),
+        references=_prior_draws(graph, m, tarp_seed),
     )
+
+
+def _prior_draws(graph: Any, m: int, seed: int) -> np.ndarray:
+    """``(m, d)`` draws of the latents from the prior (TARP's reference points): the latents
+    and their ancestors simulated forward, nothing else."""
+    from ._local import LocalGraph
+
+    needed: set[str] = set()
+    todo = list(graph.latents)
+    while todo:
+        name = todo.pop()
+        if name not in needed:
+            needed.add(name)
+            todo.extend(graph.nodes[name].parents)
+    plan = [(name, "sample") for name in graph.forward_order if name in needed]
+    local = LocalGraph(graph, seed, estimators=False)
+    arrays = local.to_arrays(local.run(m, plan), [flat_key(k, "value") for k in graph.latents])
+    return np.concatenate([np.asarray(a).reshape(m, -1) for a in arrays.values()], axis=1)
 
 
 def _in_normal_space(graph: Any, name: str, theta: np.ndarray, log_prob: Any) -> np.ndarray:
