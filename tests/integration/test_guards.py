@@ -97,8 +97,11 @@ def make_run(tmp: Path, weights: bytes, **estimator) -> Path:
 
 def test_k23_findings_are_warned_and_recorded_with_the_samples(tmp_path, weights):
     root = make_run(tmp_path, weights)
-    with pytest.warns(ObservationWarning, match=r"node 'theta': 1 feature is constant.*x\[2\]"):
+    with pytest.warns(
+        ObservationWarning, match=r"node 'theta': 1 feature is constant.*x\[2\]"
+    ) as w:
         result = sample_run(root, "posterior", seed=1)
+    assert w[0].filename == __file__  # points at the sampling call
     values = np.load(result.path)["theta"]
     assert np.all(np.isfinite(values)) and np.all(values.std(0) > 0.003)  # not on a corner
     meta = json.loads(Path(result.path).with_suffix(".json").read_text())
@@ -155,3 +158,18 @@ def test_k24_non_finite_observation_at_sample_time_is_refused(tmp_path, weights,
     with pytest.raises(ConfigError, match=rf"node 'x': observation holds {bad} at index 1"):
         observation_columns(graph, {"x": obs})  # DeployedGraph.sample_posterior's door
     assert not list((root / "samples").rglob("*.npz"))  # nothing drawn
+
+
+def test_findings_are_recorded_before_the_warnings_are_issued(tmp_path, weights):
+    root = make_run(tmp_path, weights)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ObservationWarning)  # a caller that makes them errors
+        with pytest.raises(ObservationWarning, match="constant in the training data") as err:
+            sample_run(root, "posterior", n=10, seed=1)
+    assert err.value.findings[0]["feature"] == 2
+    written = list((root / "samples" / "posterior").glob("*/000000.*"))
+    assert sorted(p.suffix for p in written) == [".json", ".npz"]
+    # the warning registry does not hide a second call's findings
+    with pytest.warns(ObservationWarning, match="constant in the training data"):
+        again = sample_run(root, "posterior", n=10, seed=2)
+    assert Path(again.path).with_suffix(".json").is_file()

@@ -1,23 +1,24 @@
-"""What a sampling call found about its observation, warned about and recorded with the samples.
+"""What a sampling call found about its observation, recorded with the samples and warned about.
 
 Two sources of findings (JSON-ready dicts with ``node`` and ``kind``):
 
 * **another observation** (``kind: "other_observation"``, :func:`other_observation`): an
   estimator trained with proposals (γ > 0 and not ``amortized``) spent its simulations near the
-  run's own observation; its posterior at another observation rests on the few prior draws that
-  reached there, and may be biased or too narrow. Sampling a run at another observation (``kestrel
-  sample … --observation``, ``observation=`` of :func:`~kestrel_ray.sample_run`, or a
-  ``graph.<node>.observed`` override) warns for every such node; an estimator with
+  run's own observation; its posterior at another observation rests on the few prior draws
+  that reached there, and may be biased or too narrow. Sampling a run at another observation
+  (``kestrel sample … --observation``, ``observation=`` of :func:`~kestrel_ray.sample_run`, or
+  a ``graph.<node>.observed`` override) warns for every such node; an estimator with
   ``amortized: true`` (prior draws only) is meant for many observations and does not.
 * **the estimators' own guards** (``kind: "constant"`` or ``"far"``, see
-  :mod:`kestrel_torch._guards`): :class:`~kestrel_core._observe.ObservationWarning` instances raised
-  while drawing in this process (:func:`capture`), or the ``observation_checks`` an estimator's
-  status reports (on Ray, :func:`status_findings`).
+  :mod:`kestrel_torch._guards`): the observation warnings they issue while drawing in this
+  process (held back by :func:`capture`), or the ``observation_checks`` an estimator's status
+  reports (on Ray, :func:`status_findings`).
 
-Every finding is also an :class:`~kestrel_core._observe.ObservationWarning` the caller sees.
-:func:`record` keeps them with the sample file they concern: ``NNNNNN.json`` beside
+Each is an :class:`~kestrel_core._observe.ObservationWarning` carrying its findings.
+:func:`record` keeps the findings with the sample file they concern — ``NNNNNN.json`` beside
 ``NNNNNN.npz`` (written only when something was found) and ``status.json``'s
-``observation_checks`` (latest per mode and observation).
+``observation_checks`` (latest per mode and observation) — and then issues the warnings, so a
+caller that turns warnings into errors still gets its samples written and recorded first.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ __all__ = [
     "capture",
     "status_findings",
     "record",
+    "issue",
     "STATUS_KEY",
 ]
 
@@ -88,8 +90,8 @@ def trains_with_proposals(spec: Any) -> bool:
 
 def other_observation(
     run: RunDir, config: RunConfig, observed: Mapping[str, Any], overridden: bool
-) -> list[dict[str, Any]]:
-    """Warn when a run trained with proposals is sampled at another observation.
+) -> list[ObservationWarning]:
+    """The warning for a run trained with proposals sampled at another observation.
 
     Args:
         run: the run. config: its config as loaded for this call (with the call's overrides).
@@ -98,12 +100,11 @@ def other_observation(
             read again from ``RUN/config.yml`` without them).
 
     Returns:
-        One finding per estimator node trained with proposals (``kind: "other_observation"``,
+        ``[]`` when the observation is the run's own or no estimator trained with proposals;
+        else one :class:`ObservationWarning` (not yet issued: :func:`record` does) naming the
+        nodes and the remedy, with one finding per such node (``kind: "other_observation"``,
         ``run_observation`` and ``observation``: the two digests, ``nodes``: the observed
-        nodes whose value differs); empty when the observation is the run's own.
-
-    Warns:
-        ObservationWarning: with the findings, naming the nodes and the remedy.
+        nodes whose value differs).
     """
     own_config = run.load_config((), check_targets=()) if overridden else config
     own = dict(own_config.graph.observations)
@@ -120,22 +121,17 @@ def other_observation(
         "run_observation": observation_digest(own),
         "observation": observation_digest(observed),
     }
-    found = [{"node": m, **base} for m in focused]
     names = ", ".join(repr(m) for m in focused)
     keys = ", ".join(f"graph.{m}.estimator.amortized" for m in focused)
-    warnings.warn(
-        ObservationWarning(
-            f"node{'s' if len(focused) > 1 else ''} {names}: trained with proposals focused on "
-            f"the run's observation ({base['run_observation']}); sampled here at another "
-            f"observation ({base['observation']}; differs in {', '.join(differ)}), where its "
-            "training data are the few prior draws that came near: the posterior may be "
-            "biased or too narrow. For an estimator meant for many observations set "
-            f"amortized: true ({keys}: prior draws only), or launch a run for this observation",
-            found,
-        ),
-        stacklevel=3,
+    message = (
+        f"node{'s' if len(focused) > 1 else ''} {names}: trained with proposals focused on "
+        f"the run's observation ({base['run_observation']}); sampled here at another "
+        f"observation ({base['observation']}; differs in {', '.join(differ)}), where its "
+        "training data are the few prior draws that came near: the posterior may be "
+        "biased or too narrow. For an estimator meant for many observations set "
+        f"amortized: true ({keys}: prior draws only), or launch a run for this observation"
     )
-    return found
+    return [ObservationWarning(message, [{"node": m, **base} for m in focused])]
 
 
 def _digest(value: Any) -> str:
@@ -143,36 +139,57 @@ def _digest(value: Any) -> str:
 
 
 @contextlib.contextmanager
-def capture() -> Iterator[list[dict[str, Any]]]:
-    """Collect the findings of the :class:`ObservationWarning` instances raised in the block.
+def capture() -> Iterator[list[ObservationWarning]]:
+    """Hold back the :class:`ObservationWarning` instances issued in the block.
 
-    Every warning raised inside is shown again afterwards as it would have been (so callers and
-    filters still see it); the list yielded receives the findings of the observation warnings.
+    Inside, every observation warning is collected into the list yielded (each one, whatever
+    the filters or the warning registry would do) instead of being shown; :func:`record`
+    issues them again once the samples are written, through the caller's filters. Other
+    warnings pass as they would.
     """
-    found: list[dict[str, Any]] = []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield found
-    for w in caught:
-        if isinstance(w.message, ObservationWarning):
-            found.extend(w.message.findings)
-        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    caught: list[ObservationWarning] = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("always", category=ObservationWarning)
+        shown = warnings.showwarning
+
+        def show(message: Any, category: Any, filename: str, lineno: int, *args: Any) -> None:
+            if isinstance(message, ObservationWarning):
+                caught.append(message)
+            else:
+                shown(message, category, filename, lineno, *args)
+
+        warnings.showwarning = show
+        yield caught
 
 
-def status_findings(dg: Any, nodes: Sequence[str]) -> list[dict[str, Any]]:
-    """The ``observation_checks`` the estimators of ``nodes`` report in their status (a
-    deployed graph on Ray; empty where an estimator reports none or does not answer)."""
+def status_findings(dg: Any, nodes: Sequence[str]) -> list[ObservationWarning]:
+    """What the estimators of ``nodes`` report as ``observation_checks`` in their status (a
+    deployed graph on Ray, whose warnings stay in the node actors' logs): one
+    :class:`ObservationWarning` per node that found something (none where an estimator
+    reports nothing or does not answer)."""
     try:
         status = dg.status()
     except Exception:  # the findings are a report: never fail a sampling call for them
         return []
-    found: list[dict[str, Any]] = []
+    out = []
     for m in nodes:
         entries = status.get(m)
+        found: list[dict[str, Any]] = []
         for entry in entries if isinstance(entries, list) else [entries]:
             checks = ((entry or {}).get("estimator") or {}).get(STATUS_KEY) or []
             found.extend(dict(c) for c in checks if isinstance(c, Mapping))
-    return found
+        if found:
+            items = "; ".join(
+                f"{f.get('kind')} {f.get('label')}"
+                + (f" (z = {f['z']:+.1f})" if isinstance(f.get("z"), float) else "")
+                for f in found
+            )
+            message = (
+                f"node {m!r}: the observation is unlike the training data: {items} "
+                "(details in the node's log and in status.json observation_checks)"
+            )
+            out.append(ObservationWarning(message, found))
+    return out
 
 
 def _unique(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -186,19 +203,29 @@ def _unique(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 
 def record(
-    run: RunDir, path: str, mode: str, digest: str | None, found: Sequence[Mapping[str, Any]]
+    run: RunDir,
+    path: str,
+    mode: str,
+    digest: str | None,
+    notes: Sequence[ObservationWarning],
 ) -> list[dict[str, Any]]:
-    """Keep the findings of one sampling call with its sample file.
+    """Keep what one sampling call found with its sample file, then issue the warnings.
 
     Writes ``<file>.json`` beside the sample file ``<file>.npz`` (``{"mode", "observation",
     "observation_checks": [...]}``) and sets ``status.json``'s ``observation_checks`` entry
     ``"<mode>/<digest>"`` to ``{"file": <path relative to the run>, "findings": [...]}``
-    (nothing is written when nothing was found; a clean call removes that entry).
+    (nothing is written when nothing was found; a clean call removes that entry). Each distinct
+    warning is then issued once, pointing at the sampling call's caller.
+
+    Args:
+        run: the run. path: the sample file written. mode: its mode. digest: its observation's.
+        notes: the warnings of the call (:func:`other_observation`, :func:`capture`,
+            :func:`status_findings`).
 
     Returns:
         The findings, duplicates removed.
     """
-    found = _unique(found)
+    found = _unique([f for note in notes for f in note.findings])
     key = f"{mode}/{digest}" if digest else mode
     status = run.read_status()
     entries = dict(status.get(STATUS_KEY) or {})
@@ -207,10 +234,20 @@ def record(
         text = json.dumps(meta, indent=2, default=str) + "\n"
         write_atomic(os.path.splitext(path)[0] + ".json", text.encode())
         entries[key] = {"file": os.path.relpath(path, run.root), "findings": found}
-    elif key not in entries:
-        return found
-    else:
-        del entries[key]
-    status[STATUS_KEY] = entries
-    run.write_status(status)
+    if found or key in entries:
+        if not found:
+            del entries[key]
+        status[STATUS_KEY] = entries
+        run.write_status(status)
+    issue(notes, stacklevel=3)
     return found
+
+
+def issue(notes: Sequence[ObservationWarning], stacklevel: int = 2) -> None:
+    """Issue each distinct warning once (``stacklevel`` as for :func:`warnings.warn`, counted
+    from the caller of this function)."""
+    seen: set[str] = set()
+    for note in notes:
+        if str(note) not in seen:
+            seen.add(str(note))
+            warnings.warn(note, stacklevel=stacklevel + 1)

@@ -44,10 +44,11 @@ from kestrel_core import (
     flat_key,
     seed_sequence,
 )
+from kestrel_core._observe import ObservationWarning
 from kestrel_core._samplefiles import OBSERVED_MODES, observation_digest
 
 from ._batch import Batch, draw_batch, read_batch
-from ._guards import capture, other_observation, record, status_findings
+from ._guards import capture, issue, other_observation, record, status_findings
 from ._observations import given_observations
 from ._rundir import RunDir
 
@@ -302,6 +303,8 @@ def sample_run(
     path = run.write_samples(mode, arrays, observations=observed, latest=batch is None)
     if checked:
         record(run, path, mode, observation_digest(observed or {}), found + caught)
+    else:
+        issue(caught, stacklevel=2)
     skip = 1 if batch is None else 2  # (n, *D), or (m, n, *D) for a batch
     return SampleResult(
         path,
@@ -343,7 +346,7 @@ def _draw_on_ray(
     observations: Mapping[str, np.ndarray],
     batch: Batch | None = None,
     *,
-    findings: list[dict[str, Any]] | None = None,
+    findings: list[ObservationWarning] | None = None,
 ) -> tuple[int, dict[str, np.ndarray]]:
     from ._session import RunSession
 
