@@ -173,3 +173,26 @@ def test_findings_are_recorded_before_the_warnings_are_issued(tmp_path, weights)
     with pytest.warns(ObservationWarning, match="constant in the training data"):
         again = sample_run(root, "posterior", n=10, seed=2)
     assert Path(again.path).with_suffix(".json").is_file()
+
+
+def test_findings_reported_by_estimators_on_ray_become_warnings():
+    from kestrel_ray.run._guards import status_findings
+
+    far = {"node": "theta", "kind": "far", "label": "x[1]", "z": 12.5, "feature": 1}
+
+    class Deployed:  # the status a DeployedGraph returns (one replica, then two)
+        def status(self):
+            return {"theta": {"estimator": {STATUS_KEY: [far]}}, "psi": [{}, {"estimator": {}}]}
+
+    (note,) = status_findings(Deployed(), ["theta", "psi"])
+    assert (
+        note.findings == [far]
+        and "node 'theta'" in str(note)
+        and "far x[1] (z = +12.5)" in str(note)
+    )
+
+    class Gone:
+        def status(self):
+            raise TimeoutError
+
+    assert status_findings(Gone(), ["theta"]) == []
