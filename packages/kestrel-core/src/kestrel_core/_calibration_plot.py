@@ -3,7 +3,7 @@
 Left: the expected coverage of highest-density regions and TARP's against the credibility
 level, with the diagonal (calibrated) and the simultaneous binomial band a calibrated posterior
 stays in. Right: the SBC rank histogram of each component (at most :data:`MAX_PANELS`), the
-expected count per bin and its 99 % binomial range shaded. matplotlib is optional
+expected count per bin (dashed) and its 99 % binomial range (shaded over the bars). matplotlib is optional
 (``pip install 'kestrel-core[plot]'``): without it :func:`calibration_figure` raises
 :class:`~kestrel_core._plot.MissingExtra`.
 """
@@ -84,9 +84,9 @@ def calibration_figure(report: Mapping[str, Any], path: str | os.PathLike[str]) 
     lo, hi = binomial_band(n, [1 / bins], 0.99)
     for j in range(panels):
         sub = fig.add_subplot(grid[j // cols, 1 + j % cols])
-        sub.axhspan(lo[0] * n, hi[0] * n, color="0.88")
-        sub.axhline(expected, color="0.4", lw=1, ls="--")
-        sub.bar(np.arange(bins), hist[j], width=1.0, align="edge", color="C0", alpha=0.8)
+        sub.bar(np.arange(bins), hist[j], width=1.0, align="edge", color="C0", alpha=0.7)
+        sub.axhspan(lo[0] * n, hi[0] * n, color="0.5", alpha=0.25, lw=0, zorder=3)
+        sub.axhline(expected, color="0.3", lw=1, ls="--", zorder=4)
         sub.set_xlim(0, bins)
         sub.set_xticks([])
         sub.set_title(f"{ranks['names'][j]}: {ranks['verdict'][j]}", fontsize=8)
