@@ -266,9 +266,7 @@ def embed_checked(
     ]
     seen: list[tuple[str, RunningNorm, torch.Tensor]] = []
     hooks = [
-        m.register_forward_pre_hook(
-            lambda mod, args, path=path: seen.append((path, mod, args[0]))
-        )
+        m.register_forward_pre_hook(lambda mod, args, path=path: seen.append((path, mod, args[0])))
         for path, m in norms
     ]
     try:

@@ -29,7 +29,7 @@ import json
 import os
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from kestrel_core import RunConfig
 from kestrel_core._files import write_atomic
@@ -152,11 +152,18 @@ def capture() -> Iterator[list[ObservationWarning]]:
         warnings.filterwarnings("always", category=ObservationWarning)
         shown = warnings.showwarning
 
-        def show(message: Any, category: Any, filename: str, lineno: int, *args: Any) -> None:
+        def show(
+            message: Warning | str,
+            category: type[Warning],
+            filename: str,
+            lineno: int,
+            file: TextIO | None = None,
+            line: str | None = None,
+        ) -> None:
             if isinstance(message, ObservationWarning):
                 caught.append(message)
             else:
-                shown(message, category, filename, lineno, *args)
+                shown(message, category, filename, lineno, file, line)
 
         warnings.showwarning = show
         yield caught
