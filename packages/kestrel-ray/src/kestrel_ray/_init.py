@@ -126,9 +126,12 @@ def _check_head(target: str, where: str, timeout: float) -> None:
     """Raise unless a Ray head (its GCS) answers at ``target`` within ``timeout`` seconds."""
     if os.environ.get("RAY_USE_TLS", "0").lower() not in ("", "0", "false"):
         return  # the probe would need the cluster's certificates
-    try:
-        import grpc
-        from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+    try:  # grpcio comes with Ray; the GCS's service stubs are Ray's own
+        grpc: Any = importlib.import_module("grpc")
+        gcs_service_pb2: Any = importlib.import_module("ray.core.generated.gcs_service_pb2")
+        gcs_service_pb2_grpc: Any = importlib.import_module(
+            "ray.core.generated.gcs_service_pb2_grpc"
+        )
     except ImportError:  # pragma: no cover - Ray without its gRPC stubs: TCP was checked
         return
     channel = grpc.insecure_channel(target)
