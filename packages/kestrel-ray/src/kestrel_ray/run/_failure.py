@@ -108,8 +108,8 @@ def _save_buffer(dg: Any, run: Any, log: logging.Logger) -> int | None:
     """Write the store's whole buffer; ``None`` when the store is gone or empty (logged)."""
     try:
         snapshot = snapshot_store(dg.store.with_options(timeout=FAILURE_TIMEOUT))
-        if snapshot is None:
-            return None
+        if snapshot is None or snapshot.n == 0:
+            return None  # no readable row: whatever is on disk stays
         path = write_buffer_file(run.snapshots, snapshot)
     except (StoreError, ray.exceptions.RayError, OSError) as problem:
         kept = "the last checkpoint's snapshot stays" if _has_snapshot(run) else "none"
