@@ -61,7 +61,13 @@ def _blame(node: Node, n: int, err: BaseException) -> str:
     )
 
 
-def dry_run(graph: Graph, n: int = DRY_RUN_DRAWS, seed: int = 0) -> list[str]:
+def dry_run(
+    graph: Graph,
+    n: int = DRY_RUN_DRAWS,
+    seed: int = 0,
+    *,
+    outputs: dict[str, dict[str, np.ndarray]] | None = None,
+) -> list[str]:
     """Simulate every node on ``n`` prior draws in this process and check what comes back.
 
     Each node's simulator is built and called once, in forward order, with its parents'
@@ -71,6 +77,9 @@ def dry_run(graph: Graph, n: int = DRY_RUN_DRAWS, seed: int = 0) -> list[str]:
     Args:
         graph: the graph (validated here).
         n: draws (≥ 1). seed: the draws' seed (the run's own streams are not touched).
+        outputs: filled, when given, with each checked node's fields as a store would keep
+            them: ``{node: {"value": (n, *D), "log_prob": (n,)}}`` (``log_prob`` for a
+            simulator that has one); the launch sizes its buffer from them.
 
     Returns:
         Notes on nodes that were not checked (``dry_run: false``, or every draw raised under
@@ -116,10 +125,14 @@ def dry_run(graph: Graph, n: int = DRY_RUN_DRAWS, seed: int = 0) -> list[str]:
         problem = observation_problem(node, attempt.value)
         if problem:
             raise GraphError(problem)
+        fields = {"value": attempt.value}
         log_prob = getattr(simulator, "log_prob", None)
         if callable(log_prob):
             view = attempt.value.view()
             view.flags.writeable = False
-            as_record(name, "log_prob", {"log_prob": log_prob(view)}, n, fields=("log_prob",))
+            record = {"log_prob": log_prob(view)}
+            fields.update(as_record(name, "log_prob", record, n, fields=("log_prob",)))
         values[name] = attempt.value
+        if outputs is not None:
+            outputs[name] = fields
     return notes

@@ -9,6 +9,11 @@ lifecycles and release rules are one implementation. Rows appended as invalid ar
 *released* — its handle dropped, its rows marked DELETED — once every row is dead and no
 checkout pins it.
 
+Ids below the oldest block still held are all DELETED: the index forgets them (its arrays start
+at :attr:`BlockIndex.first_kept_id`), so a run that simulates for hours keeps a bounded index
+however many ids it assigns. They still count, as DELETED, in :meth:`BlockIndex.stats` and
+:meth:`BlockIndex.status`; ids are never reused.
+
 Shape symbols: M sample ids ever assigned, K ids returned by a checkout.
 """
 
@@ -28,6 +33,9 @@ from ._rules import buffer_rules
 __all__ = ["BlockIndex"]
 
 _LIVE = np.array([int(s) for s in LIVE], dtype=np.int8)
+#: the index forgets its DELETED ids below the oldest held block once they are at least this
+#: many and half of the ids it holds (amortised O(1) per id)
+COMPACT_AT = 4096
 
 
 @dataclass
@@ -71,8 +79,9 @@ class BlockIndex:
         self._rules = buffer_rules(
             min_samples=min_samples, max_samples=max_samples, validation_samples=validation_samples
         )
-        self._status = np.zeros(0, np.int8)  # (capacity,), valid up to self._size
+        self._status = np.zeros(0, np.int8)  # (capacity,): ids base…, valid up to self._size
         self._block_of = np.zeros(0, np.int64)
+        self._base = 0  # the id at position 0 of the arrays; every id below it is DELETED
         self._size = 0
         self._live_start = 0  # every id below it is dead (TOMBSTONE or DELETED)
         self._blocks: dict[int, _Block] = {}
@@ -103,16 +112,15 @@ class BlockIndex:
         b = self._next_block
         self._next_block += 1
         self._blocks[b] = _Block(handle=handle, start=start, n=n, alive=n)
-        self._status[start : start + n] = Status.VALIDATION
-        self._block_of[start : start + n] = b
+        self._status[start - self._base : start + n - self._base] = Status.VALIDATION
+        self._block_of[start - self._base : start + n - self._base] = b
         self._size = start + n
-        window = self._status[self._live_start : self._size]
+        window = self._live_window()
         if valid is not None and not np.all(valid):
             window = window.copy()  # the invalid rows die with the rotation's other deaths
             window[start - self._live_start :][~np.asarray(valid, dtype=bool)] = Status.TOMBSTONE
         self._apply(self._live_start, rotate(window, **self._rules))
-        alive = np.flatnonzero(np.isin(self._status[self._live_start : self._size], _LIVE))
-        self._live_start += int(alive[0]) if alive.size else self._size - self._live_start
+        self._advance()
         return ids
 
     def restore(
@@ -165,15 +173,12 @@ class BlockIndex:
             b = self._next_block
             self._next_block += 1
             self._blocks[b] = _Block(handle=handle, start=int(ids[0]), n=n, alive=n, ids=ids)
-            self._status[ids] = status
-            self._block_of[ids] = b
+            self._status[ids - self._base] = status
+            self._block_of[ids - self._base] = b
         self._size = size
         if n:
-            self._apply(
-                self._live_start, rotate(self._status[self._live_start : size], **self._rules)
-            )
-            alive = np.flatnonzero(np.isin(self._status[self._live_start : size], _LIVE))
-            self._live_start += int(alive[0]) if alive.size else size - self._live_start
+            self._apply(self._live_start, rotate(self._live_window(), **self._rules))
+            self._advance()
         return ids
 
     @property
@@ -181,23 +186,50 @@ class BlockIndex:
         """``min_samples``, ``max_samples``, ``validation_samples``."""
         return dict(self._rules)
 
-    def _grow(self, size: int) -> None:
-        if size <= len(self._status):
+    @property
+    def first_kept_id(self) -> int:
+        """The lowest id the index still holds; every id below it is DELETED."""
+        return self._base
+
+    def _grow(self, size: int, cut: int = 0) -> None:
+        """Room for ids up to ``size``, dropping the first ``cut`` held ids (all DELETED)."""
+        need = size - self._base - cut
+        if need <= len(self._status) and not cut:
             return
-        cap = max(size, 2 * len(self._status), 1024)
+        cap = max(need, 2 * len(self._status) if not cut else 2 * need, 1024)
+        kept = slice(cut, self._size - self._base)
         status = np.full(cap, Status.DELETED, np.int8)
-        status[: self._size] = self._status[: self._size]
+        status[: kept.stop - cut] = self._status[kept]
         block_of = np.full(cap, -1, np.int64)
-        block_of[: self._size] = self._block_of[: self._size]
+        block_of[: kept.stop - cut] = self._block_of[kept]
         self._status, self._block_of = status, block_of
+        self._base += cut
+
+    def _live_window(self) -> np.ndarray:
+        """Statuses of ids ``live_start … size-1`` (a view)."""
+        return self._status[self._live_start - self._base : self._size - self._base]
+
+    def _advance(self) -> None:
+        """Move ``live_start`` to the first live id; forget a long DELETED prefix."""
+        alive = np.flatnonzero(np.isin(self._live_window(), _LIVE))
+        self._live_start += int(alive[0]) if alive.size else self._size - self._live_start
+        self._compact()
+
+    def _compact(self) -> None:
+        # blocks are numbered in id order, so the first one left holds the lowest id still held
+        oldest = next(iter(self._blocks.values()), None)
+        floor = self._live_start if oldest is None else min(self._live_start, oldest.start)
+        cut = floor - self._base
+        if cut >= max(COMPACT_AT, (self._size - self._base) // 2):
+            self._grow(self._size, cut)
 
     def _apply(self, start: int, new: np.ndarray) -> None:
         """Store new statuses of ids ``start…``; count rows that died per block; release what can go."""
-        old = self._status[start : self._size]
+        old = self._status[start - self._base : self._size - self._base]
         died = np.flatnonzero(np.isin(old, _LIVE) & ~np.isin(new, _LIVE)) + start
-        self._status[start : self._size] = new
+        self._status[start - self._base : self._size - self._base] = new
         if died.size:
-            blocks, counts = np.unique(self._block_of[died], return_counts=True)
+            blocks, counts = np.unique(self._block_of[died - self._base], return_counts=True)
             for b, c in zip(blocks.tolist(), counts.tolist()):
                 self._blocks[b].alive -= c
             self._collect(blocks.tolist())
@@ -206,7 +238,12 @@ class BlockIndex:
         for b in candidates:
             blk = self._blocks.get(b)
             if blk is not None and blk.alive == 0 and blk.pins == 0:
-                self._status[blk.all_ids()] = Status.DELETED
+                ids = blk.all_ids()
+                if isinstance(ids, slice):
+                    ids = slice(ids.start - self._base, ids.stop - self._base)
+                else:
+                    ids = ids - self._base
+                self._status[ids] = Status.DELETED
                 del self._blocks[b]  # drops the handle: for Ray, the last store ref to its objects
 
     # -- reading ---------------------------------------------------------------------------
@@ -231,7 +268,7 @@ class BlockIndex:
         """
         wanted = self._check_statuses(statuses)
         max_samples = check_count(max_samples, "max_samples")
-        window = self._status[self._live_start : self._size]
+        window = self._live_window()
         active = np.flatnonzero(np.isin(window, wanted)).astype(np.int64) + self._live_start
         held = (
             np.isin(active, np.asarray(held_ids, dtype=np.int64))
@@ -254,10 +291,10 @@ class BlockIndex:
         reads = []
         pinned = []
         if new.size:
-            block_of = self._block_of[new]
+            block_of = self._block_of[new - self._base]
             cuts = np.flatnonzero(np.diff(block_of)) + 1
             for ids in np.split(new, cuts):
-                b = int(self._block_of[ids[0]])
+                b = int(self._block_of[ids[0] - self._base])
                 blk = self._blocks[b]
                 blk.pins += 1
                 pinned.append(b)
@@ -282,22 +319,30 @@ class BlockIndex:
     def discard(self, ids: Sequence[int] | np.ndarray) -> int:
         """Move TRAINING ids to DISFAVOURED; others are left unchanged. Returns how many moved."""
         ids = self._check_ids(ids)
-        moved = ids[self._status[ids] == Status.TRAINING]
-        self._status[moved] = Status.DISFAVOURED
+        ids = ids[ids >= self._base]  # those below are DELETED
+        moved = ids[self._status[ids - self._base] == Status.TRAINING]
+        self._status[moved - self._base] = Status.DISFAVOURED
         return int(np.unique(moved).size)
 
     def status(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
         """int8 statuses of ``ids`` (a copy)."""
-        return self._status[self._check_ids(ids)].copy()
+        ids = self._check_ids(ids)
+        out = np.full(ids.shape, Status.DELETED, np.int8)
+        held = ids >= self._base
+        out[held] = self._status[ids[held] - self._base]
+        return out
 
     @property
     def status_array(self) -> np.ndarray:
-        """int8 ``(M,)`` view of every id's status (do not modify)."""
-        return self._status[: self._size]
+        """int8 ``(M,)`` copy of every id's status (the forgotten ids DELETED)."""
+        out = np.full(self._size, Status.DELETED, np.int8)
+        out[self._base :] = self._status[: self._size - self._base]
+        return out
 
     def stats(self) -> dict[str, int]:
         """Counts per status plus ``total`` ids and live ``blocks``."""
-        counts = np.bincount(self.status_array, minlength=len(Status))
+        counts = np.bincount(self._status[: self._size - self._base], minlength=len(Status))
+        counts[Status.DELETED] += self._base
         out = {s.name.lower(): int(counts[s]) for s in Status}
         out.update(total=int(self._size), blocks=len(self._blocks))
         return out

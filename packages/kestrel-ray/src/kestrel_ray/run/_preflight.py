@@ -54,12 +54,16 @@ def estimator_problems(config: Any) -> list[str]:
     return problems
 
 
-def preflight(config: Any, *, dry_run: bool = False) -> list[str]:
+def preflight(
+    config: Any, *, dry_run: bool = False, outputs: dict[str, dict[str, Any]] | None = None
+) -> list[str]:
     """Run every check; raise one :class:`ConfigError` listing all problems.
 
     Args:
         config: the run's :class:`~kestrel_core.RunConfig`.
         dry_run: also dry-run the simulators (after the config checks passed).
+        outputs: filled with the dry run's output fields per node (see
+            :func:`kestrel_core._dryrun.dry_run`); the launch sizes its buffer from them.
 
     Returns:
         The dry run's notes on nodes it did not check (empty without ``dry_run``).
@@ -76,4 +80,4 @@ def preflight(config: Any, *, dry_run: bool = False) -> list[str]:
         raise ConfigError(
             f"{len(problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in problems)
         )
-    return _dry_run(config.graph) if dry_run else []
+    return _dry_run(config.graph, outputs=outputs) if dry_run else []

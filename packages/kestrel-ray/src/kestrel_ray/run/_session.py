@@ -32,7 +32,9 @@ from kestrel_core._run_config import observation_digests
 from .._deployed import DeployedGraph
 from .._init import init_ray
 from .._wrapper import NodeWrapper
+from ._capacity import bytes_per_sample, check_capacity, store_capacity
 from ._code import code_runtime_env
+from ._logging import LOGGER_NAME
 from ._nodelog import NodeLogSink, RunNodeWrapper
 from ._plan import launch_plan
 from ._preflight import preflight
@@ -67,6 +69,9 @@ class RunSession:
         launch_number: this launch's entry in ``run.json`` (after :meth:`create`).
         placement: node → the Ray node id of each of its actors (after :meth:`deployed` with
             ``node_logs=True``).
+        sample_bytes: node → bytes one sample takes in the object store, measured by the dry
+            run of :meth:`for_launch` (empty otherwise); :meth:`deployed` checks that the
+            buffer fits (:mod:`~kestrel_ray.run._capacity`).
     """
 
     def __init__(
@@ -86,6 +91,7 @@ class RunSession:
         self.mode = mode
         self.overrides = list(overrides)
         self.placement: dict[str, list[str]] = {}
+        self.sample_bytes: dict[str, int] = {}
         self.archived: str | None = None
         self.on_failure: Callable[[BaseException], Any] | None = None
         self.launch_number: int | None = None
@@ -127,10 +133,14 @@ class RunSession:
                 "graph: no node has an estimator; kestrel launch trains estimators (use "
                 "`kestrel simulate` for forward simulation only)"
             )
-        preflight(cfg, dry_run=True)  # every simulator on two prior draws, before Ray starts
-        return cls(
+        outputs: dict[str, dict[str, Any]] = {}
+        # every simulator on two prior draws, before Ray starts
+        preflight(cfg, dry_run=True, outputs=outputs)
+        session = cls(
             run, cfg, seed=seed, config_from_run=how == "resume", mode=how, overrides=overrides
         )
+        session.sample_bytes = bytes_per_sample(outputs)
+        return session
 
     @classmethod
     def for_sample(
@@ -236,8 +246,18 @@ class RunSession:
                 (:class:`NodeLogSink`), and record :attr:`placement`.
 
         Raises:
+            ConfigError: (``buffer``) the buffer cannot fit in Ray's object store (the message
+                names the sizes), checked before any actor starts.
             As :meth:`DeployedGraph.deploy`.
         """
+        if buffer and self.config.buffer is not None and self.sample_bytes:
+            check_capacity(
+                self.config.buffer,
+                self.sample_bytes,
+                store_capacity(),
+                unchecked=[m for m in self.config.graph.nodes if m not in self.sample_bytes],
+                log=logging.getLogger(LOGGER_NAME),
+            )
         dg = DeployedGraph(
             self.config.graph,
             seed=launch_seed(self.seed, self.launch_number),
