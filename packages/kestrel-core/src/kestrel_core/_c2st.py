@@ -62,7 +62,7 @@ def c2st(
     """Classifier two-sample test accuracy of ``samples`` against ``reference``.
 
     Both sets are standardised with the reference's mean and standard deviation (a constant
-    reference feature is only centred). When the sets differ in size, the larger one is
+    reference feature is only centred) and classified in float32. When the sets differ in size, the larger one is
     subsampled at random (without replacement, with ``seed``) to the size of the smaller, so
     that 0.5 is chance level.
 
@@ -110,7 +110,8 @@ def c2st(
         smp = smp[np.sort(rng.choice(len(smp), n, replace=False))]
     mean, std = ref.mean(axis=0), ref.std(axis=0, ddof=1)
     std = np.where(std > 0, std, 1.0)
-    data = (np.concatenate([ref, smp]) - mean) / std
+    # float32: scikit-learn then trains in float32, about 1.5x faster, with the same accuracy
+    data = ((np.concatenate([ref, smp]) - mean) / std).astype(np.float32)
     labels = np.concatenate([np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.int64)])
 
     width = hidden if hidden is not None else 10 * data.shape[1]
