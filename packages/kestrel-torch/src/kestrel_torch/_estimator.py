@@ -258,7 +258,8 @@ class StepwiseEstimator(Checkpointing):
             ``max_epochs`` (a total), ``train_loss``, ``val_loss``, ``best_val_loss``, ``best_epoch``,
             ``ended`` (see :class:`FitState`), ``samples_seen`` (distinct ids the training cache
             has held), ``lr``, the counters ``nonfinite_rows``, ``skipped_steps``, ``discarded``,
-            ``clipped_directions``, ``error`` (the exception that ended training, else None).
+            ``clipped_directions``, ``error`` (the exception that ended training, else None),
+            ``observation_checks`` (what the latest draw's observation guards found).
         """
         fit_state, loss = self._fit, self._binding.loss if self._binding is not None else None
         return {
@@ -278,6 +279,7 @@ class StepwiseEstimator(Checkpointing):
             "discarded": loss.discarded if loss is not None else 0,
             "clipped_directions": self._clipped,
             "error": self._error,
+            "observation_checks": list(self._conditions.findings) if self._conditions else [],
         }
 
     # -- sampling ----------------------------------------------------------------------------

@@ -6,7 +6,9 @@ import logging
 from typing import Any
 
 from kestrel_core import KestrelError, RunConfig
+from kestrel_core._samplefiles import observation_digest
 
+from ._guards import record, status_findings
 from ._sampling import draw_samples, shapes_text
 from ._states import RunStatus
 
@@ -45,5 +47,7 @@ def sample_at_end(
             log.warning("sampling %s skipped: %s", mode, err)
             continue
         paths[mode] = path = run.write_samples(mode, arrays)
+        digest = observation_digest(cfg.graph.observations)
+        record(run, path, mode, digest, status_findings(dg, cfg.graph.latents))
         log.info("sampling: %d %s samples → %s (%s)", entry.n, mode, path, shapes_text(arrays))
     return paths

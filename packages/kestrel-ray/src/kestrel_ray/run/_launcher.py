@@ -23,6 +23,7 @@ keeps them dead, so training never reads them (a round without a valid row is an
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,7 @@ from typing import Any
 import ray
 
 from kestrel_core import ConfigError, KestrelError, StoreError
+from kestrel_core._store._buffer_file import BUFFER_FILE
 
 from .._errors import RunError, describe_failure, unwrap_error
 from ._budget import Budget, restore_counts, write_budget
@@ -43,6 +45,7 @@ from ._rounds import Resimulation
 from ._session import RunSession, cluster_nodes
 from ._skipped import count_errors
 from ._states import Phase, RunStatus
+from ._status import launch_status
 from ._stop import StopControl
 
 __all__ = ["Launcher", "INITIAL_CHUNK"]
@@ -130,6 +133,9 @@ class Launcher:
             "none" if self.budget.total is None else f"{self.budget.total} simulations",
         )
         try:
+            fresh = not os.path.exists(os.path.join(self.session.run.snapshots, BUFFER_FILE))
+            if fresh and not self.buffer.initial_samples_path:  # before any actor starts
+                self.budget.check_initial(self.buffer.min_samples + self.buffer.validation_samples)
             with self.session.deployed(buffer=True, node_logs=True) as dg:
                 self.dg = dg
                 self.result.placement = self.session.placement
@@ -165,29 +171,7 @@ class Launcher:
         self.log.error("launch %s: %s", status, reason.splitlines()[0] if reason else "")
 
     def _write_status(self) -> None:
-        r = self.result
-        self.session.run.write_status(
-            {
-                "status": r.status,
-                "reason": r.reason,
-                "seed": r.seed,
-                "resumed": r.resumed,
-                "restored": self.resume.restored.counts() if self.resume.restored else None,
-                "epochs": r.epochs,
-                "samples": r.samples,
-                "simulated": r.simulated,
-                "nonfinite": r.nonfinite,
-                "errors": r.errors,
-                "budget": self.budget.as_status(),
-                "rounds": self.resim.round if self.resim is not None else 0,
-                "deterministic": self.deterministic,
-                "buffer": self.stats,
-                "wall_time": round(time.monotonic() - self.t0, 3),
-                "placement": r.placement,
-                "cluster": self.cluster,
-                "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            }
-        )
+        self.session.run.write_status(launch_status(self))
 
     # -- phases --------------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -303,7 +287,7 @@ class Launcher:
         self._enter(Phase.SAVING)
         if self.resume.save_buffer(self.dg) is not None:
             write_budget(self.session.run.snapshots, self.budget)
-        self._save()
+        self.resume.save_weights(self.dg, self._poll_status(timeout=10.0), self.result.epochs)
         self._report(force=True)
         if self.auto_sample:
             self._enter(Phase.SAMPLING)
@@ -323,9 +307,6 @@ class Launcher:
         )
         if any(r.errors.values()):
             self.log.info("simulations that raised (skipped, on_error: skip): %s", r.errors)
-
-    def _save(self) -> None:
-        self.resume.save_weights(self.dg, self._poll_status(timeout=10.0), self.result.epochs)
 
     def _sample(self, status: RunStatus) -> None:
         paths = sample_at_end(self.dg, self.cfg, self.session.run, status, self.log)
