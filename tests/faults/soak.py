@@ -15,8 +15,9 @@ While the launch trains, a thread reads every ``every`` seconds:
 * the RSS of the driver and of every actor of the run (``psutil``);
 * the run's own counts (samples simulated, blocks the sample store holds).
 
-Everything must plateau: the mean of the last third of the readings within 10 % of the middle
-third's (:func:`plateaus`; the first third is the warm-up). CI runs 60 s of it
+Everything must plateau: the mean of the last third of the readings at most 10 % above the
+middle third's (:func:`plateaus`; the first third is the warm-up; the store's small counters
+may move by one round's step), and nothing may spill to disk. CI runs 60 s of it
 (``tests/faults/test_soak.py``); the documented long run, from the repository root::
 
     hatch run python -m tests.faults.soak --minutes 30 --out soak.json
@@ -277,9 +278,13 @@ def thirds(values: list[float]) -> tuple[float, float]:
 
 
 def plateaus(values: list[float], slack: float = 0.0) -> bool:
-    """The last third's mean within :data:`PLATEAU` of the middle third's (or ``slack``)."""
+    """The last third's mean at most :data:`PLATEAU` (or ``slack``) above the middle third's.
+
+    One-sided: memory that falls back (a transient peak in the middle third, fewer rounds in
+    flight) is no leak; the report prints the change either way.
+    """
     middle, last = thirds(values)
-    return abs(last - middle) <= max(PLATEAU * abs(middle), slack)
+    return last - middle <= max(PLATEAU * abs(middle), slack)
 
 
 #: what one round may add to the store's small counters (they move in steps of a round:
