@@ -20,7 +20,7 @@ middle third's (:func:`plateaus`; the first third is the warm-up; the store's sm
 may move by one round's step), and nothing may spill to disk. CI runs 60 s of it
 (``tests/faults/test_soak.py``); the documented long run, from the repository root::
 
-    hatch run python -m tests.faults.soak --minutes 30 --out soak.json
+    hatch run hatch-test.py3.11:python -m tests.faults.soak --minutes 30 --out soak.json
 
 (``--every`` seconds between readings, default 10; ``--dashboard`` counts objects with the
 public state API). It prints one line per metric and writes every reading to ``--out``.
@@ -137,7 +137,7 @@ class RaySource:
         if self.public:
             from ray.util.state import summarize_objects
 
-            summary = summarize_objects(raise_on_missing_output=False, timeout=30)
+            summary = summarize_objects(address=self.gcs, raise_on_missing_output=False, timeout=30)
             return int(summary["cluster"]["total_objects"])
         import ray
 
@@ -151,7 +151,11 @@ class RaySource:
         if self.public:
             from ray.util.state import list_actors
 
-            rows = list_actors(filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+            rows = list_actors(
+                address=self.gcs,
+                filters=[("state", "=", "ALIVE")],
+                raise_on_missing_output=False,
+            )
             return {a.actor_id: (a.class_name, int(a.pid)) for a in rows}
         table = ray._private.state.actors()
         return {
