@@ -15,6 +15,20 @@ class Noisy:
         return z + self.sigma * rng.standard_normal(z.shape)
 
 
+class SlowNoisy(Noisy):
+    """Like :class:`Noisy`, but each call takes ``delay`` seconds more (rounds slower than epochs)."""
+
+    def __init__(self, sigma: float = 0.05, delay: float = 0.1):
+        super().__init__(sigma)
+        self.delay = float(delay)
+
+    def simulate_batch(self, n, z, rng=None):
+        import time
+
+        time.sleep(self.delay)
+        return super().simulate_batch(n, z, rng)
+
+
 class SometimesNaN(Noisy):
     """Like :class:`Noisy`, but ~20 % of the rows are NaN and the first row of every call +inf (K09)."""
 

@@ -26,7 +26,9 @@ def driver_log(run) -> str:
     return (run / "graph" / "driver" / "output.log").read_text()
 
 
-def budget_config(tmp_path, simulations, *, max_epochs=500, x=f"{MODELS}.SometimesNaN", **buffer):
+def budget_config(
+    tmp_path, simulations, *, max_epochs=500, x=f"{MODELS}.SometimesNaN", batch_size=128, **buffer
+):
     """80 initial simulations (64 + 16), rounds of 16; an estimator that would early-stop after
     one epoch without improvement."""
     cfg = toy(
@@ -36,6 +38,7 @@ def budget_config(tmp_path, simulations, *, max_epochs=500, x=f"{MODELS}.Sometim
             "_target_": "kestrel_torch.GaussianPosterior",
             "max_epochs": max_epochs,
             "early_stop_patience": 1,
+            "batch_size": batch_size,
         },
         **{"simulate_interval": 0.0, **buffer},
     )
@@ -98,12 +101,15 @@ def _files(run):
 
 def test_a_seeded_launch_is_bit_identical_under_cpu_load(tmp_path, no_leaked_actors):
     """Deterministic mode (a seed given): the same buffers, weights and posterior samples,
-    with and without another process loading the CPU."""
+    with and without another process loading the CPU. The simulator is slower than an epoch,
+    so without the deterministic schedule training runs ahead of the rounds by however much
+    the machine allows (measured: the files then differ)."""
     cfg = budget_config(
         tmp_path,
         176,
-        max_epochs=8,
-        x=f"{MODELS}.Noisy",
+        max_epochs=30,
+        batch_size=8,  # 10 steps an epoch: rounds and epochs of similar length
+        x=f"{MODELS}.SlowNoisy",
         epochs_per_round=2,
         max_samples=96,  # the buffer rotates: eviction must happen at the same points
     )

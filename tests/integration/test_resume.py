@@ -37,7 +37,12 @@ def test_k31_resume_restores_the_buffer_continues_and_keeps_the_better_weights(
     second = launch(
         None,
         run,
-        overrides=["graph.z.estimator.lr=3.0", "buffer.simulate_interval=1000"],
+        # (not deterministic: a deterministic schedule would wait for the rounds)
+        overrides=[
+            "graph.z.estimator.lr=3.0",
+            "buffer.simulate_interval=1000",
+            "deterministic=false",
+        ],
         mode="resume",  # --resume: a buffer key changes, not only the estimator's
         epochs=3,
         seed=99,

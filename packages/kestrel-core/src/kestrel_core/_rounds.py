@@ -65,6 +65,7 @@ class Rounds:
         self._ready = 0  # the latest round whose proposal is fixed
         self._appended = 0  # the latest round in the store
         self._finished = False  # training ended: every later round uses the final model
+        self._last: int | None = None  # the last round there is, once closed (None: unknown)
         self._changed: asyncio.Event | None = None
 
     # -- state ---------------------------------------------------------------------------------
@@ -113,7 +114,9 @@ class Rounds:
     async def wait_appended(self, k: int, stop: Callable[[], bool] = lambda: False) -> bool:
         """Wait until round ``k`` is in the store; ``False`` if the schedule closed (or ``stop()``)
         first — no such round will come."""
-        while self._appended < k and not self._closed and not stop():
+        while self._appended < k and not stop():
+            if self._closed and (self._last is None or self._last < k):
+                break  # round k never comes
             try:
                 await asyncio.wait_for(self._event().wait(), _POLL)
             except asyncio.TimeoutError:
@@ -133,14 +136,23 @@ class Rounds:
             return int(k)
         return max(int(k), self._ready)
 
-    def appended(self, k: int) -> None:
-        """Round ``k``'s rows are in the store."""
+    def appended(self, k: int, last: bool = False) -> None:
+        """Round ``k``'s rows are in the store; ``last``: and no round follows (the budget is
+        spent) — said in the same call, so a deterministic estimator learns it at the epoch it
+        takes round ``k`` in, whatever the timing."""
         self._appended = max(self._appended, int(k))
+        if last:
+            self._closed, self._last = True, int(k)
         self._notify()
 
-    def close(self) -> None:
-        """No more rounds come: waiting training goes on, early stopping applies again."""
+    def close(self, last: int | None = None) -> None:
+        """No more rounds come after round ``last`` (``None``: after whatever was appended —
+        a stop): waiting training goes on, early stopping applies again. A round up to
+        ``last`` whose append has not arrived yet is still waited for (the two calls may
+        reach the actor in either order)."""
         self._closed = True
+        if last is not None:
+            self._last = int(last) if self._last is None else max(self._last, int(last))
         self._notify()
 
     def __repr__(self) -> str:

@@ -272,15 +272,17 @@ class DeployedGraph(Deployment):
             name: self._estimator(name).actor.round_ready.remote(int(k)) for name in self._latents
         }
 
-    def round_appended(self, k: int) -> None:
-        """Tell every estimator node that round ``k`` is in the store (fire and forget)."""
+    def round_appended(self, k: int, last: bool = False) -> None:
+        """Tell every estimator node that round ``k`` is in the store (``last``: and no round
+        follows); fire and forget."""
         for name in self._latents:
-            self._estimator(name).actor.round_appended.remote(int(k))
+            self._estimator(name).actor.round_appended.remote(int(k), bool(last))
 
-    def close_rounds(self) -> None:
-        """Tell every estimator node that no more rounds come (fire and forget)."""
+    def close_rounds(self, last: int | None = None) -> None:
+        """Tell every estimator node that no round follows round ``last`` (``None``: none
+        follows what was appended, e.g. when stopping); fire and forget."""
         for name in self._latents:
-            self._estimator(name).actor.close_rounds.remote()
+            self._estimator(name).actor.close_rounds.remote(last)
 
     def request_stop(self) -> None:
         """Ask every estimator to stop after its current step (fire and forget)."""

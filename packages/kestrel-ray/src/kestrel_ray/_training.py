@@ -56,15 +56,15 @@ class TrainingMethods:
         self._round = await self._rounds.wait_ready(int(k))
         return self._round
 
-    async def round_appended(self, k: int) -> None:
-        """Round ``k``'s rows are in the store."""
+    async def round_appended(self, k: int, last: bool = False) -> None:
+        """Round ``k``'s rows are in the store (``last``: no round follows)."""
         if self._rounds is not None:
-            self._rounds.appended(int(k))
+            self._rounds.appended(int(k), bool(last))
 
-    async def close_rounds(self) -> None:
-        """No more rounds come (budget spent or stopping)."""
+    async def close_rounds(self, last: int | None = None) -> None:
+        """No more rounds come after round ``last`` (budget spent; ``None``: stopping)."""
         if self._rounds is not None:
-            self._rounds.close()
+            self._rounds.close(last)
 
     # -- training ----------------------------------------------------------------------------
     async def train(self, store: Any) -> dict[str, Any]:

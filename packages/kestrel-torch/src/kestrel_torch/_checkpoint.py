@@ -127,7 +127,7 @@ def pack(
 
     Returns:
         Tensors and plain containers only: current and best model, optimiser and scheduler state,
-        ``total_epochs``, ``best_val_loss``, ``best_epoch``, ``seen_ids`` (and what ``header``
+        ``total_epochs``, ``best_val_loss``, ``best_epoch``, ``samples_seen`` and ``seen_max`` (and what ``header``
         adds, e.g. the learning-rate option).
     """
     optimizer, scheduler = state.optimizer_states()
@@ -142,7 +142,8 @@ def pack(
         "best": module_state(state.best) if state.best is not None else None,
         "optimizer": optimizer,
         "scheduler": scheduler,
-        "seen_ids": torch.from_numpy(state.seen_ids.copy()),
+        "samples_seen": int(state.seen),
+        "seen_max": int(state.seen_max),
     }
 
 
@@ -179,8 +180,11 @@ def unpack(
         )
     state.epochs = int(payload["total_epochs"])
     state.best_loss = payload.get("best_val_loss")
-    if "seen_ids" in payload:
-        state.seen_ids = payload["seen_ids"].cpu().numpy()
+    if "samples_seen" in payload:
+        state.seen, state.seen_max = int(payload["samples_seen"]), int(payload["seen_max"])
+    elif "seen_ids" in payload:  # a checkpoint of an older version: the ids themselves
+        ids = payload["seen_ids"].cpu().numpy()
+        state.seen, state.seen_max = int(ids.size), int(ids.max()) if ids.size else -1
     state.reset()
     state.best_epoch = None
     if payload["model"] is None:

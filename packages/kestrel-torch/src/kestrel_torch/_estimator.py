@@ -272,7 +272,7 @@ class StepwiseEstimator(Checkpointing):
             "best_val_loss": fit_state.best_loss,
             "best_epoch": fit_state.best_epoch,
             "ended": fit_state.ended,
-            "samples_seen": int(fit_state.seen_ids.size),
+            "samples_seen": int(fit_state.seen),
             "lr": fit_state.lr if fit_state.lr is not None else self.options.lr,
             "nonfinite_rows": loss.nonfinite_rows if loss is not None else 0,
             "skipped_steps": loss.skipped_steps if loss is not None else 0,

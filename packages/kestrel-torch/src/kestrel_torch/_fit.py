@@ -81,7 +81,10 @@ class FitState:
         best_loss: its loss when it was taken. best_epoch: the epoch count when it was taken
             (``None`` before the first). epochs: epochs trained over the estimator's life.
         train_loss, val_loss: of the last epoch.
-        seen_ids: int64 ``(K,)``, distinct sample ids the training cache has held.
+        seen: how many distinct samples the training cache has held (ids are assigned in
+            increasing order and never reused, so a count and the largest id counted,
+            ``seen_max``, suffice; ids below it that arrive later — a capped cache's random
+            subset — are not counted again).
         ended: why the last :func:`fit` call ended — ``"max_epochs"``, ``"early_stop"`` (no
             better loss for ``early_stop_patience`` epochs) or ``"stopped"`` (asked to).
     """
@@ -93,7 +96,8 @@ class FitState:
     epochs: int = 0
     train_loss: float | None = None
     val_loss: float | None = None
-    seen_ids: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    seen: int = 0
+    seen_max: int = -1
     ended: str | None = None
     _groups: list[dict[str, Any]] | None = field(default=None, repr=False)
     _options: EstimatorOptions | None = field(default=None, repr=False)
@@ -182,8 +186,12 @@ class FitState:
         self.best_epoch = self.epochs
 
     def note_ids(self, loader: CachedDataLoader) -> None:
-        """Add the ids the training cache holds now to :attr:`seen_ids`."""
-        self.seen_ids = np.union1d(self.seen_ids, loader.ids)
+        """Count the ids the training cache holds now above :attr:`seen_max` into :attr:`seen`."""
+        ids = loader.ids
+        if ids.size:
+            new = int(np.count_nonzero(ids > self.seen_max))
+            self.seen += new
+            self.seen_max = max(self.seen_max, int(ids.max()))
 
     @property
     def lr(self) -> float | None:

@@ -159,26 +159,49 @@ def _range(f: Finding) -> str:
     return "unknown" if f.lo is None or f.hi is None else f"[{_num(f.lo)}, {_num(f.hi)}]"
 
 
+class FeatureLabels(Sequence[str]):
+    """A label per embedding feature, made only for the features asked for (an observation of
+    10⁵ features is checked at every proposal draw): ``"x[2]"`` for the identity embedding
+    (flattened inputs in order), ``"embedding feature 2"`` for a module's output."""
+
+    def __init__(self, embedding: nn.Module, inputs: Mapping[str, torch.Tensor | None], width: int):
+        self._width = int(width)
+        self._parts: list[tuple[str, tuple[int, ...], int]] = []  # (node, shape, first feature)
+        names = getattr(embedding, "inputs", ())
+        if getattr(embedding, "net", "module") is not None or not names:
+            return
+        start = 0
+        for name in names:
+            tensor = inputs.get(name)
+            if tensor is None:
+                continue
+            shape = tuple(int(d) for d in tensor.shape[1:])
+            self._parts.append((name, shape, start))
+            start += int(np.prod(shape, dtype=np.int64))
+        if start != self._width:
+            self._parts = []
+
+    def __len__(self) -> int:
+        return self._width
+
+    def __getitem__(self, j: Any) -> Any:
+        if isinstance(j, slice):
+            return [self[k] for k in range(*j.indices(self._width))]
+        j = int(j)
+        for name, shape, start in reversed(self._parts):
+            if j >= start:
+                if not shape:
+                    return name
+                index = np.unravel_index(j - start, shape)
+                return f"{name}[{', '.join(str(int(k)) for k in index)}]"
+        return f"embedding feature {j}"
+
+
 def feature_labels(
     embedding: nn.Module, inputs: Mapping[str, torch.Tensor | None], width: int
-) -> list[str]:
-    """A label per embedding feature: ``"x[2]"`` for the identity embedding (flattened
-    inputs in order), ``"embedding feature 2"`` for a module's output."""
-    names = getattr(embedding, "inputs", ())
-    if getattr(embedding, "net", "module") is not None or not names:
-        return [f"embedding feature {j}" for j in range(width)]
-    labels: list[str] = []
-    for name in names:
-        tensor = inputs.get(name)
-        if tensor is None:
-            continue
-        shape = tuple(tensor.shape[1:])
-        size = int(np.prod(shape, dtype=np.int64))
-        for i in range(size):
-            index = np.unravel_index(i, shape) if shape else ()
-            inner = ", ".join(str(int(k)) for k in index)
-            labels.append(f"{name}[{inner}]" if shape else name)
-    return labels if len(labels) == width else [f"embedding feature {j}" for j in range(width)]
+) -> Sequence[str]:
+    """:class:`FeatureLabels` of an embedding's ``width`` features."""
+    return FeatureLabels(embedding, inputs, width)
 
 
 def _stats_findings(stats: RunningMoments, s: torch.Tensor, labels: Sequence[str]) -> list[Finding]:

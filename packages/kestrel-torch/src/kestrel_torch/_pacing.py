@@ -121,6 +121,8 @@ class Pacing:
         self._loaders = list(loaders)
         self._discards = discards
         self._stop = stop
+        # deterministic: what the schedule said at the last round taken in (see epoch_end)
+        self._hold = rounds is not None and rounds.open
 
     @property
     def periodic_sync(self) -> bool:
@@ -129,7 +131,13 @@ class Pacing:
 
     @property
     def hold_early_stop(self) -> bool:
-        """Rounds are still coming (a budget with simulations left): do not stop early."""
+        """Rounds are still coming (a budget with simulations left): do not stop early.
+
+        Deterministic: as the schedule stood when the latest round was taken in (the driver
+        marks the last round as such when it appends it), so it changes at the same epoch on
+        every machine; otherwise as it stands now."""
+        if self.rounds is not None and self.rounds.deterministic:
+            return self._hold
         return self.rounds is not None and self.rounds.open
 
     async def epoch_end(self, epochs: int) -> bool:
@@ -155,6 +163,8 @@ class Pacing:
                 await asyncio.to_thread(loader.sync, True)
                 await asyncio.to_thread(loader.sync, True)
             synced = True
+        if rounds.deterministic and k >= 2:
+            self._hold = rounds.open
         self._fix(k)
         rounds.ready(k)
         return synced

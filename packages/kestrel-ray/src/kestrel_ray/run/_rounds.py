@@ -3,7 +3,8 @@
 Rounds are paced by training (:class:`kestrel_core.Rounds`): round ``k`` is drawn once every
 estimator node has fixed its proposal for it (at epoch ``k·E`` of its training call), the
 previous round's append has finished, ``buffer.simulate_interval`` seconds have passed since
-the previous round began (a minimum spacing, 0 by default) and the budget has simulations
+the previous round began (a minimum spacing, 0 by default; not used when deterministic, where
+training waits for each round, so a spacing would only stall it) and the budget has simulations
 left. The round draws ``simulate_count`` latents (fewer: what the budget has left, or — with
 ``simulate_when_full: false`` — what the buffer can take), simulates the rest of the graph
 and appends; then every estimator hears that round ``k`` is in the store.
@@ -66,6 +67,7 @@ class Resimulation:
         self._next = 0.0
         self._closed = False
         self._warned = False
+        self._interval = float(buffer.simulate_interval)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -76,14 +78,21 @@ class Resimulation:
             open=self.budget.holds_training,
         )
         if self.budget.spent:
-            self.close("the simulation budget is spent")
-        self._next = time.monotonic() + float(self.buffer.simulate_interval)
+            self.close("the simulation budget is spent", last=0)
+        if self.deterministic and self._interval:
+            self.log.warning(
+                "deterministic: buffer.simulate_interval (%g s) is not used; training waits for "
+                "each round, so rounds follow the epochs alone (deterministic: false keeps it)",
+                float(self.buffer.simulate_interval),
+            )
+            self._interval = 0.0
+        self._next = time.monotonic() + self._interval
 
-    def close(self, why: str) -> None:
-        """No more rounds: tell the estimators (once)."""
+    def close(self, why: str, last: int | None = None) -> None:
+        """No more rounds after round ``last`` (``None``: stopping): tell the estimators (once)."""
         if not self._closed:
             self._closed = True
-            self.dg.close_rounds()
+            self.dg.close_rounds(last)
             self.log.info("rounds: no more (%s); %d rounds drawn", why, self.round)
 
     @property
@@ -142,7 +151,7 @@ class Resimulation:
         return out
 
     def _draw(self, k: int, training: bool) -> None:
-        self._next = time.monotonic() + float(self.buffer.simulate_interval)
+        self._next = time.monotonic() + self._interval
         self.round = k
         n = self.budget.take(self._size())
         if not training and n and not self._warned:
@@ -176,9 +185,9 @@ class Resimulation:
         self._pending = None
         self._finish(ref)
         self.budget.count(rows, invalid)
-        self.dg.round_appended(k)
+        self.dg.round_appended(k, last=self.budget.spent)
         if self.budget.spent:
-            self.close(f"the simulation budget of {self.budget.total} is spent")
+            self.close(f"the simulation budget of {self.budget.total} is spent", last=k)
 
 
 def _ready(ref: Any) -> bool:
