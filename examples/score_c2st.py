@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=10_000, help="samples per set (default: 10000)")
     parser.add_argument("--score-only", action="store_true", help="score the run as it is")
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     if args.score_only:
         if not args.output:
             parser.error("--score-only needs -o RUN")
