@@ -29,7 +29,7 @@ def test_rounds_are_due_every_epochs_per_round():
     ]
 
 
-@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
 def test_epochs_per_round_must_be_a_positive_integer(bad):
     with pytest.raises((ConfigError, TypeError, ValueError)):
         Rounds(bad)
@@ -100,3 +100,11 @@ def test_a_close_that_overtakes_the_last_append_still_waits_for_it():
         return await waiter, await rounds.wait_appended(3)
 
     assert run(scenario()) == (True, False)
+
+
+def test_epochs_per_round_zero_leaves_pacing_to_the_clock():
+    rounds = Rounds(0)
+    assert [rounds.due(e) for e in range(5)] == [None] * 5
+    assert run(rounds.wait_ready(3)) == 3  # never waits for an epoch
+    with pytest.raises(ConfigError, match="cannot be deterministic"):
+        Rounds(0, deterministic=True)

@@ -100,7 +100,7 @@ def _files(run):
 
 
 def test_a_seeded_launch_is_bit_identical_under_cpu_load(tmp_path, no_leaked_actors):
-    """Deterministic mode (a seed given): the same buffers, weights and posterior samples,
+    """Deterministic mode (deterministic: true and a seed): the same buffers, weights and posterior samples,
     with and without another process loading the CPU. The simulator is slower than an epoch,
     so without the deterministic schedule training runs ahead of the rounds by however much
     the machine allows (measured: the files then differ)."""
@@ -114,6 +114,7 @@ def test_a_seeded_launch_is_bit_identical_under_cpu_load(tmp_path, no_leaked_act
         max_samples=96,  # the buffer rotates: eviction must happen at the same points
     )
     cfg["sample"]["posterior"]["n"] = 50
+    cfg["deterministic"] = True
     first = launch(cfg, tmp_path / "a", seed=11, progress=False)
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:

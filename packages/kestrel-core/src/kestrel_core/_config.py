@@ -72,7 +72,8 @@ class BufferConfig:
         max_samples: cap on TRAINING samples. validation_samples: newest samples kept for
             validation. simulate_count: samples per re-simulation round.
         epochs_per_round: a round is due every this many training epochs (its proposal is the
-            best model at that epoch; :class:`kestrel_core.Rounds`).
+            best model at that epoch; :class:`kestrel_core.Rounds`); 0: rounds paced by
+            ``simulate_interval`` alone.
         simulate_interval: the least number of seconds between rounds (0: none).
         simulate_when_full: keep simulating when
             TRAINING is at ``max_samples``. snapshot_every: write every n-th sample (0 = off).
@@ -123,7 +124,8 @@ class RunConfig:
         paths, buffer (``None`` if the config has no ``buffer`` section), graph, sample (all four
         modes), ray (``ray.init`` kwargs), logging, run_dir (``None`` if not given), base_dir
         (the config file's directory, or the current directory for a mapping), budget,
-        deterministic (``None``: deterministic when the launch is given a seed).
+        deterministic (the deterministic round schedule, :class:`kestrel_core.Rounds`;
+        ``None``: not set, false unless the launch asks for it).
     """
 
     paths: PathsConfig

@@ -38,13 +38,15 @@ class Rounds:
     """The round schedule one estimator trains under.
 
     Args:
-        epochs_per_round: E ≥ 1: a round is due every E epochs of a training call.
+        epochs_per_round: E ≥ 1: a round is due every E epochs of a training call; 0: rounds
+            are not paced by epochs (``buffer.simulate_interval`` alone spaces them; each
+            draws from the best model at the time).
         deterministic: training waits for round ``k`` at epoch ``(k+1)·E`` (see the module).
         open: rounds may still come that training should wait for instead of early-stopping
             (a simulation budget with simulations left); :meth:`close` ends it.
 
     Raises:
-        ConfigError: ``epochs_per_round`` is not an integer ≥ 1.
+        ConfigError: ``epochs_per_round`` is not an integer ≥ 0, or 0 with ``deterministic``.
     """
 
     def __init__(
@@ -53,10 +55,15 @@ class Rounds:
         if (
             isinstance(epochs_per_round, bool)
             or int(epochs_per_round) != epochs_per_round
-            or (int(epochs_per_round) < 1)
+            or (int(epochs_per_round) < 0)
         ):
             raise ConfigError(
-                f"buffer.epochs_per_round: expected an integer ≥ 1, found {epochs_per_round!r}"
+                f"buffer.epochs_per_round: expected an integer ≥ 0, found {epochs_per_round!r}"
+            )
+        if int(epochs_per_round) == 0 and deterministic:
+            raise ConfigError(
+                "buffer.epochs_per_round: 0 (rounds paced by the clock alone) cannot be "
+                "deterministic; set epochs_per_round ≥ 1 or deterministic: false"
             )
         self.epochs_per_round = int(epochs_per_round)
         self.deterministic = bool(deterministic)
@@ -86,7 +93,7 @@ class Rounds:
 
     def due(self, epochs: int) -> int | None:
         """The round due at the end of epoch ``epochs`` of a training call (``None``: none)."""
-        if epochs >= 1 and epochs % self.epochs_per_round == 0:
+        if self.epochs_per_round and epochs >= 1 and epochs % self.epochs_per_round == 0:
             return epochs // self.epochs_per_round
         return None
 
@@ -130,7 +137,7 @@ class Rounds:
         Deterministic: exactly ``k``. Otherwise the latest ready round ≥ ``k`` (a slow driver
         skips to the newest proposal). After training ended: ``k`` at once.
         """
-        while self._ready < k and not self._finished:
+        while self._ready < k and not self._finished and self.epochs_per_round:
             await self._event().wait()
         if self.deterministic or self._finished:
             return int(k)

@@ -126,7 +126,10 @@ def _buffer_problems(buf: Any, problems: list[str]) -> None:
         problems.append(f"buffer.min_samples: {lo} is larger than buffer.max_samples {hi}")
     checks = {
         "simulate_count": (lambda v: _is_int(v, 1), "an integer ≥ 1"),
-        "epochs_per_round": (lambda v: _is_int(v, 1), "an integer ≥ 1 (epochs between rounds)"),
+        "epochs_per_round": (
+            lambda v: _is_int(v, 0),
+            "an integer ≥ 0 (epochs between rounds; 0: the clock alone)",
+        ),
         "simulate_interval": (
             lambda v: isinstance(v, Real) and not isinstance(v, bool) and float(v) >= 0,
             "seconds ≥ 0",
@@ -226,9 +229,7 @@ def schema_problems(data: Any) -> list[str]:
     _budget_problems(data.get("budget"), problems)
     det = data.get("deterministic")
     if det is not None and not isinstance(det, bool):
-        problems.append(
-            f"deterministic: expected true, false or null (true when a seed is given), found {det!r}"
-        )
+        problems.append(f"deterministic: expected true or false, found {det!r}")
     _sample_problems(data.get("sample"), nodes, problems)
     if data.get("ray") is not None and not isinstance(data["ray"], Mapping):
         problems.append(f"ray: expected a mapping of ray.init arguments, found {data['ray']!r}")

@@ -86,8 +86,14 @@ def launch_command(subparsers: Any) -> None:
         "--seed",
         type=non_negative_int,
         default=None,
-        help="seed (default: fresh entropy, recorded; a resumed run keeps its first seed); a "
-        "seeded launch is deterministic unless the config says deterministic: false",
+        help="seed (default: fresh entropy, recorded; a resumed run keeps its first seed)",
+    )
+    p.add_argument(
+        "--deterministic",
+        action="store_true",
+        default=None,
+        help="the same buffers, weights and samples for a --seed under any machine load: "
+        "training waits for each resimulation round (the same as deterministic=true)",
     )
     p.add_argument(
         "--timeout",
@@ -137,6 +143,7 @@ def _run_launch(args: argparse.Namespace) -> int:
         progress=progress,
         mode=args.mode,
         epochs=args.epochs,
+        deterministic=args.deterministic,
     )
     print(
         f"kestrel launch: {result.status} in {result.wall_time:.1f} s (seed {result.seed}); "

@@ -36,6 +36,7 @@ def launch(
     progress: Any = None,
     mode: str = "auto",
     epochs: int | None = None,
+    deterministic: bool | None = None,
 ) -> RunResult:
     """Train the graph's estimators with adaptive re-simulation; save; sample the posterior.
 
@@ -48,9 +49,7 @@ def launch(
             path, so a copy or a moved run directory works where it is.
         overrides: dotlist overrides (``"graph.theta.estimator.max_epochs=10"``).
         seed: the run's seed; ``None`` draws fresh entropy (recorded in the result and in
-            ``status.json``). A launch given a seed trains deterministically (the same buffers,
-            weights and samples on any machine load) unless the config sets
-            ``deterministic: false``; see :class:`kestrel_core.Rounds`.
+            ``status.json``).
         timeout: seconds after which the run stops gracefully, as on Ctrl-C.
         address: Ray cluster to join (default: ``RAY_ADDRESS``, else a local Ray). A Ray
             already running in this process is used as it is.
@@ -64,6 +63,10 @@ def launch(
             it is ``None``). Ignored for a new run directory.
         epochs: train every estimator this many epochs more than its saved weights have
             (``max_epochs`` counts the epochs of every launch); ``None``: the config's.
+        deterministic: train under the deterministic round schedule (with a ``seed``: the same
+            buffers, weights and samples under any machine load; training waits for each
+            round, see :class:`kestrel_core.Rounds`); ``None``: the config's ``deterministic``
+            (default false).
 
     Returns:
         A :class:`RunResult` (status ``"completed"``, ``"interrupted"`` (Ctrl-C) or
@@ -100,7 +103,7 @@ def launch(
                     on_progress=watch,
                     auto_sample=auto_sample,
                     epochs=epochs,
-                    deterministic=seed is not None,
+                    deterministic=deterministic,
                 )
                 watch.launcher = launcher
                 # a failure saves the buffer and the live estimators' weights before the actors die

@@ -69,8 +69,8 @@ class Launcher:
         auto_sample: draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples at the end.
         epochs: give every estimator this many epochs more than its saved weights have
             (``max_epochs`` is a total over the run's launches); ``None``: the config's.
-        deterministic: train under a deterministic round schedule (:class:`kestrel_core.Rounds`)
-            when the config's ``deterministic`` is ``null`` (a launch given a seed passes True).
+        deterministic: train under a deterministic round schedule (:class:`kestrel_core.Rounds`);
+            ``None``: the config's ``deterministic`` (``null`` there: false).
     """
 
     def __init__(
@@ -82,7 +82,7 @@ class Launcher:
         on_progress: Callable[[ProgressState], None] | None = None,
         auto_sample: bool = True,
         epochs: int | None = None,
-        deterministic: bool = False,
+        deterministic: bool | None = None,
     ):
         if session.config.buffer is None:
             raise ConfigError("buffer: kestrel launch needs a buffer section")
@@ -107,8 +107,8 @@ class Launcher:
         self._last_report = 0.0
         self._node_status: dict[str, dict[str, Any]] = {}
         self._training: dict[Any, str] = {}  # training call ref → node
-        det = self.cfg.deterministic
-        self.deterministic = bool(deterministic if det is None else det)
+        det = self.cfg.deterministic if deterministic is None else deterministic
+        self.deterministic = bool(det)
         budget = self.cfg.budget
         self.budget = Budget(budget.simulations, stop_early=budget.stop_early)
         self.resim: Resimulation | None = None
