@@ -16,7 +16,9 @@ import sys
 import numpy as np
 import pytest
 
-from .helpers import EXAMPLES, REPO
+from kestrel_core import load_config, sample_forward
+
+from .helpers import EXAMPLES, REPO, example
 
 TASKS = {"07_two_moons": 2, "08_slcp": 5, "09_gaussian_linear": 10}
 
@@ -59,6 +61,20 @@ def test_observations_are_observation_1_of_the_benchmark():
         assert obs["theta_true"].shape == (dim,), task
         assert obs["reference_samples"].shape == (10_000, dim), task
         assert obs["reference_samples"].dtype == np.float32, task
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_config_loads_and_simulates_in_process(task):
+    """The config as committed: nodes theta and x, the observation's shape, 10 000 simulations
+    (``min_samples + validation_samples`` from the prior, then up to ``max_samples``)."""
+    cfg = load_config(example(task), check_targets=("simulator", "estimator"))
+    assert sorted(cfg.graph.nodes) == ["theta", "x"] and cfg.graph.latents == ["theta"]
+    assert cfg.buffer is not None and not cfg.buffer.simulate_when_full
+    assert cfg.buffer.max_samples + cfg.buffer.validation_samples == 10_000
+    draws = sample_forward(cfg.graph, 5, seed=0)
+    assert draws["theta.value"].shape == (5, TASKS[task])
+    assert draws["x.value"].shape == (5, *load_obs(task)["x"].shape)
+    assert np.isfinite(draws["x.value"]).all()
 
 
 # --- two moons ----------------------------------------------------------------------------
