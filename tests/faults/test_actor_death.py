@@ -57,7 +57,9 @@ def continues(run, before_rows: int) -> None:
     epoch = saved_epoch(run)
     result = launch(None, run, seed=3, progress=False, epochs=1, auto_sample=False)
     assert result.status == "completed" and result.resumed == ["z"]
-    assert result.epochs == {"z": epoch + 1}
+    # saved.json of a checkpoint taken mid-training may name the epoch before the one its
+    # weights reached (the status poll precedes the weights' bytes): one more at most
+    assert result.epochs["z"] in (epoch + 1, epoch + 2)
     log = driver_log(run)
     assert f"buffer restored from {run / 'buffer' / 'snapshots' / 'buffer.npz'}" in log
     assert "no simulation from the prior" in log

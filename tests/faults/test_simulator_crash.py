@@ -61,7 +61,8 @@ def test_a_launch_survives_simulator_crashes_and_records_them(tmp_path, no_leake
     # the initial round is 5 chunks of 16 in one call: killed in its 3rd chunk (batch 3; the
     # retry is batches 4-8); the resimulation rounds are one chunk each: killed in the 2nd
     x = {"_target_": f"{MODELS}.KilledAt", "folder": str(folder), "kill_at": [3, 10]}
-    cfg = toy(tmp_path, x, epochs=4, max_samples=100_000)
+    # rounds follow the epochs (one per epoch): enough epochs for the rounds that crash
+    cfg = toy(tmp_path, x, epochs=30, max_samples=100_000)
     run = tmp_path / "run"
     result = launch(cfg, run, seed=2, progress=False)
 

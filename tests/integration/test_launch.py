@@ -219,12 +219,10 @@ def test_initial_samples_from_disk_fill_the_buffer(tmp_path, no_leaked_actors):
     rng = np.random.default_rng(0)
     z = rng.uniform(size=(80, 2))
     np.savez(tmp_path / "prior.npz", z=z, x=z + 0.1 * rng.normal(size=(80, 2)))
-    result = launch(
-        toy(tmp_path, initial_samples_path=str(tmp_path / "prior.npz")),
-        tmp_path / "run",
-        seed=17,
-        progress=False,
-    )
+    cfg = toy(tmp_path, initial_samples_path=str(tmp_path / "prior.npz"))
+    # rounds follow the epochs: enough epochs that some are drawn whatever the machine's speed
+    cfg["graph"]["z"]["estimator"]["max_epochs"] = 30
+    result = launch(cfg, tmp_path / "run", seed=17, progress=False)
     assert (
         result.status == "completed" and result.simulated > 80
     )  # 80 loaded, then resimulation rounds

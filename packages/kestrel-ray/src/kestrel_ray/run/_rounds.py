@@ -61,7 +61,8 @@ class Resimulation:
         self.dg, self.buffer, self.budget = dg, buffer, budget
         self.deterministic = deterministic
         self._append, self._finish, self._stats, self.log = append, finish, stats, log
-        self.round = 0  # the last round drawn
+        self.round = 0  # the last round drawn (its index: rounds may be skipped)
+        self.drawn = 0  # rounds drawn
         self._ready: dict[str, Any] | None = None  # node → ref: is round self.round + 1 ready
         self._pending: tuple[Any, int, int, int] | None = None  # (ref, round, rows, invalid)
         self._next = 0.0
@@ -93,7 +94,12 @@ class Resimulation:
         if not self._closed:
             self._closed = True
             self.dg.close_rounds(last)
-            self.log.info("rounds: no more (%s); %d rounds drawn", why, self.round)
+            self.log.info(
+                "rounds: no more (%s); %d rounds drawn (the last: round %d)",
+                why,
+                self.drawn,
+                self.round,
+            )
 
     @property
     def busy(self) -> bool:
@@ -122,7 +128,9 @@ class Resimulation:
         if stopping:
             self.close("the launch is stopping")
             return
-        if self._pending is not None or self._closed or time.monotonic() < self._next:
+        if self._pending is not None or self._closed:
+            return
+        if training and time.monotonic() < self._next:  # no spacing once training ended
             return
         if not training and not self.more_after_training():
             return
@@ -153,6 +161,7 @@ class Resimulation:
     def _draw(self, k: int, training: bool) -> None:
         self._next = time.monotonic() + self._interval
         self.round = k
+        self.drawn += 1
         n = self.budget.take(self._size())
         if not training and n and not self._warned:
             self._warned = True

@@ -34,7 +34,7 @@ def launch_status(launcher: Any) -> dict[str, Any]:
         "restarts": r.restarts,
         "observation_checks": run.read_status().get("observation_checks") or {},
         "budget": launcher.budget.as_status(),
-        "rounds": launcher.resim.round if launcher.resim is not None else 0,
+        "rounds": launcher.resim.drawn if launcher.resim is not None else 0,
         "deterministic": launcher.deterministic,
         "buffer": launcher.stats,
         "wall_time": round(time.monotonic() - launcher.t0, 3),
