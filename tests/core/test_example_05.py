@@ -107,5 +107,6 @@ def test_config_prior_is_a_standard_normal_in_ten_dimensions():
         "max_samples": 2048,
         "validation_samples": 1024,
         "simulate_count": 128,
+        "epochs_per_round": 0,
         "simulate_interval": 0.1,
     }
