@@ -12,6 +12,10 @@ import os
 import sys
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# this cluster runs without authentication, whatever the parent process uses: a test session
+# whose local Ray runs in token mode (Kestrel's default) exports RAY_AUTH_MODE=token, which the
+# cluster would inherit while the test's driver says RAY_AUTH_MODE=disabled
+os.environ["RAY_AUTH_MODE"] = "disabled"
 
 
 def main() -> None:
