@@ -50,8 +50,11 @@ class Megabyte:
         return x
 
 
-def pressure_config(folder: Path, *, max_samples: int | None = None) -> dict[str, Any]:
-    """The config: 1 MiB samples, a 200 MiB store, a small Gaussian estimator."""
+def pressure_config(
+    folder: Path, *, max_samples: int | None = None, journal: bool = True
+) -> dict[str, Any]:
+    """The config: 1 MiB samples, a 200 MiB store, a small Gaussian estimator
+    (``journal``: ``buffer.journal``, to measure what the journal costs)."""
     from kestrel_core import BufferConfig
 
     obs = folder / "obs.npy"
@@ -59,6 +62,7 @@ def pressure_config(folder: Path, *, max_samples: int | None = None) -> dict[str
     buffer: dict[str, Any] = dict(BUFFER)
     if max_samples is not None:
         buffer["max_samples"] = max_samples
+    buffer["journal"] = journal
     known = getattr(BufferConfig, "__dataclass_fields__", {})
     if "simulate_interval" in known:
         buffer["simulate_interval"] = 0.01
@@ -155,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument("--no-journal", action="store_true", help="buffer.journal: false")
     args = parser.parse_args(argv)
 
     import ray
@@ -165,7 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     watch = Watch(args.rounds)
     t0 = time.monotonic()
-    result = launch(pressure_config(folder), folder / "run", seed=0, progress=watch, timeout=600)
+    result = launch(
+        pressure_config(folder, journal=not args.no_journal),
+        folder / "run",
+        seed=0,
+        progress=watch,
+        timeout=600,
+    )
     out = {
         "status": str(result.status),
         "simulated": int(result.simulated),

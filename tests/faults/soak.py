@@ -104,6 +104,7 @@ class Reading:
     live_objects: int
     driver_rss: int
     driver_private: int
+    journal_bytes: int = 0
     actor_rss: dict[str, int] = field(default_factory=dict)
     actor_private: dict[str, int] = field(default_factory=dict)
 
@@ -185,8 +186,9 @@ class Recorder:
         public: count objects and list actors with Ray's public state API (needs the dashboard).
     """
 
-    def __init__(self, every: float, *, public: bool = False):
+    def __init__(self, every: float, *, public: bool = False, journal: Path | None = None):
         self.every = float(every)
+        self.journal = journal  # RUN/buffer/journal: its bytes on disk are read too
         self.public = public
         self.readings: list[Reading] = []
         self.labels: dict[str, str] = {}  # actor id → "<class> <short id>"
@@ -251,7 +253,21 @@ class Recorder:
             driver_private=driver[1],
             actor_rss=actors,
             actor_private=private,
+            journal_bytes=_folder_bytes(self.journal),
         )
+
+
+def _folder_bytes(folder: Path | None) -> int:
+    """The bytes of the files in ``folder`` (0: none, or no folder)."""
+    if folder is None:
+        return 0
+    total = 0
+    for entry in os.scandir(folder) if folder.is_dir() else ():
+        try:
+            total += entry.stat().st_size
+        except OSError:  # trimmed meanwhile
+            pass
+    return total
 
 
 def series(readings: list[Reading]) -> dict[str, list[float]]:
@@ -265,6 +281,7 @@ def series(readings: list[Reading]) -> dict[str, list[float]]:
         "store_blocks",
         "driver_rss",
         "driver_private",
+        "journal_bytes",
     ):
         out[name] = [float(getattr(r, name)) for r in readings]
     for r in readings:
@@ -317,10 +334,29 @@ def plateau_problems(readings: list[Reading]) -> list[str]:
         elif name == "spilled_bytes":
             if max(values) > 0:
                 problems.append(f"spilled_bytes: {max(values):.0f} bytes spilled to disk")
+        elif name == "journal_bytes":
+            if not journal_bounded(readings):
+                middle, last = thirds(values)
+                problems.append(f"journal_bytes: middle third {middle:.4g}, last third {last:.4g}")
         elif not plateaus(values, SLACK.get(name, 0.0)):
             middle, last = thirds(values)
             problems.append(f"{name}: middle third {middle:.4g}, last third {last:.4g}")
     return problems
+
+
+def journal_bounded(readings: list[Reading]) -> bool:
+    """The journal on disk (``RUN/buffer/journal``) does not grow: each checkpoint's snapshot
+    trims it, so its size is a sawtooth of period ``CHECKPOINT_EVERY``; the last third's peak at
+    most :data:`PLATEAU` above the middle third's. A soak shorter than six checkpoint intervals
+    has too few teeth to tell: not checked (the size is still reported)."""
+    from kestrel_ray.run._checkpoint import CHECKPOINT_EVERY
+
+    if not readings or readings[-1].t < 6 * CHECKPOINT_EVERY:
+        return True
+    values = [float(r.journal_bytes) for r in readings]
+    k = len(values) // 3
+    middle, last = max(values[k : 2 * k]), max(values[2 * k :])
+    return last - middle <= PLATEAU * middle
 
 
 @dataclass
@@ -380,7 +416,7 @@ def run_soak(
 
     folder = Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    recorder = Recorder(every, public=public)
+    recorder = Recorder(every, public=public, journal=folder / "run" / "buffer" / "journal")
     result = launch(
         soak_config(folder), folder / "run", seed=seed, timeout=seconds, progress=recorder
     )

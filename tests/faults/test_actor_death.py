@@ -9,7 +9,9 @@ it leaves is a run ``kestrel launch -o RUN`` continues:
   training — every 0.3 s here);
 * store killed (stop cleanly rather than rebuild: the statuses and the validation split live
   in the store): the failure path writes the live estimator's weights; the buffer on disk is
-  the last checkpoint's, whole. (Continuing from such files is the first test's second half.)
+  the last checkpoint's, whole, and the journal (``RUN/buffer/journal/``) holds every append
+  since; ``kestrel launch -o RUN`` puts both back: every row that reached the store before the
+  kill is in the resumed store, same id, same values (0 lost).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 import pytest
+import ray
 
 from kestrel_core import KestrelError
 from kestrel_core._store import read_buffer_file
 from kestrel_ray import launch
+from kestrel_ray._store_handle import StoreHandle
 from kestrel_ray.run import _checkpoint
 
 from .faultkit import (
@@ -46,6 +51,52 @@ DETECT_WITHIN = 15.0
 @pytest.fixture
 def fast_checkpoints(monkeypatch):
     monkeypatch.setattr(_checkpoint, "CHECKPOINT_EVERY", 0.3)
+
+
+class Reached:
+    """Every row whose append the store confirmed to the driver (its id and values), read by a
+    spy on :class:`StoreHandle` — apart from the journal it checks."""
+
+    def __init__(self, monkeypatch):
+        self.rows: dict[str, dict[int, np.ndarray]] = {}
+        self.on = True
+        sent: dict = {}
+        submit, appended = StoreHandle.submit_append, StoreHandle.appended
+
+        def spy_submit(handle, blocks):
+            ref = submit(handle, blocks)
+            sent[ref] = [dict(block) for block, _ in blocks]
+            return ref
+
+        def spy_appended(handle, ref):
+            done = appended(handle, ref)
+            blocks = sent.pop(ref, [])
+            if self.on and blocks:
+                keys = sorted(blocks[0])
+                values = ray.get([b[k] for b in blocks for k in keys])
+                for key_index, key in enumerate(keys):
+                    arrays = np.concatenate(values[key_index :: len(keys)])
+                    self.rows.setdefault(key, {}).update(zip(done.ids.tolist(), arrays))
+            return done
+
+        monkeypatch.setattr(StoreHandle, "submit_append", spy_submit)
+        monkeypatch.setattr(StoreHandle, "appended", spy_appended)
+
+    @property
+    def ids(self) -> list[int]:
+        return sorted(next(iter(self.rows.values()), {}))
+
+    def lost_in(self, saved: dict[str, np.ndarray]) -> list[int]:
+        """The ids reached whose row is not in ``saved`` (a buffer.npz) with the same values."""
+        where = {int(i): r for r, i in enumerate(saved["_ids"])}
+        lost = []
+        for i in self.ids:
+            r = where.get(i)
+            if r is None or any(
+                not np.array_equal(saved[key][r], rows[i]) for key, rows in self.rows.items()
+            ):
+                lost.append(i)
+        return lost
 
 
 def saved_epoch(run) -> int:
@@ -88,11 +139,17 @@ def test_a_killed_estimator_actor_stops_the_run_resumable(
     continues(run, len(saved["_ids"]))
 
 
-def test_a_killed_store_actor_stops_the_run_cleanly_and_resumable(
-    tmp_path, fast_checkpoints, no_leaked_actors
+def test_a_killed_store_actor_stops_the_run_cleanly_and_loses_no_row(
+    tmp_path, fast_checkpoints, no_leaked_actors, monkeypatch
 ):
     run = tmp_path / "run"
-    killer = Killer(checkpointed(run, epochs=2), store_pid)
+    reached = Reached(monkeypatch)
+    checkpoint = checkpointed(run, epochs=2)
+
+    def ready() -> bool:  # a checkpoint, and appends since it that only the journal holds
+        return checkpoint() and len(list((run / "buffer" / "journal").glob("*.npz"))) >= 2
+
+    killer = Killer(ready, store_pid)
     with pytest.raises(KestrelError) as info:
         launch(toy(tmp_path, epochs=FOREVER, max_samples=100_000), run, seed=2, progress=False)
     detected = time.monotonic() - killer.killed_at
@@ -109,3 +166,18 @@ def test_a_killed_store_actor_stops_the_run_cleanly_and_resumable(
     assert snapshot is not None and snapshot.statuses is not None
     assert contiguous(snapshot.ids) and snapshot.next_id == snapshot.n
     assert saved_epoch(run) >= 2
+    # the rows appended after that checkpoint are in the journal, nowhere else
+    reached.on = False
+    journal = sorted((run / "buffer" / "journal").glob("*.npz"))
+    beyond = [i for i in reached.ids if i >= snapshot.next_id]
+    print(f"store actor killed: {len(beyond)} rows after the last checkpoint, {len(journal)} files")
+    assert reached.ids == list(range(len(reached.ids)))
+    # continue: snapshot + journal back, every row the store confirmed, same id and values
+    result = launch(None, run, seed=3, progress=False, epochs=1, auto_sample=False)
+    assert result.status == "completed" and result.resumed == ["z"]
+    log = driver_log(run)
+    assert beyond and f"journal: {len(beyond)} rows" in log
+    saved = buffer_file(run)
+    assert reached.lost_in(saved) == []  # 0 lost
+    assert contiguous(saved["_ids"])  # none twice, no gap
+    assert not list((run / "buffer" / "journal").glob("*.npz"))  # the final snapshot holds all

@@ -2,8 +2,11 @@
 
 SIGKILL cannot be caught: nothing is saved at that moment. What the run keeps is its last
 checkpoint (:mod:`kestrel_ray.run._checkpoint`: the whole buffer and the improved weights,
-written atomically about once a minute — every 0.5 s here), and ``kestrel launch -o RUN``
-continues from it: the buffer put back with its ids and statuses, the weights loaded.
+written atomically about once a minute — every 0.5 s here) and the journal of every append
+since (``RUN/buffer/journal/``, :mod:`kestrel_ray.run._journal`), and ``kestrel launch -o RUN``
+continues from them: the buffer put back with its ids and statuses, the journal's rows
+appended after it with their ids, the weights loaded — every row on disk at the kill is in the
+resumed store, and they are every row simulated but the rounds in flight.
 
 SIGTERM, the polite kill, stops a launch like the first Ctrl-C:
 tests/integration/test_signals.py.
@@ -21,13 +24,19 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 import yaml
 
+from kestrel_core._store import journal_files, read_journal_file
 from kestrel_ray import launch
 
 from ..integration.helpers import REPO, kestrel_env
+from .fault_models import batches
 from .faultkit import FOREVER, buffer_file, checkpointed, contiguous, driver_log, status, toy
+
+#: rows per simulator batch (the toy's ``sample_chunk_size`` and ``simulate_count``)
+CHUNK = 16
 
 pytestmark = [
     pytest.mark.faults,
@@ -57,7 +66,11 @@ def test_kill_9_of_the_driver_leaves_a_run_that_continues(tmp_path, no_leaked_ac
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    ready = checkpointed(run, epochs=2)
+    checkpoint = checkpointed(run, epochs=2)
+
+    def ready() -> bool:  # a checkpoint, and appends since it that only the journal holds
+        return checkpoint() and len(list((run / "buffer" / "journal").glob("*.npz"))) >= 2
+
     try:
         deadline = time.monotonic() + 180
         while not ready():
@@ -80,8 +93,37 @@ def test_kill_9_of_the_driver_leaves_a_run_that_continues(tmp_path, no_leaked_ac
     assert status(run)["status"] == "running"  # nobody could write the end
     saved = buffer_file(run)  # the last checkpoint's, whole (written atomically)
     assert contiguous(saved["_ids"]) and int(saved["_next_id"]) == len(saved["_ids"])
+    # what is on disk: the snapshot, and the journal's appends beyond it
+    on_disk = {int(i): {k: saved[k][r] for k in keys(saved)} for r, i in enumerate(saved["_ids"])}
+    beyond = 0
+    for file in journal_files(run / "buffer" / "journal"):
+        if file.last >= int(saved["_next_id"]):
+            block = read_journal_file(file)  # every file whole: written atomically
+            beyond += block.n
+            for r, i in enumerate(block.ids.tolist()):
+                on_disk[i] = {k: block.arrays[k][r] for k in block.arrays}
+    simulated = batches(tmp_path / "batches") * CHUNK  # batches begun, by the simulator
+    print(f"kill -9: {simulated} rows simulated, {len(on_disk)} on disk ({beyond} in the journal)")
+    assert beyond > 0 and sorted(on_disk) == list(range(len(on_disk)))
+    # every row simulated is on disk but those of the rounds in flight (one simulating, one
+    # whose append's answer had not come back: up to two rounds)
+    assert len(on_disk) >= simulated - 2 * CHUNK
+
     result = launch(None, run, progress=False, epochs=1, auto_sample=False)
     assert result.status == "completed" and result.resumed == ["z"]
     log = driver_log(run)
     assert "buffer restored from" in log and "no simulation from the prior" in log
-    assert len(buffer_file(run)["_ids"]) >= len(saved["_ids"])
+    assert f"journal: {beyond} rows" in log
+    final = buffer_file(run)
+    assert contiguous(final["_ids"])
+    where = {int(i): r for r, i in enumerate(final["_ids"])}
+    lost = [
+        i
+        for i, row in on_disk.items()
+        if i not in where or any(not np.array_equal(final[k][where[i]], v) for k, v in row.items())
+    ]
+    assert lost == []  # 0 lost: same ids, same values
+
+
+def keys(saved) -> list[str]:
+    return [k for k in saved if not k.startswith("_")]

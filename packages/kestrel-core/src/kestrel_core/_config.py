@@ -5,7 +5,7 @@ Sections (unknown keys anywhere are errors with a "did you mean …?" suggestion
     paths:    graph, samples, buffer (default ${run_dir}/<name>), imports (default [config dir])
     buffer:   min_samples, max_samples, validation_samples (required), simulate_count (64),
               simulate_interval (1.0 s), simulate_when_full (true), snapshot_every (0),
-              initial_samples_path (null)
+              initial_samples_path (null), journal (true)
     graph:    <node>: simulator, estimator, parents, evidence, scaffolds, observed,
               num_actors, sample_chunk_size, ray, on_error (raise | skip), dry_run (true),
               timeout (seconds per simulator call), names (component names for plots and
@@ -78,6 +78,10 @@ class BufferConfig:
         simulate_when_full: keep simulating when
             TRAINING is at ``max_samples``. snapshot_every: write every n-th sample (0 = off).
         initial_samples_path: absolute path of samples to start from, or ``None``.
+        journal: after every append, the launch writes its rows to ``RUN/buffer/journal/``
+            until a checkpoint's snapshot holds them, so a killed store or driver loses no row
+            (``false``: rows since the last checkpoint are lost then; saves the driver reading
+            every block).
     """
 
     min_samples: int
@@ -89,6 +93,7 @@ class BufferConfig:
     simulate_when_full: bool = True
     snapshot_every: int = 0
     initial_samples_path: str | None = None
+    journal: bool = True
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ BUFFER_DEFAULTS: dict[str, Any] = {
     "simulate_when_full": True,
     "snapshot_every": 0,
     "initial_samples_path": None,
+    "journal": True,
 }
 BUFFER_KEYS = BUFFER_REQUIRED + tuple(BUFFER_DEFAULTS)
 #: the ``budget`` section's keys and their defaults
@@ -137,6 +138,7 @@ def _buffer_problems(buf: Any, problems: list[str]) -> None:
         "simulate_when_full": (lambda v: isinstance(v, bool), "true or false"),
         "snapshot_every": (lambda v: _is_int(v), "an integer ≥ 0"),
         "initial_samples_path": (lambda v: v is None or isinstance(v, str), "a path or null"),
+        "journal": (lambda v: isinstance(v, bool), "true or false"),
     }
     for key, (ok, expected) in checks.items():
         if key in buf and not ok(buf[key]):

@@ -8,7 +8,9 @@ Like :class:`~kestrel_ray.NodeHandle` for a node actor, a :class:`StoreHandle` w
   runs on the handle as is; the store's own errors come back unwrapped from Ray's task error,
   and the warnings of an append are raised in the caller;
 * ``submit_*`` and ``*_nowait`` methods for callers that must not block: the launch loop keeps
-  one append in flight, a view releases its checkout without waiting.
+  one append in flight, a view releases its checkout without waiting;
+* the driver's files: the snapshot rows an append names, and every append that succeeds
+  handed to the journal (:meth:`StoreHandle.set_journal`, ``RUN/buffer/journal/`` in a launch).
 
 A handle is small and picklable: the driver passes it to the node actors that train.
 """
@@ -25,14 +27,15 @@ import numpy as np
 import ray
 
 from kestrel_core import BlockMeta, Checkout, ConfigError, KestrelError, StoreError, StoreWarning
-from kestrel_core._store import Appended, Schema, write_snapshots
+from kestrel_core._store import Appended, Schema
 
 from ._store import SampleStore
+from ._store_files import DriverFiles, JournalHook
 
 __all__ = ["StoreHandle", "create_store"]
 
 
-class StoreHandle:
+class StoreHandle(DriverFiles):
     """A :class:`~kestrel_ray.SampleStore` actor as its callers see it.
 
     Args:
@@ -55,9 +58,11 @@ class StoreHandle:
         self._timeout = timeout
         self._use_futures = bool(use_futures)
         self._snapshot_dir = snapshot_dir
+        self._journal = JournalHook()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # the snapshot folder is the driver's: a handle sent to an actor does not write files
+        # the snapshot folder and the journal are the driver's: a handle sent to an actor
+        # does not write files
         return (_rebuild, (self._actor, self._timeout, self._use_futures))
 
     @classmethod
@@ -166,9 +171,11 @@ class StoreHandle:
     ) -> StoreHandle:
         """The same actor, waited on differently (see the constructor)."""
         futures = self._use_futures if use_futures is None else use_futures
-        return StoreHandle(
+        handle = StoreHandle(
             self._actor, timeout=timeout, use_futures=futures, snapshot_dir=self._snapshot_dir
         )
+        handle._journal = self._journal  # the same journal and appends in flight
+        return handle
 
     def wait(self, refs: Any) -> Any:
         """The value of one ref, or the values of a list of refs (one batched wait).
@@ -303,7 +310,10 @@ class StoreHandle:
             The ObjectRef of the store's :class:`~kestrel_core._store.Appended`; pass it to
             :meth:`appended`.
         """
-        return self._actor.append_blocks.remote([(dict(block), meta) for block, meta in blocks])
+        sent = [(dict(block), meta) for block, meta in blocks]
+        ref = self._actor.append_blocks.remote(sent)
+        self._journal.submitted(ref, sent)
+        return ref
 
     def appended(self, ref: Any) -> Appended:
         """Wait for a :meth:`submit_append`.
@@ -314,33 +324,14 @@ class StoreHandle:
 
         Raises:
             StoreError: the blocks break the key schema (nothing of the call was stored).
+            OSError: a snapshot file cannot be written (a journal's own errors: see
+                :meth:`set_journal`).
         """
+        blocks = self._journal.take(ref)
         done = self.wait(ref)
         self.write_snapshots(done.snapshots)
+        self._journal.done(blocks, done.ids)
         return done
-
-    def write_snapshots(self, due: Sequence[tuple[np.ndarray, np.ndarray, Any]]) -> int:
-        """Write the snapshots an append returned as due (``Appended.snapshots``); returns how many.
-
-        The driver's side of snapshots: the store names the rows, this handle reads their
-        blocks (one batched ``ray.get``) and writes ``<snapshot_dir>/<id>.npz``. A no-op for a
-        handle without snapshot folder (an actor's copy, a store without snapshots).
-
-        Raises:
-            OSError: a file cannot be written.
-        """
-        if self._snapshot_dir is None or not due:
-            return 0
-        refs = [[block[k] for k in sorted(block)] for _, _, block in due]
-        values = self.wait([ref for group in refs for ref in group])
-        pos, written = 0, 0
-        for ids, rows, block in due:
-            keys = sorted(block)
-            arrays = {k: np.asarray(v) for k, v in zip(keys, values[pos : pos + len(keys)])}
-            pos += len(keys)
-            write_snapshots(self._snapshot_dir, ids, rows, arrays)
-            written += len(rows)
-        return written
 
     def submit_checkout(
         self,

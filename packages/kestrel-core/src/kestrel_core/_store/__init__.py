@@ -8,6 +8,7 @@
 ``_index``         ids, statuses, block addresses and pins (:class:`BlockIndex`), no data
 ``_snapshot``      which appended samples are saved, and how
 ``_buffer_file``   the whole buffer in one file: saved at a launch's end, restored on resume
+``_journal``       every append on disk until a snapshot holds it (replayed on resume)
 ``_base``          :class:`BlockStore`: all of the above behind the ``SampleStore`` methods
 ``_memory``        :class:`InMemoryStore`: a ``BlockStore`` whose blocks hold numpy arrays
 ``_gather``        rows of a checkout into fresh arrays (every view reads through it)
@@ -27,6 +28,15 @@ from ._buffer_file import (
 )
 from ._gather import empty_spec, gather_rows, read_checkout
 from ._index import BlockIndex
+from ._journal import (
+    JOURNAL_DIR,
+    JournalBlock,
+    JournalFile,
+    journal_files,
+    read_journal_file,
+    trim_journal,
+    write_journal,
+)
 from ._lifecycle import LIVE, TRAINABLE, Status, rotate
 from ._memory import InMemoryStore
 from ._meta import Schema, check_block
@@ -59,6 +69,13 @@ __all__ = [
     "take_snapshot",
     "write_buffer_file",
     "read_buffer_file",
+    "JOURNAL_DIR",
+    "JournalBlock",
+    "JournalFile",
+    "write_journal",
+    "journal_files",
+    "read_journal_file",
+    "trim_journal",
     "BlockStore",
     "Appended",
     "InMemoryStore",

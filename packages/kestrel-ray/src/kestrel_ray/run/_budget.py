@@ -4,8 +4,13 @@ A simulation is counted when its row reaches the store — valid, or invalid (a 
 value, or a simulator call that raised under ``on_error: skip``; counted separately, since
 they cost as much). Rows loaded from ``buffer.initial_samples_path`` or restored from the
 run's own buffer are not simulations of this launch; a resumed run counts on from what its
-saved buffer recorded (``<snapshots>/budget.json``, written with ``buffer.npz``), so the
+saved buffer recorded (``<snapshots>/budget.json``, written with every ``buffer.npz``), so the
 budget is the run's, not the launch's.
+
+``budget.json`` records with the counters the store's id count they cover (``ids``). Every id
+assigned after it is a simulation (ids are never reused; only a first launch's initial samples
+are not, and those come before), so a resumed launch counts each row of the snapshot and of the
+journal (:mod:`._journal`) beyond ``ids`` once: used = recorded + (id count now − ``ids``).
 """
 
 from __future__ import annotations
@@ -32,12 +37,14 @@ class Budget:
         used: simulations whose rows reached the store, over the run's launches.
         invalid: of ``used``, rows that were invalid (non-finite or raised).
         stop_early: estimators may early-stop with budget left.
+        ids: the store's id count the counters cover (the end of the last append counted).
     """
 
     total: int | None = None
     used: int = 0
     invalid: int = 0
     stop_early: bool = False
+    ids: int = 0
 
     @property
     def left(self) -> int | None:
@@ -64,6 +71,11 @@ class Budget:
         self.used += int(rows)
         self.invalid += int(invalid)
 
+    def covered(self, ids: Any) -> None:
+        """An append's rows got ``ids`` (int64, ascending): the counters cover them."""
+        if len(ids):
+            self.ids = max(self.ids, int(ids[-1]) + 1)
+
     def check_initial(self, initial: int) -> None:
         """The initial simulation from the prior must fit the budget.
 
@@ -83,8 +95,9 @@ class Budget:
         return {"total": self.total, "used": self.used, "invalid": self.invalid, "left": self.left}
 
 
-def read_budget(folder: str) -> tuple[int, int] | None:
-    """``(used, invalid)`` recorded beside a saved buffer in ``folder`` (``None``: none).
+def read_budget(folder: str) -> tuple[int, int, int | None] | None:
+    """``(used, invalid, ids)`` recorded beside a saved buffer in ``folder`` (``None``: none;
+    ``ids`` ``None`` in a file written before it was recorded).
 
     Raises:
         ConfigError: the file is not a budget record (names the file).
@@ -95,7 +108,8 @@ def read_budget(folder: str) -> tuple[int, int] | None:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
-        return int(data["used"]), int(data.get("invalid", 0))
+        ids = data.get("ids")
+        return int(data["used"]), int(data.get("invalid", 0)), None if ids is None else int(ids)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ConfigError(f"budget: cannot read {path}: {err}") from err
 
@@ -106,26 +120,44 @@ def write_budget(folder: str, budget: Budget) -> str:
     path = os.path.join(folder, BUDGET_FILE)
     tmp = f"{path}.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump({"used": budget.used, "invalid": budget.invalid, "total": budget.total}, fh)
+        json.dump(
+            {
+                "used": budget.used,
+                "invalid": budget.invalid,
+                "total": budget.total,
+                "ids": budget.ids,
+            },
+            fh,
+        )
     os.replace(tmp, path)
     return path
 
 
-def restore_counts(budget: Budget, folder: str, restored: Any) -> bool:
+def restore_counts(budget: Budget, folder: str, restored: Any, replayed: Any = None) -> bool:
     """Set ``budget``'s counters from a resumed run's saved buffer in ``folder``.
 
     Args:
         budget: updated in place. folder: the snapshot folder. restored: the
             :class:`~kestrel_core._store._buffer_file.BufferSnapshot` put back (``None``: none).
+        replayed: the journal's :class:`~kestrel_ray.run._journal.Replayed` (``None``: none).
 
     Returns:
-        True if counters were found: ``budget.json``, else (a buffer saved without it) the
-        snapshot's id count, every row the run's store ever took.
+        True if counters were found: ``budget.json`` plus every id assigned after the count it
+        records (rows of the snapshot and the journal beyond it, each once); without the file,
+        the id count, every row the run's store ever took.
     """
+    end = max(
+        int(restored.next_id) if restored is not None else 0,
+        int(replayed.next_id) if replayed is not None else 0,
+    )
     counts = read_budget(folder)
-    if counts is None and restored is not None:
-        counts = (int(restored.next_id), 0)
-    if counts is None:
+    if counts is None and end == 0:
         return False
-    budget.used, budget.invalid = counts
+    used, invalid, since = counts if counts is not None else (0, 0, 0)
+    if since is None:  # an older budget.json: its counts cover the snapshot (no journal then)
+        since = int(restored.next_id) if restored is not None else 0
+    journal = replayed.invalid_by_id if replayed is not None else []
+    budget.used = used + max(0, end - since)
+    budget.invalid = invalid + sum(bad for first, bad in journal if first >= since)
+    budget.ids = max(end, since)
     return True

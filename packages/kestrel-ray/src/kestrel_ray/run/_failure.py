@@ -5,8 +5,10 @@ dies — :class:`~kestrel_ray.run._launcher.Launcher` calls :func:`save_on_failu
 kills the actors. The store is an actor of its own, apart from the node actors, so after a
 node's death it still answers:
 
-* the whole buffer goes to ``<snapshots>/buffer.npz`` (as at a graceful stop), unless the
-  store itself is gone — then the snapshot of the last checkpoint (:mod:`._checkpoint`) stays;
+* the whole buffer goes to ``<snapshots>/buffer.npz`` (as at a graceful stop; the journal
+  files it holds are deleted), unless the store itself is gone — then the snapshot of the last
+  checkpoint (:mod:`._checkpoint`) stays, and the journal (:mod:`._journal`) holds every row
+  appended since, which a resume appends after it;
 * every estimator node whose actor still answers has its weights written under the resume
   rule (:meth:`~kestrel_ray.run._checkpoint.Checkpoint.save_weights`); a dead one's weights
   on disk stay as the last checkpoint (or the last launch) left them;
@@ -25,7 +27,7 @@ from typing import Any
 import ray
 
 from kestrel_core import KestrelError, StoreError
-from kestrel_core._store import BUFFER_FILE, write_buffer_file
+from kestrel_core._store import BUFFER_FILE
 
 from .._store_snapshot import snapshot_store
 from ._checkpoint import Checkpoint
@@ -64,7 +66,10 @@ def save_on_failure(launcher: Any, err: BaseException) -> dict[str, Any]:
 def _save(launcher: Any, dg: Any, log: logging.Logger) -> dict[str, Any]:
     run = launcher.session.run
     nodes, gone = _estimator_status(dg, launcher.session.config.graph.latents)
-    rows = _save_buffer(dg, run, log)
+    rows = _save_buffer(dg, launcher.resume, log)
+    journal = launcher.resume.journal
+    if rows is None and journal is not None and journal.appends:
+        log.warning("failure: the journal holds the rows appended since (%s)", journal.summary())
     weights: dict[str, int] = {}
     try:
         weights = Checkpoint(launcher.resume, log).save_weights(dg, nodes, skip=gone)
@@ -104,13 +109,15 @@ def _estimator_status(dg: Any, latents: list[str]) -> tuple[dict[str, dict[str, 
     return nodes, gone
 
 
-def _save_buffer(dg: Any, run: Any, log: logging.Logger) -> int | None:
-    """Write the store's whole buffer; ``None`` when the store is gone or empty (logged)."""
+def _save_buffer(dg: Any, resume: Any, log: logging.Logger) -> int | None:
+    """Write the store's whole buffer (and trim the journal); ``None`` when the store is gone
+    or empty (logged)."""
+    run = resume.session.run
     try:
         snapshot = snapshot_store(dg.store.with_options(timeout=FAILURE_TIMEOUT))
         if snapshot is None or snapshot.n == 0:
             return None  # no readable row: whatever is on disk stays
-        path = write_buffer_file(run.snapshots, snapshot)
+        path = resume.write_snapshot(snapshot)
     except (StoreError, ray.exceptions.RayError, OSError) as problem:
         kept = "the last checkpoint's snapshot stays" if _has_snapshot(run) else "none"
         log.warning(

@@ -6,9 +6,10 @@ between actors and the store):
 
 1. ``STARTING``: deploy one actor per node (the driver writes their logs into the run
    directory) and load saved weights (a resume, :mod:`._resume`);
-2. ``INITIAL_SIMULATION``: restore the run's saved buffer (a resume); without one, append
-   ``buffer.initial_samples_path`` if set, then simulate the rest of
-   ``min_samples + validation_samples`` from the prior, in chunks;
+2. ``INITIAL_SIMULATION``: restore the run's saved buffer and the journal beyond it (a
+   resume); from then on every append is journaled (``buffer.journal``, :mod:`._journal`);
+   without a saved buffer, append ``buffer.initial_samples_path`` if set, then simulate the
+   rest of ``min_samples + validation_samples`` from the prior, in chunks;
 3. ``TRAINING``: start training on every estimator node, then one :meth:`Launcher._step` at a
    time: resimulation rounds paced by training epochs and bounded by the simulation budget
    (:mod:`._rounds`, one append in flight); poll training calls every ~50 ms, so an actor's
@@ -111,6 +112,7 @@ class Launcher:
         self.deterministic = bool(det)
         budget = self.cfg.budget
         self.budget = Budget(budget.simulations, stop_early=budget.stop_early)
+        self.resume.budget = self.budget  # written beside every buffer snapshot
         self.resim: Resimulation | None = None
 
     # -- the run -------------------------------------------------------------------------------
@@ -185,12 +187,14 @@ class Launcher:
         loaded = self.resume.restore_buffer(self.dg)
         if loaded:
             self._restore_budget()
+        self.resume.start_journal(self.dg)
         path = self.buffer.initial_samples_path
         if path and not loaded:
             loaded = append_initial_samples(
                 self.dg, path, lambda trace: self._append(trace, "initial samples")
             )
             self.log.info("initial samples: %d loaded from %s", loaded, path)
+            write_budget(self.session.run.snapshots, self.budget)  # they are no simulations
         left = max(0, total - loaded)
         self.budget.check_initial(left)
         self.log.info(
@@ -209,7 +213,8 @@ class Launcher:
 
     def _restore_budget(self) -> None:
         """A resumed run counts on from the simulations its saved buffer recorded."""
-        if restore_counts(self.budget, self.session.run.snapshots, self.resume.restored):
+        folder, resume = self.session.run.snapshots, self.resume
+        if restore_counts(self.budget, folder, resume.restored, resume.replayed):
             self.log.info("budget: %s (restored)", self.budget.as_status())
 
     def _train(self) -> None:
@@ -285,8 +290,9 @@ class Launcher:
     def _finish(self) -> None:
         status = self.stop.status  # completed, timeout or interrupted
         self._enter(Phase.SAVING)
-        if self.resume.save_buffer(self.dg) is not None:
-            write_budget(self.session.run.snapshots, self.budget)
+        self.resume.save_buffer(self.dg)  # and budget.json beside it
+        if self.resume.journal is not None:
+            self.log.info("journal: %s", self.resume.journal.summary())
         self.resume.save_weights(self.dg, self._poll_status(timeout=10.0), self.result.epochs)
         self._report(force=True)
         if self.auto_sample:
@@ -338,7 +344,8 @@ class Launcher:
         return self._finish_append(ref)
 
     def _finish_append(self, ref: Any) -> int:
-        done = self.dg.store.appended(ref)
+        done = self.dg.store.appended(ref)  # journaled there
+        self.budget.covered(done.ids)
         for note in done.notes:
             self.log.warning("buffer: %s", note)
         self.result.simulated += done.kept  # the valid rows: what entered the buffer

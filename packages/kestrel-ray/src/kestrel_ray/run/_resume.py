@@ -10,7 +10,9 @@ A launch on a run directory an earlier launch wrote continues that run
 * **buffer**: every launch that stops (completed, timeout, Ctrl-C) saves its whole buffer as
   ``<snapshots>/buffer.npz`` (:mod:`kestrel_core._store._buffer_file`); the next launch puts
   the rows back with their ids and statuses — the same validation set — instead of simulating
-  a buffer from the prior; resimulation rounds then continue from the proposal;
+  a buffer from the prior; resimulation rounds then continue from the proposal; the rows
+  appended after that snapshot come back from the journal (``RUN/buffer/journal/``,
+  :mod:`._journal`), with their ids, so a launch that died loses none;
 * **epochs**: ``max_epochs`` is a total over the run's launches (the estimator's epoch counter
   continues from its checkpoint); ``kestrel launch --epochs N`` sets each estimator's
   ``max_epochs`` to its saved epoch count + N (:func:`add_epochs`);
@@ -38,6 +40,8 @@ from kestrel_core._protocols import ESTIMATOR_FILE
 from kestrel_core._store import BufferSnapshot, read_buffer_file, write_buffer_file
 
 from .._store_snapshot import restore_store, snapshot_store
+from ._budget import write_budget
+from ._journal import JournalWriter, Replayed, replay_journal, trim
 from ._rundir import SAVED_MARKER
 
 __all__ = ["LAUNCH_KEY", "launch_seed", "add_epochs", "Resume", "PREVIOUS_DIR"]
@@ -113,7 +117,12 @@ class Resume:
     Attributes:
         loaded: node → its estimator's status right after its weights were loaded.
         restored: the buffer snapshot put back (``None``: none was).
+        replayed: the journal's rows put back after it (``None``: before
+            :meth:`restore_buffer`).
         saved_rows: the rows of the last buffer snapshot written (``None``: none yet).
+        budget: the launch's :class:`~kestrel_ray.run._budget.Budget`, written beside every
+            snapshot (``None``: not written).
+        journal: the :class:`~kestrel_ray.run._journal.JournalWriter` (``None``: none).
     """
 
     def __init__(self, session: Any, log: logging.Logger):
@@ -121,7 +130,10 @@ class Resume:
         self.log = log
         self.loaded: dict[str, dict[str, Any]] = {}
         self.restored: BufferSnapshot | None = None
+        self.replayed: Replayed | None = None
         self.saved_rows: int | None = None
+        self.budget: Any = None
+        self.journal: JournalWriter | None = None
         self._kept: set[str] = set()  # nodes whose loaded weights are in previous/ already
 
     # -- start ---------------------------------------------------------------------------------
@@ -157,33 +169,60 @@ class Resume:
         return nodes
 
     def restore_buffer(self, dg: Any) -> int:
-        """Put the run's saved buffer into the new store; returns the rows restored (0: none).
+        """Put the run's saved buffer into the new store, then the journal's rows beyond it;
+        returns the valid rows put back (0: none).
 
         Raises:
-            ConfigError: the snapshot does not fit the graph (its keys or shapes).
+            ConfigError: the snapshot or a journal file does not fit the graph (keys, shapes).
         """
-        folder = self.session.run.snapshots
-        snapshot = read_buffer_file(folder)
-        if snapshot is None:
-            return 0
+        run = self.session.run
+        snapshot = read_buffer_file(run.snapshots)
+        if snapshot is not None:
+            try:
+                restore_store(dg.store, snapshot)
+            except StoreError as err:
+                raise ConfigError(
+                    f"buffer: the snapshot {snapshot.source} does not fit this run's graph "
+                    f"({err}); move it away to simulate a new buffer from the prior"
+                ) from err
+            self.restored = snapshot
+            what = "" if snapshot.statuses is not None else " (per-sample snapshots: rows as new)"
+            self.log.info(
+                "resume: buffer restored from %s%s: %s; no simulation from the prior",
+                snapshot.source,
+                what,
+                snapshot.counts(),
+            )
         try:
-            restore_store(dg.store, snapshot)
+            self.replayed = replay_journal(
+                dg.store, run.journal, snapshot.next_id if snapshot is not None else 0, self.log
+            )
         except StoreError as err:
             raise ConfigError(
-                f"buffer: the snapshot {snapshot.source} does not fit this run's graph ({err}); "
-                f"move it away to simulate a new buffer from the prior"
+                f"buffer: {err}; move the journal away to continue without it"
             ) from err
-        self.restored = snapshot
-        what = "" if snapshot.statuses is not None else " (per-sample snapshots: rows as new)"
-        self.log.info(
-            "resume: buffer restored from %s%s: %s; no simulation from the prior",
-            snapshot.source,
-            what,
-            snapshot.counts(),
-        )
-        return snapshot.n
+        if self.replayed.files:
+            self.log.info(
+                "resume: journal: %d rows (%d valid) of %d files appended after the snapshot, "
+                "ids up to %d",
+                self.replayed.rows,
+                self.replayed.valid,
+                len(self.replayed.files),
+                self.replayed.next_id - 1,
+            )
+        return (snapshot.n if snapshot is not None else 0) + self.replayed.valid
 
-    # -- end -----------------------------------------------------------------------------------
+    def start_journal(self, dg: Any) -> None:
+        """Journal every append from now on (``buffer.journal``; after :meth:`restore_buffer`)."""
+        buffer = self.session.config.buffer
+        if buffer is None or not getattr(buffer, "journal", True):
+            self.log.info("journal: off (buffer.journal: false)")
+            return
+        self.journal = JournalWriter(dg.store, self.session.run.journal, self.log)
+        dg.store.set_journal(self.journal)
+
+        # -- end -----------------------------------------------------------------------------------
+
     def save_buffer(self, dg: Any, *, quiet: bool = False) -> str | None:
         """Write the whole buffer to ``<snapshots>/buffer.npz``; returns the path (``None``:
         an empty store). A failure is logged, not raised: the weights matter more.
@@ -192,13 +231,27 @@ class Resume:
             snapshot = snapshot_store(dg.store)
             if snapshot is None:
                 return None
-            path = write_buffer_file(self.session.run.snapshots, snapshot)
+            path = self.write_snapshot(snapshot)
         except (OSError, StoreError) as err:
             self.log.warning("buffer: snapshot not saved: %s", err)
             return None
-        self.saved_rows = snapshot.n
         if not quiet:
             self.log.info("buffer: snapshot saved to %s (%s)", path, snapshot.counts())
+        return path
+
+    def write_snapshot(self, snapshot: BufferSnapshot) -> str:
+        """Write ``snapshot`` as ``buffer.npz`` and the budget beside it, then delete the
+        journal files it holds; returns the path.
+
+        Raises:
+            OSError: ``buffer.npz`` cannot be written (the journal is left as it was).
+        """
+        run = self.session.run
+        path = write_buffer_file(run.snapshots, snapshot)
+        self.saved_rows = snapshot.n
+        if self.budget is not None:
+            write_budget(run.snapshots, self.budget)
+        trim(run.journal, run.snapshots, snapshot.next_id, self.log)
         return path
 
     def save_weights(self, dg: Any, status: Mapping[str, Any], result: dict[str, int]) -> None:

@@ -19,7 +19,9 @@ Layout (``RUN`` is the directory given with ``-o``)::
     RUN/samples/<mode>/<digest>/      posterior, proposal, ppd: NNNNNN.npz per call and the
                                       observation they are drawn for (observation.npz), one
                                       folder per observation (kestrel_core._samplefiles)
-    RUN/buffer/snapshots/             buffer snapshots (``buffer.snapshot_every``)
+    RUN/buffer/snapshots/             buffer snapshots (``buffer.npz``; ``buffer.snapshot_every``)
+    RUN/buffer/journal/               the rows appended since the last snapshot
+                                      (``<first id>-<last id>.npz``, ``buffer.journal``)
     RUN/plots/                        ``kestrel plot``
 
 The ``paths`` section of the config may move ``graph``, ``samples`` and ``buffer`` elsewhere;
@@ -48,6 +50,7 @@ from kestrel_core._run_config import (
     run_config_yaml,
     save_observations,
 )
+from kestrel_core._store import JOURNAL_DIR
 
 from ._history import RUN_FILE, RunHistory
 
@@ -98,6 +101,11 @@ class RunDir:
     def snapshots(self) -> str:
         """``<buffer>/snapshots``."""
         return os.path.join(self.buffer, "snapshots")
+
+    @property
+    def journal(self) -> str:
+        """``<buffer>/journal``: the appends a snapshot does not hold yet."""
+        return os.path.join(self.buffer, JOURNAL_DIR)
 
     def node_dir(self, node: str) -> str:
         """``<graph>/<node>`` (``driver`` for the driver's log)."""
