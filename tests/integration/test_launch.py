@@ -71,6 +71,23 @@ def test_k15_two_launches_in_one_process(tmp_path, no_leaked_actors):
     log2 = (tmp_path / "run2" / "graph" / "driver" / "output.log").read_text()
     assert str(tmp_path / "run2") in log2 and str(tmp_path / "run1") not in log2
     assert "run1" not in (tmp_path / "run2" / "graph" / "z" / "output.log").read_text()
+    # where the time went (issue 12 item 1): every launch writes RUN/profile.json
+    profile = json.loads((tmp_path / "run2" / "profile.json").read_text())
+    assert {
+        "preflight",
+        "ray_start",
+        "starting",
+        "initial simulation",
+        "training",
+        "saving",
+        "sampling",
+    } <= set(profile["driver"])
+    assert abs(sum(p["seconds"] for p in profile["driver"].values()) - profile["wall_s"]) < 0.01
+    z = profile["estimators"]["z"]
+    assert z["epochs"] == 2 and z["parts"]["steps"]["count"] >= 2 and z["steps_per_s"] > 0
+    assert z["parts"]["validation"]["count"] >= 2
+    assert profile["actors"]["x"][0]["busy"]["simulate"]["seconds"] > 0
+    assert "profile: " in log2
 
 
 def test_k09_nonfinite_simulations_are_dropped_and_counted(tmp_path, no_leaked_actors):

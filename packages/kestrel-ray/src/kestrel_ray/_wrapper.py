@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -96,6 +97,7 @@ class NodeWrapper(TrainingMethods):
         self._state = "initializing"
         self._calls = 0
         self._samples = 0
+        self._seconds: dict[str, float] = {}  # busy seconds per part (see status)
         self._sim_lock: asyncio.Lock | None = None
         self._estimator = None
         self._rounds = None
@@ -178,13 +180,20 @@ class NodeWrapper(TrainingMethods):
         )
 
     async def status(self) -> dict[str, Any]:
-        """``{"node", "replica", "state", "calls", "samples", "estimator": {...}}``."""
+        """``{"node", "replica", "state", "calls", "samples", "seconds", "estimator": {...}}``.
+
+        ``seconds``: wall-clock seconds this actor was busy, per part — ``inputs`` (waiting for
+        and reading the conditions' blocks: includes the upstream nodes' work on them),
+        ``simulate`` (the simulator's calls, in its worker thread), ``sample_posterior`` and
+        ``sample_proposal`` (an estimator's draws).
+        """
         out = {
             "node": self._name,
             "replica": self._replica,
             "state": self._state,
             "calls": self._calls,
             "samples": self._samples,
+            "seconds": dict(self._seconds),
         }
         if self._estimator is not None:
             out["estimator"] = dict(self._estimator.status())
@@ -270,25 +279,35 @@ class NodeWrapper(TrainingMethods):
             raise ShapeError(f"node {self._name!r}: chunks {chunks} do not split {n} samples")
         if seeds is None:
             seeds = self._seq.spawn(len(chunks))
+        t0 = time.perf_counter()
         arrays = await self._resolve(conditions or {}, n)
+        self._busy("inputs", t0)
         if method == "sample" or self._estimator is None:
             if self._sim_lock is None:
                 self._sim_lock = asyncio.Lock()
             async with self._sim_lock:
+                t0 = time.perf_counter()
                 records, raised, error = await asyncio.to_thread(
                     self._simulate, method, arrays, n, chunks, seeds
                 )
+                self._busy("simulate", t0)
         else:
             records, raised, error = [], None, None
             for (a, c), seq in zip(spans(chunks), seeds):
+                t0 = time.perf_counter()
                 conds = {k: rows_of(v, a, c, n) for k, v in arrays.items()}
                 # seq: the draws; a proposal draws from the model of the round the driver asked for
                 out = call_estimator(self._estimator, method, c, conds, seq, self._round)
                 records.append(as_record(self._name, method, out, c))
+                self._busy(method, t0)
                 await asyncio.sleep(0)  # let training take a step between chunks
         self._calls += 1
         self._samples += n
         return pack_records(self._name, self._fields(method), records, raised, error)
+
+    def _busy(self, part: str, since: float) -> None:
+        """Add the seconds since ``since`` (``time.perf_counter``) to ``part`` (status)."""
+        self._seconds[part] = self._seconds.get(part, 0.0) + time.perf_counter() - since
 
     async def _resolve(self, conditions: Mapping[str, list], n: int) -> dict[str, np.ndarray]:
         """Condition name → read-only array of 1 (broadcast) or ``n`` rows; one batched get."""

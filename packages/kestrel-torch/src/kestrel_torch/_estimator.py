@@ -212,11 +212,12 @@ class StepwiseEstimator(Checkpointing):
         val_loader: CachedDataLoader | None = None
         self._proposals.clear()
         try:
-            await asyncio.to_thread(train_loader.sync)
-            self._fit.note_ids(train_loader)
-            if int(view.stats().get("validation", 0)) > 0:
-                val_loader = self._loader(view, (Status.VALIDATION,), "validation")
-                await asyncio.to_thread(val_loader.sync)
+            with self._fit.timings.timed("cache_fill"):
+                await asyncio.to_thread(train_loader.sync)
+                self._fit.note_ids(train_loader)
+                if int(view.stats().get("validation", 0)) > 0:
+                    val_loader = self._loader(view, (Status.VALIDATION,), "validation")
+                    await asyncio.to_thread(val_loader.sync)
             if self._fit.model is None and self.options.max_epochs > 0:
                 self._start_from_cache(train_loader)
             stop = lambda: self._stop_requested  # noqa: E731
@@ -259,7 +260,9 @@ class StepwiseEstimator(Checkpointing):
             ``ended`` (see :class:`FitState`), ``samples_seen`` (distinct ids the training cache
             has held), ``lr``, the counters ``nonfinite_rows``, ``skipped_steps``, ``discarded``,
             ``clipped_directions``, ``error`` (the exception that ended training, else None),
-            ``observation_checks`` (what the latest draw's observation guards found).
+            ``observation_checks`` (what the latest draw's observation guards found),
+            ``timings`` (where training time went: ``{part: {"seconds", "count"}}``,
+            :mod:`kestrel_torch._timings`).
         """
         fit_state, loss = self._fit, self._binding.loss if self._binding is not None else None
         return {
@@ -280,6 +283,7 @@ class StepwiseEstimator(Checkpointing):
             "clipped_directions": self._clipped,
             "error": self._error,
             "observation_checks": list(self._conditions.findings) if self._conditions else [],
+            "timings": fit_state.timings.as_dict(),
         }
 
     # -- sampling ----------------------------------------------------------------------------

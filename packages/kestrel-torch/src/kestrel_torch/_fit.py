@@ -26,6 +26,7 @@ import asyncio
 import copy
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -39,6 +40,7 @@ from ._errors import EstimatorError
 from ._loader import CachedDataLoader
 from ._options import EstimatorOptions
 from ._pacing import Pacing
+from ._timings import Timings
 
 __all__ = ["FitState", "Loss", "fit", "train_step"]
 
@@ -87,6 +89,8 @@ class FitState:
             subset — are not counted again).
         ended: why the last :func:`fit` call ended — ``"max_epochs"``, ``"early_stop"`` (no
             better loss for ``early_stop_patience`` epochs) or ``"stopped"`` (asked to).
+        timings: where training time went (:class:`~kestrel_torch._timings.Timings`; not
+            saved in checkpoints).
     """
 
     model: nn.Module | None = None
@@ -99,6 +103,7 @@ class FitState:
     seen: int = 0
     seen_max: int = -1
     ended: str | None = None
+    timings: Timings = field(default_factory=Timings, repr=False)
     _groups: list[dict[str, Any]] | None = field(default=None, repr=False)
     _options: EstimatorOptions | None = field(default=None, repr=False)
     _optimizer: torch.optim.Optimizer | None = field(default=None, repr=False)
@@ -257,16 +262,23 @@ async def fit(
     held = pacing.hold_early_stop
     epoch = -1
     state.ended = "max_epochs"
+    timed, clock = state.timings.timed, time.perf_counter
     while state.epochs < options.max_epochs:
         epoch += 1  # of this call
         if pacing.periodic_sync and epoch > 0 and epoch % options.cache_sync_every == 0:
-            if train.sync():
-                state.note_ids(train)
-            if val is not None:
-                val.sync()
+            with timed("cache_sync"):
+                if train.sync():
+                    state.note_ids(train)
+                if val is not None:
+                    val.sync()
         losses: list[torch.Tensor] = []
         for _ in range(max(1, train.count // options.batch_size)):
-            value = train_step(state, loss, train.sample_batch(options.batch_size, generator))
+            t0 = clock()
+            batch = train.sample_batch(options.batch_size, generator)
+            t1 = clock()
+            value = train_step(state, loss, batch)
+            state.timings.add("batches", t1 - t0)
+            state.timings.add("steps", clock() - t1)
             if value is not None:
                 losses.append(value)
             await asyncio.sleep(0)
@@ -281,15 +293,18 @@ async def fit(
                 f"({loss.nonfinite_rows} rows with a non-finite value so far, "
                 f"{loss.skipped_steps} steps with a non-finite loss)"
             )
-        loss.refit(state.model, train)
+        with timed("refit"):
+            loss.refit(state.model, train)
         # each phase of the epoch's end is followed by a turn of the event loop
         await asyncio.sleep(0)
         state.train_loss = float(torch.stack(losses).mean())
-        state.val_loss = loss.evaluate(state.model, val) if val is not None else None
+        with timed("validation"):
+            state.val_loss = loss.evaluate(state.model, val) if val is not None else None
         await asyncio.sleep(0)
         metric = state.val_loss if state.val_loss is not None else state.train_loss
         if val is not None and state.val_loss is not None and state.best is not None:
-            best_now = loss.evaluate(state.best, val)  # on the same, current validation set
+            with timed("validation"):  # on the same, current validation set
+                best_now = loss.evaluate(state.best, val)
             if best_now is not None and math.isfinite(best_now):
                 best_metric = best_now
         state.epochs += 1
@@ -309,8 +324,10 @@ async def fit(
             state.val_loss,
             state.lr,
         )
+        t0 = clock()
         if await pacing.epoch_end(epoch + 1):
             state.note_ids(train)
+        state.timings.add("epoch_end", clock() - t0)
         if held and not pacing.hold_early_stop:  # the last round came: a full patience for it
             bad_epochs = 0
         held = pacing.hold_early_stop

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -79,6 +80,7 @@ def launch(
             actor of the run was killed).
         KeyboardInterrupt: a second Ctrl-C (status ``"aborted"``).
     """
+    t_start = time.monotonic()  # RUN/profile.json counts from here
     session = RunSession.for_launch(config, run_dir, overrides=overrides, seed=seed, mode=mode)
     session.create()
     launcher: Launcher | None = None
@@ -95,6 +97,7 @@ def launch(
             reporter = make_progress(progress, log)
             watch = LaunchWatch(reporter.update)  # also counts restarts, writes checkpoints
             # the stop handlers go in after ray.init, which installs its own SIGTERM handler
+            t_ray = time.monotonic()
             with session.ray(address, log), StopControl(timeout) as stop:
                 launcher = Launcher(
                     session,
@@ -105,6 +108,8 @@ def launch(
                     epochs=epochs,
                     deterministic=deterministic,
                 )
+                launcher.profile.add("preflight", t_ray - t_start)
+                launcher.profile.add("ray_start", launcher.t0 - t_ray)
                 watch.launcher = launcher
                 # a failure saves the buffer and the live estimators' weights before the actors die
                 session.on_failure = functools.partial(save_on_failure, launcher)

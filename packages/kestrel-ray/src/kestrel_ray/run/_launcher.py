@@ -39,6 +39,7 @@ from ._budget import Budget, restore_counts, write_budget
 from ._endsample import sample_at_end
 from ._initial import append_initial_samples
 from ._logging import FILE_ONLY
+from ._profile import LaunchProfile, summary, write_profile
 from ._progress import ProgressState
 from ._result import RunResult
 from ._resume import Resume, add_epochs
@@ -102,6 +103,7 @@ class Launcher:
         self.phase = Phase.STARTING
         self.dg: Any = None
         self.t0 = time.monotonic()
+        self.profile = LaunchProfile(self.t0)  # RUN/profile.json (launch() adds what came before)
         self.stats: dict[str, int] = {}
         self.cluster: dict[str, dict[str, float]] = {}
         self._first_append: float | None = None  # when this launch's first simulation began
@@ -124,6 +126,7 @@ class Launcher:
             KestrelError: a check failed during the run (status ``failed``).
             KeyboardInterrupt: a second Ctrl-C (status ``aborted``).
         """
+        self.profile.enter(str(self.phase))
         self._write_status()
         self.log.info(
             "launch: run %s, seed %d%s, nodes %s, estimators %s, budget %s",
@@ -164,6 +167,7 @@ class Launcher:
 
     def _enter(self, phase: Phase) -> None:
         self.phase = phase
+        self.profile.enter(str(phase))
         self._report(force=True)
 
     def _end(self, status: RunStatus, reason: str) -> None:
@@ -171,6 +175,7 @@ class Launcher:
         self.result.wall_time = time.monotonic() - self.t0
         self._write_status()
         self.log.error("launch %s: %s", status, reason.splitlines()[0] if reason else "")
+        self._write_profile({})  # the driver's parts (the actors may be gone)
 
     def _write_status(self) -> None:
         self.session.run.write_status(launch_status(self))
@@ -302,6 +307,7 @@ class Launcher:
         self.result.reason = self.stop.reason
         self.result.wall_time = time.monotonic() - self.t0
         self._write_status()
+        self._write_profile(self._poll_status(timeout=10.0))
         r = self.result
         self.log.info(
             "launch %s in %.1f s: epochs %s, %d samples simulated%s",
@@ -313,6 +319,16 @@ class Launcher:
         )
         if any(r.errors.values()):
             self.log.info("simulations that raised (skipped, on_error: skip): %s", r.errors)
+
+    def _write_profile(self, statuses: dict[str, Any]) -> None:
+        """``RUN/profile.json`` (:mod:`._profile`) and its one-line summary; errors logged."""
+        try:
+            profile = self.profile.build(statuses, list(self.cfg.graph.latents))
+            path = write_profile(self.session.run.root, profile)
+        except (OSError, KeyError, TypeError, ValueError) as err:
+            self.log.warning("profile: not written: %s", err)
+            return
+        self.log.info("%s → %s", summary(profile), path)
 
     def _sample(self, status: RunStatus) -> None:
         paths = sample_at_end(self.dg, self.cfg, self.session.run, status, self.log)
