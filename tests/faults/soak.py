@@ -336,8 +336,11 @@ def plateau_problems(readings: list[Reading]) -> list[str]:
                 problems.append(f"spilled_bytes: {max(values):.0f} bytes spilled to disk")
         elif name == "journal_bytes":
             if not journal_bounded(readings):
-                middle, last = thirds(values)
-                problems.append(f"journal_bytes: middle third {middle:.4g}, last third {last:.4g}")
+                k = len(values) // 3
+                problems.append(
+                    f"journal_bytes: not trimmed (middle third's peak {max(values[k : 2 * k]):.4g},"
+                    f" last third's floor {min(values[2 * k :]):.4g})"
+                )
         elif not plateaus(values, SLACK.get(name, 0.0)):
             middle, last = thirds(values)
             problems.append(f"{name}: middle third {middle:.4g}, last third {last:.4g}")
@@ -346,17 +349,21 @@ def plateau_problems(readings: list[Reading]) -> list[str]:
 
 def journal_bounded(readings: list[Reading]) -> bool:
     """The journal on disk (``RUN/buffer/journal``) does not grow: each checkpoint's snapshot
-    trims it, so its size is a sawtooth of period ``CHECKPOINT_EVERY``; the last third's peak at
-    most :data:`PLATEAU` above the middle third's. A soak shorter than six checkpoint intervals
-    has too few teeth to tell: not checked (the size is still reported)."""
+    trims it, so its size is a sawtooth of period ``CHECKPOINT_EVERY`` whose peaks follow the
+    round rate (the machine's load). Bounded: in the last third it still falls back (a trim at
+    least every two checkpoint intervals) and to a floor at most half the middle third's peak
+    (files a trim left behind would raise the floor). A soak shorter than six checkpoint
+    intervals has too few teeth to tell: not checked (the size is still reported)."""
     from kestrel_ray.run._checkpoint import CHECKPOINT_EVERY
 
     if not readings or readings[-1].t < 6 * CHECKPOINT_EVERY:
         return True
     values = [float(r.journal_bytes) for r in readings]
     k = len(values) // 3
-    middle, last = max(values[k : 2 * k]), max(values[2 * k :])
-    return last - middle <= PLATEAU * middle
+    last = values[2 * k :]
+    trims = sum(1 for a, b in zip(last, last[1:]) if b < a)
+    span = readings[-1].t - readings[2 * k].t
+    return trims >= span // (2 * CHECKPOINT_EVERY) and min(last) <= 0.5 * max(values[k : 2 * k])
 
 
 @dataclass
