@@ -63,7 +63,7 @@ def test_snapshot_plus_journal_is_the_store_as_it_was(tmp_path, track, caplog):
     from kestrel_core._store import write_buffer_file
 
     write_buffer_file(snaps, snapshot)
-    assert trim(journal, snaps, snapshot.next_id, LOG) == 2  # both files are in the snapshot
+    assert trim(journal, snapshot.next_id, LOG) == 2  # both files are in the snapshot
     assert sorted(os.listdir(journal)) == []
     submit(old, 11, [5, 2], invalid=[12])  # after the snapshot: only the journal has them
     submit(old, 18, [6])  # evicts: max_samples 10

@@ -2,7 +2,9 @@
 
 ``numpy.savez`` stamps each member with the current time, so two runs with the same seed give
 different files. :func:`save_npz` writes the same format (readable by :func:`numpy.load`) with
-a fixed timestamp and in the given key order.
+a fixed timestamp and in the given key order, through a ``<path>.tmp`` renamed into place; with
+``durable=True`` the file and the rename are fsynced (:func:`fsync_dir`), so a crash right
+after leaves the whole file or the old one.
 """
 
 from __future__ import annotations
@@ -14,18 +16,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["save_npz"]
+__all__ = ["save_npz", "fsync_dir"]
 
 _EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
-def save_npz(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> str:
+def save_npz(
+    path: str | os.PathLike[str], arrays: Mapping[str, Any], *, durable: bool = False
+) -> str:
     """Write ``arrays`` to an uncompressed ``.npz`` whose bytes depend only on the arrays.
 
     Args:
         path: file to write; ``.npz`` is appended if missing (as :func:`numpy.savez` does);
             parent directories are created.
         arrays: name → array (no pickled objects).
+        durable: fsync the file before the rename and its folder after (the buffer snapshot
+            and its journal, which a killed process must find whole).
 
     Returns:
         The path written.
@@ -41,11 +47,31 @@ def save_npz(path: str | os.PathLike[str], arrays: Mapping[str, Any]) -> str:
         path += ".npz"
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
-    with zipfile.ZipFile(tmp, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-        for name, value in arrays.items():
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=_EPOCH)
-            info.external_attr = 0o644 << 16
-            with zf.open(info, "w", force_zip64=True) as fh:
-                np.lib.format.write_array(fh, np.asanyarray(value), allow_pickle=False)
+    with open(tmp, "wb") as raw:
+        with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, value in arrays.items():
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=_EPOCH)
+                info.external_attr = 0o644 << 16
+                with zf.open(info, "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, np.asanyarray(value), allow_pickle=False)
+        if durable:
+            raw.flush()
+            os.fsync(raw.fileno())
     os.replace(tmp, path)
+    if durable:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
     return path
+
+
+def fsync_dir(folder: str) -> None:
+    """Make a rename or deletion in ``folder`` durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -261,29 +261,20 @@ class StepwiseEstimator(Checkpointing):
             has held), ``lr``, the counters ``nonfinite_rows``, ``skipped_steps``, ``discarded``,
             ``clipped_directions``, ``error`` (the exception that ended training, else None),
             ``observation_checks`` (what the latest draw's observation guards found),
-            ``timings`` (where training time went: ``{part: {"seconds", "count"}}``,
-            :mod:`kestrel_torch._timings`).
+            ``timings`` (where training time went, :mod:`kestrel_torch._timings`); the training
+            part comes from :meth:`~kestrel_torch._fit.FitState.report`.
         """
-        fit_state, loss = self._fit, self._binding.loss if self._binding is not None else None
+        loss = self._binding.loss if self._binding is not None else None
         return {
             "state": self._state,
-            "epoch": fit_state.epochs,
-            "total_epochs": fit_state.epochs,
+            **self._fit.report(self.options.lr),
             "max_epochs": self.options.max_epochs,
-            "train_loss": fit_state.train_loss,
-            "val_loss": fit_state.val_loss,
-            "best_val_loss": fit_state.best_loss,
-            "best_epoch": fit_state.best_epoch,
-            "ended": fit_state.ended,
-            "samples_seen": int(fit_state.seen),
-            "lr": fit_state.lr if fit_state.lr is not None else self.options.lr,
             "nonfinite_rows": loss.nonfinite_rows if loss is not None else 0,
             "skipped_steps": loss.skipped_steps if loss is not None else 0,
             "discarded": loss.discarded if loss is not None else 0,
             "clipped_directions": self._clipped,
             "error": self._error,
             "observation_checks": list(self._conditions.findings) if self._conditions else [],
-            "timings": fit_state.timings.as_dict(),
         }
 
     # -- sampling ----------------------------------------------------------------------------

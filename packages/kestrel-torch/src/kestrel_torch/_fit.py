@@ -209,6 +209,24 @@ class FitState:
             return float(optimizer["param_groups"][0]["lr"])
         return float(self._options.lr) if self._options is not None else None
 
+    def report(self, lr: float) -> dict[str, Any]:
+        """The training part of an estimator's status: ``epoch`` and ``total_epochs`` (both the
+        epochs trained), ``train_loss``, ``val_loss``, ``best_val_loss``, ``best_epoch``,
+        ``ended``, ``samples_seen``, ``lr`` (``lr``: the configured one, before a model
+        started) and ``timings`` (``{part: {"seconds", "count"}}``)."""
+        return {
+            "epoch": self.epochs,
+            "total_epochs": self.epochs,
+            "train_loss": self.train_loss,
+            "val_loss": self.val_loss,
+            "best_val_loss": self.best_loss,
+            "best_epoch": self.best_epoch,
+            "ended": self.ended,
+            "samples_seen": int(self.seen),
+            "lr": self.lr if self.lr is not None else lr,
+            "timings": self.timings.as_dict(),
+        }
+
 
 def train_step(state: FitState, loss: Loss, batch: Batch) -> torch.Tensor | None:
     """One optimiser step on ``batch``; returns the detached loss, or ``None`` if none was taken."""

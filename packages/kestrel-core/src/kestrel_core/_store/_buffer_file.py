@@ -124,7 +124,8 @@ def take_snapshot(
 
 
 def write_buffer_file(directory: str | os.PathLike[str], snapshot: BufferSnapshot) -> str:
-    """Save ``snapshot`` as ``<directory>/buffer.npz`` (atomically; the folder is created).
+    """Save ``snapshot`` as ``<directory>/buffer.npz`` (atomically and durably: fsynced, so a
+    journal may be trimmed once it returns; the folder is created).
 
     Returns:
         The path written.
@@ -143,7 +144,7 @@ def write_buffer_file(directory: str | os.PathLike[str], snapshot: BufferSnapsho
             _NEXT: np.int64(snapshot.next_id),
         }
     )
-    return save_npz(os.path.join(os.fspath(directory), BUFFER_FILE), arrays)
+    return save_npz(os.path.join(os.fspath(directory), BUFFER_FILE), arrays, durable=True)
 
 
 def read_buffer_file(directory: str | os.PathLike[str]) -> BufferSnapshot | None:

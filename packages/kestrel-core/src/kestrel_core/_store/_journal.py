@@ -11,7 +11,7 @@ each successful append the driver writes the rows of that append to the journal 
 * ``_sizes`` int64 ``(b,)`` — the rows of each block of the append (its chunks), so a replay
   appends the same blocks and the buffer rules run as they ran.
 
-Files are written atomically (``<name>.tmp``, fsync, rename, fsync of the folder) without
+Files are written atomically and durably (``kestrel_core._npz.save_npz(durable=True)``) without
 pickle. Once a snapshot is in place, :func:`trim_journal` deletes the files it covers (every id
 below the snapshot's id count): the journal holds only what the snapshot lacks. A resumed launch
 puts the snapshot back, then appends the journal's files in id order (:func:`journal_files`,
@@ -28,11 +28,11 @@ import re
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from .._errors import StoreError
+from .._npz import fsync_dir, save_npz
 
 __all__ = [
     "JOURNAL_DIR",
@@ -50,7 +50,6 @@ JOURNAL_DIR = "journal"
 _IDS, _VALID, _SIZES = "_ids", "_valid", "_sizes"
 _NAME = re.compile(r"^(\d+)-(\d+)\.npz$")
 _TMP = re.compile(r"^(\d+)-(\d+)\.npz\.tmp$")
-_EPOCH = (1980, 1, 1, 0, 0, 0)
 
 
 @dataclass(frozen=True)
@@ -153,23 +152,8 @@ def write_journal(
     for key, value in arrays.items():
         if key in (_IDS, _VALID, _SIZES) or np.ndim(value) == 0 or np.shape(value)[0] != n:
             raise StoreError(f"journal: key {key!r} has shape {np.shape(value)}; expected {n} rows")
-    folder = os.fspath(directory)
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, journal_name(ids[0], ids[-1]))
-    members: dict[str, Any] = {**arrays, _IDS: ids, _VALID: mask, _SIZES: cuts}
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as raw:
-        with zipfile.ZipFile(raw, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
-            for name, value in members.items():
-                info = zipfile.ZipInfo(f"{name}.npy", date_time=_EPOCH)
-                info.external_attr = 0o644 << 16
-                with zf.open(info, "w", force_zip64=True) as fh:
-                    np.lib.format.write_array(fh, np.asanyarray(value), allow_pickle=False)
-        raw.flush()
-        os.fsync(raw.fileno())
-    os.replace(tmp, path)
-    fsync_dir(folder)
-    return path
+    path = os.path.join(os.fspath(directory), journal_name(ids[0], ids[-1]))
+    return save_npz(path, {**arrays, _IDS: ids, _VALID: mask, _SIZES: cuts}, durable=True)
 
 
 def journal_files(directory: str | os.PathLike[str]) -> list[JournalFile]:
@@ -249,17 +233,3 @@ def trim_journal(directory: str | os.PathLike[str], next_id: int) -> list[str]:
     if gone:
         fsync_dir(os.fspath(directory))
     return gone
-
-
-def fsync_dir(folder: str) -> None:
-    """Make a rename or deletion in ``folder`` durable (a no-op where folders cannot be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

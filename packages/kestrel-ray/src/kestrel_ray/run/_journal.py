@@ -36,7 +36,6 @@ import ray
 
 from kestrel_core import BlockMeta, StoreError
 from kestrel_core._store import (
-    BUFFER_FILE,
     JournalBlock,
     journal_files,
     read_journal_file,
@@ -194,14 +193,10 @@ def _put_back(store: Any, block: JournalBlock, *, gap: bool) -> None:
         raise StoreError(f"the store gave ids {int(done.ids[0])}… instead of {int(block.ids[0])}…")
 
 
-def trim(folder: str, snapshots: str, next_id: int, log: logging.Logger) -> int:
-    """After a snapshot with id count ``next_id`` was written to ``snapshots``: make it
-    durable, then delete the journal files it covers; returns how many. Errors are logged."""
+def trim(folder: str, next_id: int, log: logging.Logger) -> int:
+    """After a snapshot with id count ``next_id`` is on disk (``write_buffer_file`` fsyncs it):
+    delete the journal files it covers; returns how many. Errors are logged."""
     try:
-        path = os.path.join(snapshots, BUFFER_FILE)
-        if os.path.isfile(path):
-            with open(path, "rb") as fh:
-                os.fsync(fh.fileno())
         return len(trim_journal(folder, next_id))
     except OSError as err:
         log.warning("journal: not trimmed: %s", err)

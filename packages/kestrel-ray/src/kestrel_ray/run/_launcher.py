@@ -47,7 +47,7 @@ from ._rounds import Resimulation
 from ._session import RunSession, cluster_nodes
 from ._skipped import count_errors
 from ._states import Phase, RunStatus
-from ._status import launch_status
+from ._status import launch_progress, launch_status
 from ._stop import StopControl
 
 __all__ = ["Launcher", "INITIAL_CHUNK"]
@@ -389,18 +389,5 @@ class Launcher:
         for m, st in nodes.items():
             if st.get("epoch") is not None:
                 self.result.epochs[m] = int(st["epoch"])
-        since = now - self._first_append if self._first_append is not None else 0.0
-        rate = self.result.simulated / since if since > 0 else 0.0  # over the whole launch
         if self.on_progress is not None:
-            self.on_progress(
-                ProgressState(
-                    now - self.t0,
-                    self.phase,
-                    nodes,
-                    dict(self.stats),
-                    self.result.simulated,
-                    rate,
-                    dict(self.result.nonfinite),
-                    self.budget.as_status() if self.budget.total is not None else {},
-                )
-            )
+            self.on_progress(launch_progress(self, nodes, now))

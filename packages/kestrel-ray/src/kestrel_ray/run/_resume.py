@@ -251,7 +251,7 @@ class Resume:
         self.saved_rows = snapshot.n
         if self.budget is not None:
             write_budget(run.snapshots, self.budget)
-        trim(run.journal, run.snapshots, snapshot.next_id, self.log)
+        trim(run.journal, snapshot.next_id, self.log)
         return path
 
     def save_weights(self, dg: Any, status: Mapping[str, Any], result: dict[str, int]) -> None:

@@ -1,11 +1,14 @@
-"""What a launch writes to ``RUN/status.json`` at every poll and at each phase change."""
+"""What a launch reports at every poll: ``RUN/status.json`` (also at each phase change) and the
+:class:`~kestrel_ray.run._progress.ProgressState` its progress display reads."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-__all__ = ["launch_status"]
+from ._progress import ProgressState
+
+__all__ = ["launch_status", "launch_progress"]
 
 
 def launch_status(launcher: Any) -> dict[str, Any]:
@@ -42,3 +45,22 @@ def launch_status(launcher: Any) -> dict[str, Any]:
         "cluster": launcher.cluster,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+
+
+def launch_progress(launcher: Any, nodes: dict[str, dict[str, Any]], now: float) -> ProgressState:
+    """The :class:`ProgressState` of a launcher at ``time.monotonic()`` ``now``; ``nodes``:
+    estimator node → its estimator's latest status. The rate is over the whole launch since its
+    first simulation began."""
+    r = launcher.result
+    since = now - launcher._first_append if launcher._first_append is not None else 0.0
+    budget = launcher.budget
+    return ProgressState(
+        now - launcher.t0,
+        launcher.phase,
+        nodes,
+        dict(launcher.stats),
+        r.simulated,
+        r.simulated / since if since > 0 else 0.0,
+        dict(r.nonfinite),
+        budget.as_status() if budget.total is not None else {},
+    )
