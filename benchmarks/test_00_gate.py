@@ -28,17 +28,18 @@ def _passing() -> list[dict]:
                 _bench(group, "baseline", n, base, baseline="naive"),
                 _bench(group, "kestrel", n, kestrel),
             ]
-    out += [
-        _bench("training", "baseline", 2048, 0.64, baseline="tensors", steps=64),
-        _bench(
-            "training",
-            "kestrel",
-            2048,
-            0.70,
-            steps=64,
-            paired=[[0.64, 0.70], [0.60, 0.66], [0.7, 0.75]],
-        ),
-    ]
+    for group in ("training", "training_flow"):
+        out += [
+            _bench(group, "baseline", 2048, 0.64, baseline="tensors", steps=64),
+            _bench(
+                group,
+                "kestrel",
+                2048,
+                0.70,
+                steps=64,
+                paired=[[0.64, 0.70], [0.60, 0.66], [0.7, 0.75]],
+            ),
+        ]
     return out
 
 
@@ -53,7 +54,7 @@ def _run(tmp_path, benchmarks, capsys) -> tuple[int, str, str]:
 def test_passing_run_prints_one_row_per_pair_and_exits_0(tmp_path, capsys):
     code, out, err = _run(tmp_path, _passing(), capsys)
     assert code == 0, err
-    assert "gate passed: 6 gated rows" in out
+    assert "gate passed: 7 gated rows" in out
     assert out.count("resolve ") == 2 and "200×" in out  # 20 ms / 0.1 ms at both N
     assert "steps/s" in out and "interleaved rounds" in out
 

@@ -32,6 +32,7 @@ __all__ = [
     "StoreRig",
     "LoaderRig",
     "BLOCK_ROWS",
+    "ESTIMATORS",
     "EXAMPLE_05",
     "BUFFER_05",
     "RESIMULATION_05",
@@ -69,6 +70,7 @@ from ._naive import (
 from ._rig import BLOCK_ROWS, LoaderRig, StoreRig
 from ._training import (
     BUFFER_05,
+    ESTIMATORS,
     EXAMPLE_05,
     RESIMULATION_05,
     Appender,

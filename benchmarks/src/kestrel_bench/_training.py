@@ -1,7 +1,8 @@
-"""The ``training`` group: GaussianPosterior steps fed by the store and loader, or by tensors.
+"""The ``training`` groups: estimator steps fed by the store and loader, or by tensors.
 
-What is measured: optimizer steps of example 05's :class:`~kestrel_torch.GaussianPosterior`
-(``SignalProjection`` embedding on ``x`` with scaffold ``mu``, batch 128) through the
+What is measured (group ``training``; ``training_flow`` the same with a
+:class:`~kestrel_torch.FlowPosterior` instead): optimizer steps of example 05's
+:class:`~kestrel_torch.GaussianPosterior` (``SignalProjection`` embedding on ``x`` with scaffold ``mu``, batch 128) through the
 estimator's own training step (``StepwiseEstimator._train_step``: finite-row mask, embedding,
 loss with the proposal correction, backward, Adam step). The loop around it is the one of
 ``kestrel_torch._fit.fit`` without validation and end-of-epoch refit (the same in both
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = [
+    "ESTIMATORS",
     "EXAMPLE_05",
     "BUFFER_05",
     "RESIMULATION_05",
@@ -52,14 +54,25 @@ BUFFER_05 = {"min_samples": 2048, "max_samples": 2048, "validation_samples": 256
 RESIMULATION_05 = (128, 0.1)
 
 
-def make_estimator(device: str = "cpu", seed: int = 0) -> Any:
-    """A set-up GaussianPosterior for node ``theta`` of example 05 (evidence x, scaffold mu)."""
+#: the estimators the ``training`` groups measure: group name → (class name, extra options).
+#: The flow is FlowPosterior's default (3 spline transforms of 64×64, APT with 10 atoms).
+ESTIMATORS: dict[str, tuple[str, dict[str, Any]]] = {
+    "training": ("GaussianPosterior", {}),
+    "training_flow": ("FlowPosterior", {}),
+}
+
+
+def make_estimator(device: str = "cpu", seed: int = 0, group: str = "training") -> Any:
+    """A set-up estimator for node ``theta`` of example 05 (evidence x, scaffold mu): the
+    GaussianPosterior of example 05's config, or for ``group="training_flow"`` a FlowPosterior
+    with the same embedding, batch size and learning rate."""
+    import kestrel_torch
     from kestrel_core import EstimatorContext
-    from kestrel_torch import GaussianPosterior
 
     from ._data import prior
 
-    est = GaussianPosterior(**EXAMPLE_05, device=device, seed=seed)
+    name, extra = ESTIMATORS[group]
+    est = getattr(kestrel_torch, name)(**EXAMPLE_05, **extra, device=device, seed=seed)
     est.setup(
         EstimatorContext(node="theta", prior=prior(), evidence=("x",), scaffolds=("mu",), seed=seed)
     )

@@ -56,6 +56,7 @@ FLOORS: dict[str, Floor] = {
     "apply_fetch": Floor(ratio=20),
     "sync": Floor(max_seconds=5e-3),
     "training": Floor(ratio=0.85),
+    "training_flow": Floor(ratio=0.85),
 }
 #: what ORIGIN.md published for the same step ("before → after" of the original fix)
 PUBLISHED: dict[str, str] = {
@@ -67,6 +68,7 @@ PUBLISHED: dict[str, str] = {
     "fill": "12.7× on H200 (71 → 5.6 ms)",
     "sample_batch": "— (74 µs after, H200)",
     "training": "— (GPU 30–70 % busy)",
+    "training_flow": "—",
 }
 ORDER = [
     "resolve",
@@ -79,6 +81,7 @@ ORDER = [
     "sample_batch",
     "memory_fetch",
     "training",
+    "training_flow",
 ]
 
 

@@ -105,8 +105,10 @@ def gaussian_posterior(
     ref_mean: torch.Tensor,
     ref_cov: torch.Tensor,
     gamma: float,
+    prior: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> GaussianFactor:
-    """Closed-form ``π(z) · (q(z | x) / r(z))^γ`` for Gaussians, with ``π = N(0, I)``.
+    """Closed-form ``π(z) · (q(z | x) / r(z))^γ`` for Gaussians, with ``π = N(0, I)`` unless
+    ``prior`` gives another Gaussian.
 
     ``q = N(mean_q, cov_q)`` was fitted to a buffer whose latent marginal is the reference
     ``r = N(ref_mean, ref_cov)``, so ``q ∝ r · L`` and ``ℓ = q / r`` is the learned
@@ -125,7 +127,9 @@ def gaussian_posterior(
 
     Args:
         mean_q: ``(M, D)``; cov_q: ``(D, D)``; ref_mean: ``(D,)``; ref_cov: ``(D, D)``;
-        gamma: ≥ 0.
+        gamma: ≥ 0. prior: ``(m₀ (D,), S₀ (D, D))``, the Gaussian prior the learned likelihood
+        is combined with (to compare models fitted under different references on a common
+        one); ``None``: ``π = N(0, I)``.
 
     Returns:
         The :class:`GaussianFactor` of the result.
@@ -149,12 +153,21 @@ def gaussian_posterior(
     lam = torch.where(keep, inv_s - 1.0, torch.zeros_like(s))
     a = torch.linalg.solve_triangular(chol_r, (mean_q - ref_mean).T, upper=False).T  # (M, D)
     h = ((a @ u) * inv_s) @ u.T  # (M, D)
-    prec = chol_r.T @ chol_r + gamma * (u * lam) @ u.T
+    if prior is None:
+        prior_prec, prior_info = chol_r.T @ chol_r, -(chol_r.T @ ref_mean)
+    else:
+        chol_0 = torch.linalg.cholesky(0.5 * (prior[1] + prior[1].T))
+        a_0 = torch.linalg.solve_triangular(chol_0, chol_r, upper=False)
+        shift = torch.linalg.solve_triangular(
+            chol_0, (prior[0] - ref_mean)[:, None], upper=False
+        )[:, 0]
+        prior_prec, prior_info = a_0.T @ a_0, a_0.T @ shift
+    prec = prior_prec + gamma * (u * lam) @ u.T
     prec = 0.5 * (prec + prec.T)
     prec_chol, info_ = torch.linalg.cholesky_ex(prec)
     if int(info_) != 0:  # rounding made P indefinite: add a jitter relative to its diagonal
         jitter = 1e-12 * torch.diagonal(prec).abs().max().clamp_min(1e-300)
         prec_chol = torch.linalg.cholesky(prec + jitter * eye)
-    info = -(chol_r.T @ ref_mean) + gamma * h
+    info = prior_info + gamma * h
     mean_v = torch.cholesky_solve(info.T, prec_chol).T
     return GaussianFactor(ref_mean, chol_r, mean_v, prec_chol, int((~keep).sum()))

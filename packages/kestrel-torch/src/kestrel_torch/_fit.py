@@ -15,7 +15,10 @@ recorded loss), so a resumed run never replaces it with a worse one.
 Early stopping: training ends after ``early_stop_patience`` epochs without a better loss.
 Because the validation set follows the proposals, losses of different epochs are on different
 data; each epoch therefore compares the current model with the best model's loss on the same,
-current validation set. Without a validation set the training loss is the measure. Learning
+current validation set, both scored against the same target
+(:meth:`~kestrel_torch._head.PosteriorHead.validation_loss`: a Gaussian head's training loss
+depends on its own reference of the buffer; on validation rows every head is scored on the
+rows' own Gaussian instead). Without a validation set the training loss is the measure. Learning
 rate: ``ReduceLROnPlateau`` on the same measure when ``lr_decay_factor < 1``, never below
 ``min_lr``.
 """

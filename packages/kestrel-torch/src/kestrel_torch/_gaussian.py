@@ -198,6 +198,46 @@ class GaussianHead(PosteriorHead):
         log_q = self.log_q(z, self.mean(s))
         return RowLoss(-log_q, self.log_ref(z).detach() - log_prob, log_q)
 
+    def validation_loss(
+        self,
+        z: torch.Tensor,
+        s: torch.Tensor,
+        log_prob: torch.Tensor,
+        reference: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> RowLoss:
+        """Per-row ``−log p_c(z | s)``, the posterior under the validation rows' own Gaussian
+        ``r_c = N(reference)``, with rows weighted to ``r_c``: ``log w = log r_c(z) − log_prob``.
+
+        :meth:`loss` scores ``q``, which fits ``r · L`` for this head's own reference ``r`` (the
+        running moments of the buffer it was trained on): heads with different references are
+        scored against different targets, and a head whose reference lies around the rows
+        wins for that alone — the best model kept from an earlier epoch, whose proposal the
+        validation rows were drawn from, was never beaten (example 05, 2026-12-01). Here the
+        learned likelihood ``L = q / r`` of every head is combined with the common ``r_c`` in
+        closed form (:func:`~kestrel_torch._correction.gaussian_posterior` with ``prior =
+        r_c``). ``r_c`` is close to the distribution the rows were drawn from, so the weights
+        stay near 1, and the expected score — the cross-entropy of the ``r_c``-posterior — is
+        smallest for the true likelihood.
+
+        Args:
+            z, s, log_prob: as for :meth:`loss`. reference: ``(mean, covariance)`` of the
+                validation rows' z, or ``None``: :meth:`loss`.
+        """
+        if reference is None:
+            return self.loss(z, s, log_prob)
+        mean, cov = reference
+        factor = gaussian_posterior(
+            self.mean(s),
+            self.residual_cov,
+            self.latent_stats.mean,
+            self.latent_stats.covariance,
+            1.0,
+            prior=(mean, cov),
+        )
+        log_post = factor.log_prob(z)
+        log_ref = _log_normal(z, mean, cov)
+        return RowLoss(-log_post, log_ref - log_prob, log_post)
+
     def sample(
         self, s: torch.Tensor, n: int, gamma: float, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -106,6 +106,27 @@ class PosteriorHead(nn.Module):
         """
         raise NotImplementedError
 
+    def validation_loss(
+        self,
+        z: torch.Tensor,
+        s: torch.Tensor,
+        log_prob: torch.Tensor,
+        reference: tuple[torch.Tensor, torch.Tensor] | None,
+    ) -> RowLoss:
+        """Per-row terms by which models are compared on a validation set (eval mode, no change
+        of state). Every model compared on the same rows must be scored against the same
+        target, whatever statistics of the buffer it was trained with; ``reference`` is a
+        Gaussian of the validation rows shared by all of them (heads that need one). The
+        default is :meth:`loss`, for losses whose value depends on the rows alone (the flow's
+        atomic loss with fixed atoms).
+
+        Args:
+            z, s, log_prob: as for :meth:`loss`.
+            reference: ``(mean (D,), covariance (D, D))`` float64, the z-space moments of the
+                validation rows, or ``None`` (fewer than two rows): score :meth:`loss`.
+        """
+        return self.loss(z, s, log_prob)
+
     def sample(
         self, s: torch.Tensor, n: int, gamma: float, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -17,6 +17,8 @@ likelihood — is the head's business; this module does the bookkeeping around i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 
 from ._batch import Batch
@@ -24,9 +26,31 @@ from ._head import RefitRows, RowLoss
 from ._loader import CachedDataLoader
 from ._model import NPEModel
 from ._rng import own_randomness, step_generator
-from ._rows import Columns
+from ._rows import Columns, Rows
 
-__all__ = ["NPELoss"]
+__all__ = ["NPELoss", "validation_reference"]
+
+#: floor of the reference's variances, relative to their mean (a degenerate validation set)
+_REFERENCE_JITTER = 1e-12
+
+
+@torch.no_grad()
+def validation_reference(chunks: Iterable[Rows]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The z-space mean ``(D,)`` and covariance ``(D, D)`` (float64) of validation rows, or
+    ``None`` for fewer than two rows; the covariance gets a floor of ``1e-12`` × its mean
+    variance on the diagonal, so it is positive definite for as few rows as there are."""
+    zs = [r.z for r in chunks]
+    if not zs:
+        return None
+    z = torch.cat(zs).to(torch.float64)
+    if z.shape[0] < 2:
+        return None
+    mean = z.mean(0)
+    centred = z - mean
+    cov = centred.T @ centred / (z.shape[0] - 1)
+    floor = _REFERENCE_JITTER * float(torch.diagonal(cov).mean().clamp_min(1e-300))
+    eye = torch.eye(cov.shape[0], dtype=cov.dtype, device=cov.device)
+    return mean, 0.5 * (cov + cov.T) + floor * eye
 
 
 class NPELoss:
@@ -82,17 +106,24 @@ class NPELoss:
 
     @torch.no_grad()
     def evaluate(self, model: NPEModel | None, loader: CachedDataLoader) -> float | None:
-        """The loss of ``model`` over every finite row the loader holds (e.g. the validation set),
-        in eval mode; ``None`` without a model, rows or a finite row. Changes no state: no
-        gradient, running statistics untouched, the model's mode restored."""
+        """The validation loss of ``model`` over every finite row the loader holds (e.g. the
+        validation set), in eval mode; ``None`` without a model, rows or a finite row. Changes
+        no state: no gradient, running statistics untouched, the model's mode restored.
+
+        Each row is scored with :meth:`~kestrel_torch._head.PosteriorHead.validation_loss`
+        against the rows' own z-space Gaussian (:func:`validation_reference`), the same for every
+        model evaluated on the same rows, so the losses of two models are comparable.
+        """
         if model is None or loader.count == 0:
             return None
+        rows = loader.all()
+        reference = validation_reference(self.columns.chunks(rows))
         was_training = model.training
         model.eval()
         try:
             parts = [
-                model.head.loss(rows.z, model.embed(rows.inputs), rows.z_log_prob)
-                for rows in self.columns.chunks(loader.all())
+                model.head.validation_loss(r.z, model.embed(r.inputs), r.z_log_prob, reference)
+                for r in self.columns.chunks(rows)
             ]
         finally:
             model.train(was_training)
