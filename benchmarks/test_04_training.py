@@ -28,8 +28,8 @@ import pytest
 
 from kestrel_bench import (
     BASELINE,
-    ESTIMATORS,
     BUFFER_05,
+    ESTIMATORS,
     KESTREL,
     RESIMULATION_05,
     TRAIN_KEYS,

@@ -158,9 +158,9 @@ def gaussian_posterior(
     else:
         chol_0 = torch.linalg.cholesky(0.5 * (prior[1] + prior[1].T))
         a_0 = torch.linalg.solve_triangular(chol_0, chol_r, upper=False)
-        shift = torch.linalg.solve_triangular(
-            chol_0, (prior[0] - ref_mean)[:, None], upper=False
-        )[:, 0]
+        shift = torch.linalg.solve_triangular(chol_0, (prior[0] - ref_mean)[:, None], upper=False)[
+            :, 0
+        ]
         prior_prec, prior_info = a_0.T @ a_0, a_0.T @ shift
     prec = prior_prec + gamma * (u * lam) @ u.T
     prec = 0.5 * (prec + prec.T)
