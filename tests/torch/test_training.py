@@ -86,6 +86,7 @@ def test_unknown_keyword_is_a_type_error_with_a_suggestion() -> None:
         (FlowPosterior, {"num_atoms": 1}),
         (GaussianPosterior, {"min_lr": 1.0}),
         (FlowPosterior, {"lr": math.nan}),
+        (FlowPosterior, {"clip_max_norm": -1.0}),
     ],
 )
 def test_bad_values_raise_a_config_error_naming_the_keyword(cls, kwargs) -> None:
@@ -114,6 +115,31 @@ def test_defaults() -> None:
         and gauss.config["lr_decay_factor"] == 1.0
         and gauss.config["gamma"] == 0.5
     )
+    assert gauss.config["clip_max_norm"] == flow.config["clip_max_norm"] == 5.0
+
+
+@pytest.mark.parametrize("clip", [0.0, 5.0])
+def test_a_huge_gradient_is_clipped_before_the_step(clip: float) -> None:
+    # One batch with a gradient of norm ~1e6 (an extreme importance weight, say). Adam's step is
+    # bounded either way, but its second moment keeps the spike for ~1/(1 − β₂) = 1000 steps,
+    # shrinking every later step: clipped, it holds at most (1 − β₂) · clip².
+    model = torch.nn.Linear(4, 1)
+    state = _fit.FitState()
+    options = GaussianPosterior(lr=1e-3, clip_max_norm=clip).options
+    state.start(model, [{"params": list(model.parameters())}], options)
+
+    class Huge:
+        nonfinite_rows = skipped_steps = 0
+
+        def __call__(self, model, batch):
+            return 1e6 * model(torch.ones(1, 4)).sum()
+
+    assert _fit.train_step(state, Huge(), None, options.clip_max_norm) is not None
+    second = max(float(s["exp_avg_sq"].sum()) for s in state.optimizer.state.values())
+    if clip:
+        assert second <= (1 - 0.999) * clip**2 * (1 + 1e-6)
+    else:
+        assert second > 1e6
 
 
 def test_options_are_normalised_once_and_frozen() -> None:

@@ -180,7 +180,7 @@ class StepwiseEstimator(Checkpointing):
         if self._fit.model is None and not self._start_from(batch):
             loss.nonfinite_rows += len(batch)
             return None
-        return train_step(self._fit, loss, batch)
+        return train_step(self._fit, loss, batch, self.options.clip_max_norm)
 
     async def train(self, view: BufferView, rounds: Rounds | None = None) -> None:
         """Train on the view's TRAINING/DISFAVOURED samples, validate on its VALIDATION samples.

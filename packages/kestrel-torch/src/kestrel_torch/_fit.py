@@ -231,8 +231,12 @@ class FitState:
         }
 
 
-def train_step(state: FitState, loss: Loss, batch: Batch) -> torch.Tensor | None:
-    """One optimiser step on ``batch``; returns the detached loss, or ``None`` if none was taken."""
+def train_step(
+    state: FitState, loss: Loss, batch: Batch, clip_max_norm: float = 0.0
+) -> torch.Tensor | None:
+    """One optimiser step on ``batch``, the gradients' total 2-norm clipped to
+    ``clip_max_norm`` first (0: not clipped); returns the detached loss, or ``None`` if none was
+    taken."""
     model, optimizer = state.model, state.optimizer
     assert model is not None  # internal: started
     model.train()
@@ -241,6 +245,8 @@ def train_step(state: FitState, loss: Loss, batch: Batch) -> torch.Tensor | None
         return None
     optimizer.zero_grad(set_to_none=True)
     value.backward()
+    if clip_max_norm > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), clip_max_norm)
     optimizer.step()
     return value.detach()
 
@@ -297,7 +303,7 @@ async def fit(
             t0 = clock()
             batch = train.sample_batch(options.batch_size, generator)
             t1 = clock()
-            value = train_step(state, loss, batch)
+            value = train_step(state, loss, batch, options.clip_max_norm)
             state.timings.add("batches", t1 - t0)
             state.timings.add("steps", clock() - t1)
             if value is not None:

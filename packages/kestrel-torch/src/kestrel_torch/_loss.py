@@ -116,14 +116,14 @@ class NPELoss:
         """
         if model is None or loader.count == 0:
             return None
-        rows = loader.all()
-        reference = validation_reference(self.columns.chunks(rows))
+        chunks = list(self.columns.chunks(loader.all()))
+        reference = validation_reference(chunks)
         was_training = model.training
         model.eval()
         try:
             parts = [
                 model.head.validation_loss(r.z, model.embed(r.inputs), r.z_log_prob, reference)
-                for r in self.columns.chunks(rows)
+                for r in chunks
             ]
         finally:
             model.train(was_training)
