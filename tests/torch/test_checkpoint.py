@@ -135,11 +135,11 @@ def test_k14_resume_continues_epochs_weights_and_optimizer(
     steps = []
     train_step = _fit.train_step
 
-    def recording(state, loss, batch):
+    def recording(state, loss, batch, clip=0.0):
         if not at_first_step:
             at_first_step.append({k: v.clone() for k, v in resumed._fit.model.named_parameters()})
         steps.append(1)
-        return train_step(state, loss, batch)
+        return train_step(state, loss, batch, clip)
 
     monkeypatch.setattr(_fit, "train_step", recording)
     store.append(LG.prior_block(64, np.random.default_rng(9)), 64)  # 64 new samples arrive

@@ -115,7 +115,7 @@ def test_defaults() -> None:
         and gauss.config["lr_decay_factor"] == 1.0
         and gauss.config["gamma"] == 0.5
     )
-    assert gauss.config["clip_max_norm"] == flow.config["clip_max_norm"] == 5.0
+    assert gauss.config["clip_max_norm"] == flow.config["clip_max_norm"] == 0.0  # off
 
 
 @pytest.mark.parametrize("clip", [0.0, 5.0])
@@ -172,9 +172,9 @@ def test_request_stop_ends_training_after_the_current_step(monkeypatch: pytest.M
     steps: list[int] = []
     step = _fit.train_step
 
-    def counting(state, loss, batch):
+    def counting(state, loss, batch, clip=0.0):
         steps.append(1)
-        out = step(state, loss, batch)
+        out = step(state, loss, batch, clip)
         if len(steps) == 5:
             est.request_stop()
         return out
@@ -195,9 +195,9 @@ def test_k19_sampling_calls_interleave_with_training_steps(monkeypatch: pytest.M
     served: list[int] = []
     step = _fit.train_step
 
-    def counting(state, loss, batch):
+    def counting(state, loss, batch, clip=0.0):
         steps.append(len(served))
-        return step(state, loss, batch)
+        return step(state, loss, batch, clip)
 
     monkeypatch.setattr(_fit, "train_step", counting)
 
