@@ -55,7 +55,8 @@ def test_passing_run_prints_one_row_per_pair_and_exits_0(tmp_path, capsys):
     code, out, err = _run(tmp_path, _passing(), capsys)
     assert code == 0, err
     assert "gate passed: 7 gated rows" in out
-    assert out.count("resolve ") == 2 and "200×" in out  # 20 ms / 0.1 ms at both N
+    table = out.split("Growth")[0]
+    assert table.count("resolve ") == 2 and "200×" in table  # 20 ms / 0.1 ms at both N
     assert "steps/s" in out and "interleaved rounds" in out
 
 
@@ -99,3 +100,17 @@ def test_missing_gated_group_fails(tmp_path, capsys, group):
 def test_unreadable_file_exits_2(tmp_path, capsys):
     assert gate.main([str(tmp_path / "missing.json")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_growth_exponents_are_the_log_log_slopes(tmp_path, capsys):
+    from kestrel_bench._scaling import exponents
+
+    benchmarks = [
+        _bench("fetch", "baseline", n, 1e-4 * n, baseline="naive") for n in (256, 1024, 8192)
+    ] + [_bench("fetch", "kestrel", n, 2e-3) for n in (256, 1024, 8192)]
+    benchmarks += [_bench("store", "kestrel", 1024, 0.03)]  # one N: no exponent
+    (growth,) = exponents(gate.rows_from({"benchmarks": benchmarks}))
+    assert (growth.group, growth.sizes) == ("fetch", (256, 1024, 8192))
+    assert growth.baseline == pytest.approx(1.0) and growth.kestrel == pytest.approx(0.0)
+    _, out, _ = _run(tmp_path, _passing(), capsys)  # the gate prints them after its table
+    assert "Growth of each cost with N" in out and "a = 0.00" in out and "b = 0.00" in out

@@ -4,7 +4,8 @@ Reads the JSON that ``pytest --benchmark-json`` wrote for the suites in ``benchm
 every baseline with Kestrel's benchmark of the same group, N and device (from the
 ``extra_info`` that :func:`kestrel_bench.label` wrote), and prints one table: group, N,
 baseline, Kestrel, ratio (baseline median / Kestrel median — for ``training`` that is Kestrel's
-steps/s over the baseline's), the ratio the original design published, and the floor.
+steps/s over the baseline's), the ratio the original design published, and the floor; then
+the growth exponent of each cost in N (:mod:`kestrel_bench._scaling`).
 
 Floors apply on the CPU at N = 1024 (at the group's only N where it has one size); every
 other row is reported. Medians only: one slow round on a shared machine does not fail the gate.
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._data import GATE_N
+from ._scaling import exponents, render_exponents
 
 __all__ = ["Floor", "FLOORS", "PUBLISHED", "Row", "rows_from", "missing_groups", "render", "main"]
 
@@ -265,6 +267,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{(machine.get('cpu') or {}).get('count', '?')} cores — medians; floors at N={GATE_N} on the CPU"
     )
     print(render(rows, markdown=args.markdown))
+    growth = exponents(rows)
+    if growth:
+        print("\nGrowth of each cost with N (least-squares slope of log time on log N):")
+        print(render_exponents(growth, markdown=args.markdown))
     failed = [r for r in rows if not r.ok]
     missing = missing_groups(rows)
     for r in failed:
