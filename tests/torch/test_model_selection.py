@@ -1,11 +1,12 @@
 """Model selection on a validation set drawn from a proposal: every model scored on one target.
 
-The fault (example 05, 2026-12-01): the best model is kept when its validation loss beats the
-current model's, and a GaussianHead's loss scores ``q``, which fits ``r · L`` for the head's own
-reference ``r`` (running statistics of the buffer it was trained on). A best model whose
-reference was fitted around the rows the validation set is drawn from scored better than a
-model with the right likelihood, for its narrower reference alone, and stayed "best" while
-later models improved (2 of 7 launches kept an epoch-16 model, 0.36 σ off).
+The fault: the best model is kept when its validation loss beats the current model's, and a
+GaussianHead's loss scores ``q``, which fits ``r · L`` for the head's own reference ``r``
+(running moments of the buffer it was trained on). Two heads with different references are
+then scored against different targets: one whose reference is narrower around the validation
+rows can win with a worse likelihood. (Suspected on 2026-12-01 as the cause of example 05
+keeping an epoch-15 model 0.35–0.44 σ off; it was not — those launches still did so with this
+fix, and stopped doing so with gradient clipping — but the comparison was unfair all the same.)
 
 Here two heads are built by hand on a one-dimensional linear Gaussian model ``x = z + ε``,
 ``ε ~ N(0, 0.5²)``, validation rows drawn from the proposal ``N(1, 0.5²)``: head A with a

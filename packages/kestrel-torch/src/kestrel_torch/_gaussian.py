@@ -210,9 +210,10 @@ class GaussianHead(PosteriorHead):
 
         :meth:`loss` scores ``q``, which fits ``r · L`` for this head's own reference ``r`` (the
         running moments of the buffer it was trained on): heads with different references are
-        scored against different targets, and a head whose reference lies around the rows
-        wins for that alone — the best model kept from an earlier epoch, whose proposal the
-        validation rows were drawn from, was never beaten (example 05, 2026-12-01). Here the
+        scored against different targets, and a head whose reference is narrower around the
+        rows can win for that alone, with a worse likelihood (a best model kept from an
+        earlier epoch against the model in training; ``tests/torch/test_model_selection.py``
+        builds such a pair). Here the
         learned likelihood ``L = q / r`` of every head is combined with the common ``r_c`` in
         closed form (:func:`~kestrel_torch._correction.gaussian_posterior` with ``prior =
         r_c``). ``r_c`` is close to the distribution the rows were drawn from, so the weights
