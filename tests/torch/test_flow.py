@@ -131,3 +131,52 @@ def test_atomic_loss_contrasts_each_row_with_other_rows() -> None:
     # a single row has no other row to contrast with: the plain negative log density
     one, _ = atomic_loss(head, z[:1], ctx[:1], 10)
     assert torch.allclose(one, -head.log_q(z[:1], ctx[:1]))
+
+
+def test_an_amortized_head_takes_the_plain_loss_of_prior_rows_in_the_same_pass() -> None:
+    import math
+
+    import torch
+
+    from kestrel_torch._flow import FlowHead, atomic_loss, prior_rows
+
+    torch.manual_seed(0)
+    z = torch.randn(16, 2, dtype=torch.float64)
+    s = torch.randn(16, 3, dtype=torch.float64)
+    log_prior = -0.5 * (z * z).sum(-1) - math.log(2 * math.pi)  # N(0, I) in z-space
+    assert bool(prior_rows(z, log_prior).all())
+    assert not bool(prior_rows(z, log_prior + 1e-3).any())  # any other density: a proposal
+    mixed = torch.arange(16) % 3 == 0
+    log_prob = torch.where(mixed, log_prior, log_prior - 2.0)
+    assert torch.equal(prior_rows(z, log_prob), mixed)
+    head = FlowHead(
+        2, 3, transforms=1, hidden_features=(8,), bins=4, momentum=0.1, num_atoms=5, amortized=True
+    )
+    head.eval()  # the validation atoms (a fixed seed), statistics untouched
+    ctx = head.context(s)
+    atomic, log_q = atomic_loss(head, z, ctx, 5, torch.Generator().manual_seed(0x5EED))
+    # every row from the prior: −log q, one flow evaluation each
+    plain = head.loss(z, s, log_prior)
+    assert torch.allclose(plain.loss, -log_q, atol=1e-6)
+    # a row that is not (a buffer kept from a run with proposals) keeps its atomic loss
+    both = head.loss(z, s, log_prob)
+    assert torch.allclose(both.loss[mixed], -log_q[mixed], atol=1e-6)
+    assert torch.allclose(both.loss[~mixed], atomic[~mixed], atol=1e-6)
+    assert torch.allclose(both.log_q, log_q, atol=1e-6)
+    # a head of a run with proposals gives every row its atomic loss
+    head.amortized = False
+    assert torch.allclose(head.loss(z, s, log_prior).loss, atomic, atol=1e-6)
+
+
+def test_an_amortized_flow_recovers_the_posterior() -> None:
+    rng = np.random.default_rng(0)
+    theta = PRIOR.sample(4096, rng)
+    n = len(theta)
+    store = InMemoryStore(min_samples=0, max_samples=n, validation_samples=256)
+    store.append(block(theta, PRIOR.log_prob(theta), rng), n)
+    est = FlowPosterior(seed=0, amortized=True, **CONFIG)
+    est.setup(EstimatorContext(node="theta", prior=PRIOR, evidence=("x",)))
+    asyncio.run(est.train(store.view()))
+    values = est.sample_posterior(3000, {"x": X_O[None]})["value"]
+    assert np.all(np.abs(values.mean(0) - X_O) < 0.3 * SIGMA), (values.mean(0) - X_O) / SIGMA
+    assert np.all(np.abs(values.std(0) / SIGMA - 1.0) < 0.2), values.std(0) / SIGMA

@@ -18,7 +18,7 @@ from ._head import PosteriorHead, RowLoss
 from ._moments import RunningMoments
 from ._options import FlowOptions
 
-__all__ = ["FlowPosterior", "FlowHead", "atomic_loss"]
+__all__ = ["FlowPosterior", "FlowHead", "atomic_loss", "prior_rows"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _ROWS_PER_PASS = 1 << 16  # rows per flow evaluation while sampling
@@ -60,7 +60,9 @@ class FlowHead(PosteriorHead):
     Args:
         dim: D; context_dim: E; transforms, hidden_features, bins: the spline flow;
         momentum: EMA weight of a training batch in the running statistics; num_atoms: atoms
-        per row of the training loss (≥ 2).
+        per row of the training loss (≥ 2); amortized: every row is drawn from the prior, so
+        the loss is the plain ``−log q(z | s)`` of amortised NPE (one flow evaluation a row
+        instead of ``num_atoms``; the same minimiser for prior rows).
     """
 
     def __init__(
@@ -73,10 +75,12 @@ class FlowHead(PosteriorHead):
         bins: int,
         momentum: float,
         num_atoms: int = 10,
+        amortized: bool = False,
     ) -> None:
         super().__init__()
         self.dim = int(dim)
         self.num_atoms = int(num_atoms)
+        self.amortized = bool(amortized)
         self.context_stats = RunningMoments(context_dim, momentum)
         self.latent_stats = RunningMoments(dim, momentum, full=True, min_var=1e-30)
         self.conditional = _affine_nsf(
@@ -137,7 +141,9 @@ class FlowHead(PosteriorHead):
         log_prob: torch.Tensor,
         generator: torch.Generator | None = None,
     ) -> RowLoss:
-        """The APT atomic loss of each row (``log_prob`` is not needed: see :func:`atomic_loss`).
+        """The APT atomic loss of each row (``log_prob`` is not needed: see :func:`atomic_loss`);
+        for an amortized head, the plain ``−log q(z | s)`` of every row drawn from the prior
+        (:func:`prior_rows`).
 
         In eval mode the atoms are drawn from a fixed seed, so every model compared on a
         validation set is scored on the same atoms.
@@ -145,7 +151,10 @@ class FlowHead(PosteriorHead):
         self.observe(z, s)
         if not self.training:
             generator = torch.Generator(z.device).manual_seed(_VALIDATION_SEED)
-        loss, log_q = atomic_loss(self, z, self.context(s), self.num_atoms, generator)
+        # amortized: the rows are prior draws, which need no atoms; a row that is not (a buffer
+        # kept from a run with proposals) still gets its atomic loss
+        plain = prior_rows(z, log_prob) if self.amortized else None
+        loss, log_q = atomic_loss(self, z, self.context(s), self.num_atoms, generator, plain)
         return RowLoss(loss, None, log_q)
 
     def sample(
@@ -173,12 +182,32 @@ class FlowHead(PosteriorHead):
         return self.log_q(z, ctx)
 
 
+def prior_rows(z: torch.Tensor, log_prob: torch.Tensor) -> torch.Tensor:
+    """Which rows were drawn from the prior: their recorded z-space density is ``N(0, I)``'s.
+
+    A row drawn from the prior carries the prior's density, which in z-space is the standard
+    normal's up to rounding (``≤ 1e-6`` apart, relative to the magnitude); a proposal's
+    density differs from it by O(1) almost everywhere. A proposal that *is* the prior (γ = 0,
+    or an estimator that has not trained yet) is one, and counts as the prior.
+
+    Args:
+        z: float64 ``(B, D)``. log_prob: float64 ``(B,)``, z-space log density of the
+            distribution each row was drawn from.
+
+    Returns:
+        bool ``(B,)``.
+    """
+    log_prior = -0.5 * (z * z).sum(-1) - 0.5 * z.shape[-1] * _LOG_2PI
+    return (log_prob - log_prior).abs() <= 1e-6 * (1.0 + log_prior.abs())
+
+
 def atomic_loss(
     head: FlowHead,
     z: torch.Tensor,
     ctx: torch.Tensor,
     num_atoms: int,
     generator: torch.Generator | None = None,
+    from_prior: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row loss of automatic posterior transformation with atomic proposals.
 
@@ -188,9 +217,19 @@ def atomic_loss(
     mixture of prior and proposals the rows were drawn from, without their densities.
     Atoms are the rows at ``(i + o_k) mod B`` for ``A − 1`` distinct random offsets ``o_k``.
 
+    Rows drawn from the prior (``from_prior``) need no atoms: for them the maximum-likelihood
+    loss of amortised NPE, ``ℓ_i = −log q(z_i | s_i)``, has the same minimiser, the posterior,
+    at one flow evaluation instead of A (sbi's ``use_combined_loss`` adds this term for prior
+    rows to their atomic loss; here it replaces it). All flow evaluations of a batch — the prior
+    rows' own and the other rows' atoms — are one call of the flow. :class:`FlowHead` marks
+    prior rows only when it is amortized: in a run with proposals the plain loss on its first
+    prior rows made the flow fit the whole prior range before zooming in (example 01: σ 1.4–1.9×
+    too wide after 120 s, against 0.9–1.1× with atoms for every row; 2026-12-01).
+
     Args:
         head: the flow. z: float64 ``(B, D)``. ctx: ``(B, E)``. num_atoms: A ≥ 2 (capped at B).
-        generator: for the offsets.
+        generator: for the offsets. from_prior: bool ``(B,)``, rows drawn from the prior
+            (:func:`prior_rows`); ``None``: none.
 
     Returns:
         ``(loss, log_q)``: float64 ``(B,)`` each — the losses (with ``B = 1`` the plain negative
@@ -207,12 +246,29 @@ def atomic_loss(
         return -log_q, log_q
     offsets = torch.randperm(b - 1, generator=generator, device=z.device)[: a - 1] + 1
     rows = torch.arange(b, device=z.device)
-    # (A, B); row 0: the row itself
-    index = torch.cat([rows[None], (rows[None] + offsets[:, None]) % b])
-    atoms = z[index]  # (A, B, D)
-    log_q = head.log_q(atoms, ctx)  # (A, B)
-    logits = log_q + 0.5 * (atoms * atoms).sum(-1)  # log q − log π, up to a constant
-    return torch.logsumexp(logits, 0) - logits[0], log_q[0]
+    if from_prior is None or not bool(from_prior.any()):
+        # (A, B); row 0: the row itself
+        index = torch.cat([rows[None], (rows[None] + offsets[:, None]) % b])
+        atoms = z[index]  # (A, B, D)
+        log_q = head.log_q(atoms, ctx)  # (A, B)
+        logits = log_q + 0.5 * (atoms * atoms).sum(-1)  # log q − log π, up to a constant
+        return torch.logsumexp(logits, 0) - logits[0], log_q[0]
+    plain, contrast = rows[from_prior], rows[~from_prior]
+    index = torch.cat([contrast[None], (contrast[None] + offsets[:, None]) % b])  # (A, C)
+    flat = torch.cat([plain, index.reshape(-1)])  # each evaluation's latent row
+    owner = torch.cat([plain, contrast.repeat(a)])  # and the row whose context it takes
+    log_q_all = head.log_q(z[flat], ctx[owner])
+    log_q = loss = torch.empty(b, dtype=log_q_all.dtype, device=z.device)
+    n = plain.shape[0]
+    log_q = log_q.index_put((plain,), log_q_all[:n])
+    loss = loss.index_put((plain,), -log_q_all[:n])
+    if contrast.numel():
+        atoms_q = log_q_all[n:].reshape(a, -1)  # (A, C)
+        atoms = z[index]
+        logits = atoms_q + 0.5 * (atoms * atoms).sum(-1)
+        log_q = log_q.index_put((contrast,), atoms_q[0])
+        loss = loss.index_put((contrast,), torch.logsumexp(logits, 0) - logits[0])
+    return loss, log_q
 
 
 class FlowPosterior(StepwiseEstimator):
@@ -231,7 +287,10 @@ class FlowPosterior(StepwiseEstimator):
     transformation (APT / SNPE-C; Greenberg, Nonnenmacher & Macke 2019, arXiv:1905.07488; see
     :func:`atomic_loss`): each training row's latent is contrasted with ``num_atoms − 1``
     latents of other rows of the batch, which makes ``q`` the posterior ∝ prior × likelihood
-    for any proposal mixture. The flow is thus the posterior itself: no density of the buffer
+    for any proposal mixture. An ``amortized: true`` estimator trains on prior draws only and
+    takes the plain maximum-likelihood loss of amortised NPE instead (Papamakarios & Murray
+    2016), one flow evaluation a row instead of ``num_atoms``. The flow is thus the posterior
+    itself: no density of the buffer
     is divided out afterwards (a division amplifies the flow's errors wherever the buffer is
     about as narrow as the posterior), and the densities of past proposals are never needed.
 
@@ -268,4 +327,5 @@ class FlowPosterior(StepwiseEstimator):
             bins=o.bins,
             momentum=o.momentum,
             num_atoms=o.num_atoms,
+            amortized=o.amortized,
         )
