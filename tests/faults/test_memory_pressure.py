@@ -103,8 +103,10 @@ def test_1_mib_samples_pass_through_a_200_mib_store(tmp_path):
     assert seen["rounds"] >= ROUNDS
     assert 0 < seen["peak_store_bytes"] <= STORE_BYTES
     # bounded: Ray spills a few blocks in the first rounds, then nothing (30 rounds measured:
-    # 128 or 256 MiB, all by round 7; RELIABILITY.md); a block per round would be 640 MiB
-    assert seen["spilled_bytes"] <= 5 * 64 * MiB
+    # 128 or 256 MiB, all by round 7; RELIABILITY.md); a block per round would be 640 MiB.
+    # At most five blocks, each a little over 64 MiB with its object's metadata (a clean-clone
+    # CI run on 2026-12-02 spilled five: 320 MiB + 1295 B)
+    assert seen["spilled_bytes"] < 6 * 64 * MiB
     log = (tmp_path / "run" / "graph" / "driver" / "output.log").read_text()
     assert "buffer: 80 samples × 1 MiB = 80 MiB of the 200 MiB object store" in log
     assert "may take 208 MiB (104 %)" in log
