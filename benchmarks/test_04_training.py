@@ -97,7 +97,7 @@ def test_training_baseline(benchmark, device, group):
 def test_training_kestrel(benchmark, request, device, group):
     skip_without_cuda(device)
     steps, rounds = PLAN[group]
-    name = ESTIMATORS[group][0]
+    name = ESTIMATORS[group]
     backend = "ray" if device == "cpu" else "memory"
     if backend == "ray":
         request.getfixturevalue("ray_session")

@@ -258,10 +258,10 @@ def atomic_loss(
     flat = torch.cat([plain, index.reshape(-1)])  # each evaluation's latent row
     owner = torch.cat([plain, contrast.repeat(a)])  # and the row whose context it takes
     log_q_all = head.log_q(z[flat], ctx[owner])
-    log_q = loss = torch.empty(b, dtype=log_q_all.dtype, device=z.device)
     n = plain.shape[0]
-    log_q = log_q.index_put((plain,), log_q_all[:n])
-    loss = loss.index_put((plain,), -log_q_all[:n])
+    empty = log_q_all.new_empty(b)
+    log_q = empty.index_put((plain,), log_q_all[:n])
+    loss = empty.index_put((plain,), -log_q_all[:n])
     if contrast.numel():
         atoms_q = log_q_all[n:].reshape(a, -1)  # (A, C)
         atoms = z[index]
