@@ -3,8 +3,9 @@
     python examples/score_c2st.py 07_two_moons -o runs/07 --seed 1     # launch, sample, score
     python examples/score_c2st.py 07_two_moons -o runs/07 --score-only # score the newest sample
     python examples/score_c2st.py 08_slcp --seed 2 graph.theta.estimator.max_epochs=50
+    python examples/score_c2st.py 07_two_moons --config amortized.yml   # another config file
 
-Launches ``examples/<task>/config.yml`` into the run directory (a temporary one without ``-o``,
+Launches ``examples/<task>/config.yml`` (or ``--config NAME`` of that folder) into the run directory (a temporary one without ``-o``,
 removed at exit), then compares the run's newest posterior sample file with
 ``examples/<task>/data/obs.npz['reference_samples']`` by :func:`kestrel_core.c2st` (the
 benchmark's classifier two-sample test: 0.5 is perfect, 1.0 fully separable; both sets are cut
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None, help="stop training after SEC s")
     parser.add_argument("--n", type=int, default=10_000, help="samples per set (default: 10000)")
     parser.add_argument("--score-only", action="store_true", help="score the run as it is")
+    parser.add_argument(
+        "--config", default="config.yml", help="config file of the task's folder (default: %(default)s)"
+    )
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_intermixed_args(argv)
     if args.score_only:
@@ -74,7 +78,7 @@ def launch_task(args: argparse.Namespace, run_dir: str) -> str:
     from kestrel_ray import launch
 
     result = launch(
-        HERE / args.task / "config.yml",
+        HERE / args.task / args.config,
         run_dir,
         overrides=args.overrides,
         seed=args.seed,

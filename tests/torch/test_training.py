@@ -348,6 +348,43 @@ def test_the_best_model_is_kept_while_training_continues(monkeypatch: pytest.Mon
     assert est.status()["best_val_loss"] == 1.0 and not est._fit.best.training
 
 
+@pytest.mark.parametrize("appends", [False, True])
+def test_the_best_model_is_rescored_only_when_the_validation_set_changed(
+    monkeypatch: pytest.MonkeyPatch, appends: bool
+) -> None:
+    losses = iter([3.0, 1.0, 2.0, 2.5, 2.7, 2.8])  # the current model's, epoch by epoch
+    rescored: list[np.ndarray] = []
+
+    def validation_loss(self, model, loader):
+        if model is est._fit.model:
+            return next(losses)
+        rescored.append(loader.ids)
+        return 1.0
+
+    monkeypatch.setattr(NPELoss, "evaluate", validation_loss)
+    store = small_store()
+    est = make(max_epochs=6)
+    appended: list[bool] = []
+
+    async def main() -> None:
+        training = asyncio.create_task(est.train(store.view()))
+        while not training.done():
+            if appends and not appended and est.total_epochs == 2:
+                # 64 new samples enter validation; 64 older validation samples move to training
+                store.append(LG.prior_block(64, np.random.default_rng(8)), 64)
+                appended.append(True)
+            await asyncio.sleep(0)
+        await training
+
+    asyncio.run(main())
+    assert est.total_epochs == 6 and est.status()["best_epoch"] == 2
+    # an unchanged set: the loss taken with the best model is its loss; a changed set: the best
+    # model is scored once on it
+    assert len(rescored) == (1 if appends else 0)
+    if appends:
+        assert len(rescored[0]) == 128 and rescored[0].max() >= 1024  # the new samples
+
+
 @pytest.mark.parametrize("every, seen", [(2, 896 + 64), (100, 896)])
 def test_cache_sync_every_brings_in_new_samples(every: int, seen: int) -> None:
     store = small_store()

@@ -15,7 +15,8 @@ recorded loss), so a resumed run never replaces it with a worse one.
 Early stopping: training ends after ``early_stop_patience`` epochs without a better loss.
 Because the validation set follows the proposals, losses of different epochs are on different
 data; each epoch therefore compares the current model with the best model's loss on the same,
-current validation set, both scored against the same target
+current validation set (re-evaluated only when the set's ids changed since it was last taken),
+both scored against the same target
 (:meth:`~kestrel_torch._head.PosteriorHead.validation_loss`: a Gaussian head's training loss
 depends on its own reference of the buffer; on validation rows every head is scored on the
 rows' own Gaussian instead). Without a validation set the training loss is the measure. Learning
@@ -285,6 +286,7 @@ async def fit(
             non-finite rows and skipped steps).
     """
     best_metric, bad_epochs = _recorded(state), 0
+    best_scored: np.ndarray | None = None  # the validation ids best_metric was taken on
     pacing = pacing if pacing is not None else Pacing(None, lambda k: None, (), None, stop)
     held = pacing.hold_early_stop
     epoch = -1
@@ -329,16 +331,22 @@ async def fit(
             state.val_loss = loss.evaluate(state.model, val) if val is not None else None
         await asyncio.sleep(0)
         metric = state.val_loss if state.val_loss is not None else state.train_loss
-        if val is not None and state.val_loss is not None and state.best is not None:
-            with timed("validation"):  # on the same, current validation set
-                best_now = loss.evaluate(state.best, val)
-            if best_now is not None and math.isfinite(best_now):
-                best_metric = best_now
+        val_ids = val.ids if val is not None else None
+        if val_ids is not None and state.val_loss is not None and state.best is not None:
+            # on the same, current validation set; the best model's loss on an unchanged set is
+            # the one already known (eval mode and fixed atoms make it exact)
+            if best_scored is None or not np.array_equal(val_ids, best_scored):
+                with timed("validation"):
+                    best_now = loss.evaluate(state.best, val)
+                best_scored = val_ids
+                if best_now is not None and math.isfinite(best_now):
+                    best_metric = best_now
         state.epochs += 1
         if math.isfinite(metric) and metric < best_metric:
             best_metric, bad_epochs = metric, 0
             state.best_loss = metric
             state.keep_best()
+            best_scored = val_ids if state.val_loss is not None else None
         else:
             bad_epochs += 1
         if state.scheduler is not None and math.isfinite(metric):
