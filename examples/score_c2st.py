@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=10_000, help="samples per set (default: 10000)")
     parser.add_argument("--score-only", action="store_true", help="score the run as it is")
     parser.add_argument(
-        "--config", default="config.yml", help="config file of the task's folder (default: %(default)s)"
+        "--config",
+        default="config.yml",
+        help="config file of the task's folder (default: %(default)s)",
     )
     parser.add_argument("overrides", nargs="*", help="config overrides, key=value")
     args = parser.parse_intermixed_args(argv)
