@@ -332,7 +332,8 @@ async def fit(
         await asyncio.sleep(0)
         metric = state.val_loss if state.val_loss is not None else state.train_loss
         val_ids = val.ids if val is not None else None
-        if val_ids is not None and state.val_loss is not None and state.best is not None:
+        scored = val is not None and state.val_loss is not None and state.best is not None
+        if scored and val is not None and val_ids is not None:
             # on the same, current validation set; the best model's loss on an unchanged set is
             # the one already known (eval mode and fixed atoms make it exact)
             if best_scored is None or not np.array_equal(val_ids, best_scored):
