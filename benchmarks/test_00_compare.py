@@ -23,7 +23,7 @@ def test_each_tool_learns_two_moons_from_1000_simulations(
 ) -> None:
     out = tmp_path / "rows.json"
     argv = ["--tasks", "07_two_moons", "--simulations", str(SIMULATIONS), "--samples", "2000"]
-    argv += ["--set", "graph.theta.estimator.max_epochs=60", "--json", str(out)]
+    argv += ["--json", str(out)]
     assert compare.main(argv) == 0
     rows = json.loads(out.read_text())
     assert [r["tool"] for r in rows] == list(compare.TOOLS)
