@@ -41,6 +41,7 @@ __all__ = [
     "tensor_set",
     "Appender",
     "UtilizationSampler",
+    "BusySimulator",
     # timing and labels
     "InnerClock",
     "pedantic_inner",
@@ -54,6 +55,7 @@ __all__ = [
 ]
 
 from .__about__ import __version__
+from ._busy import BusySimulator
 from ._clock import InnerClock, pedantic_inner
 from ._data import DATA_KEYS, GATE_N, SIZES, TRAIN_KEYS, Replay, make_samples, prior, replay_graph
 from ._gpu import UtilizationSampler
