@@ -361,7 +361,8 @@ class DeployedGraph(Deployment):
             nodes: estimator nodes (default: every one).
 
         Returns:
-            node → its folder.
+            node → its folder. After ``"save"``, :attr:`saved_epochs` holds node → the epoch
+            count of the weights written (``None`` where the estimator reports none).
 
         Raises:
             ConfigError: no directory and no run directory. GraphError: a node without estimator.
@@ -378,5 +379,5 @@ class DeployedGraph(Deployment):
                 raise GraphError(f"{method}: node {name!r} has no estimator deployed")
         folders = {name: os.path.join(os.fspath(directory), name) for name in names}
         actors = {name: self._estimator(name).actor for name in names}
-        transfer_estimators(method, actors, folders)
+        self.saved_epochs = transfer_estimators(method, actors, folders)
         return folders

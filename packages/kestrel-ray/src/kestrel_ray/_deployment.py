@@ -63,6 +63,8 @@ class Deployment:
         self._root = seed_sequence(seed)
         self.seed = self._root.entropy
         self.run_dir = None if run_dir is None else os.fspath(run_dir)
+        #: node → the epoch count of the weights the last save wrote (``estimator_files``)
+        self.saved_epochs: dict[str, int | None] = {}
         self._buffer = buffer
         self._store: StoreHandle | None = (
             store if store is None or isinstance(store, StoreHandle) else StoreHandle(store)

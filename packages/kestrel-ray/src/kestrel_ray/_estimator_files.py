@@ -1,7 +1,8 @@
 """Estimator files, written and read by the driver only.
 
 A node actor never writes into the run directory (on a cluster it has its own disk): the
-driver asks each estimator actor for its state as bytes (``NodeWrapper.save_bytes``) and writes
+driver asks each estimator actor for its state as bytes (``NodeWrapper.save_state``: the bytes
+and the epoch they reached) and writes
 ``<folder>/estimator.pt`` itself, atomically (a temporary file renamed over the old one, so an
 interrupted save never leaves a half-written file); loading reads the file on the driver and
 sends the bytes to the actor (``NodeWrapper.load_bytes``, ``torch.load(weights_only=True)``
@@ -32,13 +33,17 @@ def estimator_file(folder: str) -> str:
 
 def transfer_estimators(
     method: Literal["save", "load"], actors: Mapping[str, Any], folders: Mapping[str, str]
-) -> None:
+) -> dict[str, int | None]:
     """Save every node's estimator state into its folder, or load it from there.
 
     Args:
         method: ``"save"`` (actor → bytes → driver's file) or ``"load"`` (file → actor).
         actors: node → its estimator's actor handle (a ``NodeWrapper``).
         folders: node → its folder on the driver (``<graph>/<node>``).
+
+    Returns:
+        ``"save"``: node → the epoch count of the weights written (``None``: the estimator
+        reports none); ``"load"``: ``{}``.
 
     Raises:
         EstimatorError: no saved state to load (naming the node and the file), or the file
@@ -47,17 +52,20 @@ def transfer_estimators(
     """
     files = {name: estimator_file(folder) for name, folder in folders.items()}
     if method == "save":
-        refs = {name: actors[name].save_bytes.remote() for name in files}
+        refs = {name: actors[name].save_state.remote() for name in files}
     else:
         refs = {}
         for name, path in files.items():
             data = read_estimator_file(name, path)
             refs[name] = actors[name].load_bytes.remote(data, f"checkpoint {path!r}")
+    epochs: dict[str, int | None] = {}
     for name, ref in refs.items():
         try:
             data = ray.get(ref)
         except ray.exceptions.RayError as err:
             raise unwrap_error(err, name, f"{method} {files[name]!r}") from err
+        if method == "save":
+            data, epochs[name] = data
         if method == "save" and data is not None:
             try:
                 write_atomic(files[name], data)
@@ -65,3 +73,4 @@ def transfer_estimators(
                 raise EstimatorError(
                     f"node {name!r}: cannot write {files[name]}: {err.strerror or err}"
                 ) from err
+    return epochs

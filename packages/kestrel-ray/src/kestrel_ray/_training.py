@@ -119,6 +119,17 @@ class TrainingMethods:
         self._check()
         return None if self._estimator is None else self._estimator.save_bytes()
 
+    async def save_state(self) -> tuple[bytes | None, int | None]:
+        """:meth:`save_bytes` and the epoch count those weights reached (the estimator's status
+        ``epoch``), read in the same turn of the event loop: no training step falls between.
+        ``(None, None)`` without estimator."""
+        self._check()
+        if self._estimator is None:
+            return None, None
+        data = self._estimator.save_bytes()
+        epoch = (self._estimator.status() or {}).get("epoch")
+        return data, None if epoch is None else int(epoch)
+
     async def load_bytes(self, data: bytes, source: str = "checkpoint bytes") -> None:
         """Restore the estimator from :meth:`save_bytes`' output; a no-op without estimator.
 

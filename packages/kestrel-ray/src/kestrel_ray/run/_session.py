@@ -305,7 +305,8 @@ class RunSession:
 
         Args:
             dg: the deployed graph.
-            epochs: node → the epoch its estimator reached (written to ``saved.json``).
+            epochs: node → the epoch its estimator reached, polled before the save (written to
+                ``saved.json`` where the save does not report the weights' own epoch).
 
         Returns:
             node → its folder.
@@ -316,7 +317,12 @@ class RunSession:
         if not epochs:
             return {}
         folders = dg.estimator_files("save", self.run.graph, list(epochs))
+        reached = getattr(dg, "saved_epochs", None) or {}
         for node, epoch in epochs.items():
+            # the epoch the weights themselves reached (a status polled before the save may
+            # be some epochs behind), else the polled one
+            exact = reached.get(node)
+            epoch = exact if exact is not None else epoch
             self.run.mark_saved(node, {"epoch": int(epoch), "seed": self.seed})
         return folders
 
