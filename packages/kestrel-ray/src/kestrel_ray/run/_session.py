@@ -305,8 +305,7 @@ class RunSession:
 
         Args:
             dg: the deployed graph.
-            epochs: node → the epoch its estimator reached, polled before the save (written to
-                ``saved.json`` where the save does not report the weights' own epoch).
+            epochs: node → its polled epoch (``saved.json`` gets the saved weights' own).
 
         Returns:
             node → its folder.
@@ -317,13 +316,11 @@ class RunSession:
         if not epochs:
             return {}
         folders = dg.estimator_files("save", self.run.graph, list(epochs))
-        reached = getattr(dg, "saved_epochs", None) or {}
-        for node, epoch in epochs.items():
-            # the epoch the weights themselves reached (a status polled before the save may
-            # be some epochs behind), else the polled one
-            exact = reached.get(node)
-            epoch = exact if exact is not None else epoch
-            self.run.mark_saved(node, {"epoch": int(epoch), "seed": self.seed})
+        for node, polled in epochs.items():  # the weights' own epoch: the poll may lag
+            epoch = dg.saved_epochs.get(node)
+            self.run.mark_saved(
+                node, {"epoch": int(polled if epoch is None else epoch), "seed": self.seed}
+            )
         return folders
 
 
