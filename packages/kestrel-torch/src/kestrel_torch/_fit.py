@@ -331,9 +331,8 @@ async def fit(
             state.val_loss = loss.evaluate(state.model, val) if val is not None else None
         await asyncio.sleep(0)
         metric = state.val_loss if state.val_loss is not None else state.train_loss
-        val_ids = val.ids if val is not None else None
-        scored = val is not None and state.val_loss is not None and state.best is not None
-        if scored and val is not None and val_ids is not None:
+        val_ids = val.ids if val is not None and state.val_loss is not None else None
+        if val is not None and val_ids is not None and state.best is not None:
             # on the same, current validation set; the best model's loss on an unchanged set is
             # the one already known (eval mode and fixed atoms make it exact)
             if best_scored is None or not np.array_equal(val_ids, best_scored):
@@ -347,7 +346,7 @@ async def fit(
             best_metric, bad_epochs = metric, 0
             state.best_loss = metric
             state.keep_best()
-            best_scored = val_ids if state.val_loss is not None else None
+            best_scored = val_ids
         else:
             bad_epochs += 1
         if state.scheduler is not None and math.isfinite(metric):
