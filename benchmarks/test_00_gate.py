@@ -114,3 +114,23 @@ def test_growth_exponents_are_the_log_log_slopes(tmp_path, capsys):
     assert growth.baseline == pytest.approx(1.0) and growth.kestrel == pytest.approx(0.0)
     _, out, _ = _run(tmp_path, _passing(), capsys)  # the gate prints them after its table
     assert "Growth of each cost with N" in out and "a = 0.00" in out and "b = 0.00" in out
+
+
+def test_kestrels_exponent_spans_the_n_a_slow_baseline_skipped(tmp_path, capsys):
+    """bench:scale runs the per-sample baselines at the small N only (test_06_scale.py)."""
+    from kestrel_bench._scaling import exponents, render_exponents
+
+    sizes = (8192, 16384, 32768, 65536)
+    benchmarks = [_bench("store", "kestrel", n, 1e-5 * n) for n in sizes]
+    benchmarks += [_bench("store", "baseline", n, 1e-3 * n, baseline="naive") for n in sizes[:2]]
+    (growth,) = exponents(gate.rows_from({"benchmarks": benchmarks}))
+    assert (growth.sizes, growth.baseline_sizes) == (sizes, sizes[:2])
+    assert growth.kestrel == pytest.approx(1.0) and growth.baseline == pytest.approx(1.0)
+    assert "b = 1.00 (8192–16384)" in render_exponents([growth])
+    path = tmp_path / "scale.json"
+    path.write_text(json.dumps({"benchmarks": benchmarks}))
+    assert gate.main([str(path)]) == 1  # gated groups missing: the gate fails …
+    capsys.readouterr()
+    assert gate.main([str(path), "--report"]) == 0  # … a report applies no floor
+    out = capsys.readouterr().out
+    assert "report only, no floors" in out and "FAIL" not in out and "a = 1.00" in out

@@ -41,6 +41,7 @@ from kestrel_bench import (
     KESTREL,
     SIZES,
     NaiveNode,
+    ReplayRounds,
     ResolveProbe,
     StoreRig,
     fetch_per_sample,
@@ -168,23 +169,8 @@ def test_store_kestrel(benchmark, replay_deployed, n):
         path="DeployedGraph.sample + DeployedGraph.append",
         keys=list(DATA_KEYS),
     )
-    dg = replay_deployed
-    traces = []
-
-    def store():
-        trace = dg.sample(n)
-        traces.append(trace)
-        return dg.append(trace)
-
-    ids = benchmark.pedantic(store, rounds=rounds(n, 10, 5), warmup_rounds=1)
-    assert len(ids) == n and np.all(np.diff(ids) == 1)
-    arrays = dg.to_arrays(traces[-1])  # the replays line up: x - mu is the N(0, 0.1²) noise
-    assert {k: v.shape for k, v in arrays.items()} == {
-        "theta.value": (n, 10),
-        "mu.value": (n, 1000),
-        "x.value": (n, 1000),
-    }
-    assert 0.09 < float(np.std(arrays["x.value"] - arrays["mu.value"])) < 0.11
+    store = ReplayRounds(replay_deployed, n)
+    store.check(benchmark.pedantic(store, rounds=rounds(n, 10, 5), warmup_rounds=1))
 
 
 # -- fetch -----------------------------------------------------------------------------------

@@ -39,6 +39,8 @@ from kestrel_bench import (
     LoaderRig,
     apply_per_sample,
     blocking_fetch_and_apply,
+    check_cache,
+    empty_cache,
     label,
     make_samples,
     rounds,
@@ -59,19 +61,6 @@ def _backend(device: str, request) -> str:
     return "memory"
 
 
-def _empty_cache(n: int, device: str) -> dict[str, torch.Tensor]:
-    shapes = {"theta.value": (10,), "mu.value": (1000,), "x.value": (1000,)}
-    return {k: torch.empty((n, *shapes[k]), dtype=torch.float64, device=device) for k in DATA_KEYS}
-
-
-def _check_cache(loader, arrays: dict[str, np.ndarray]) -> None:
-    """Every cached row holds the data of its sample id (id i is row i mod 2N of the rig's sets)."""
-    batch = loader.all()
-    rows = batch.ids % len(arrays["x.value"])
-    for key in DATA_KEYS:
-        np.testing.assert_array_equal(batch[key].cpu().numpy(), arrays[key][rows])
-
-
 # -- apply_fetch -----------------------------------------------------------------------------
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("n", SIZES, ids=N_IDS)
@@ -89,7 +78,7 @@ def test_apply_fetch_baseline(benchmark, n, device):
     samples = {
         k: list(v) for k, v in arrays.items()
     }  # N row arrays per key, as ray.get returns them
-    cache = _empty_cache(n, device)
+    cache = empty_cache(n, device)
     rows = torch.arange(n, device=device)
 
     def apply():
@@ -124,7 +113,7 @@ def test_apply_fetch_kestrel(benchmark, request, n, device):
     try:
         benchmark.pedantic(apply, setup=rig.fetch_ready, rounds=rounds(n, 15, 5), warmup_rounds=1)
         assert all(applied) and rig.loader.count == n
-        _check_cache(rig.loader, rig.rig.arrays)
+        check_cache(rig.loader, rig.rig.arrays)
     finally:
         rig.close()
 
@@ -136,7 +125,7 @@ def test_sync_baseline(benchmark, per_sample_refs, n):
         benchmark, "sync", BASELINE, n, baseline="blocking: per-sample ray.get + per-sample apply"
     )
     refs = per_sample_refs(n)
-    cache = _empty_cache(n, "cpu")
+    cache = empty_cache(n, "cpu")
     rows = torch.arange(n)
     benchmark.pedantic(
         lambda: blocking_fetch_and_apply(refs, cache, rows, "cpu"),
@@ -165,7 +154,7 @@ def test_sync_kestrel(benchmark, request, n):
         benchmark.extra_info["in_flight_fraction"] = results.count(False) / len(results)
         rig.loader.sync(wait=True)
         rig.loader.sync(wait=True)
-        _check_cache(rig.loader, rig.rig.arrays)
+        check_cache(rig.loader, rig.rig.arrays)
     finally:
         rig.close()
 

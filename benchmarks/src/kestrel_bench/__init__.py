@@ -10,6 +10,7 @@ __all__ = [
     "__version__",
     # data
     "SIZES",
+    "SCALE_SIZES",
     "GATE_N",
     "DATA_KEYS",
     "TRAIN_KEYS",
@@ -31,7 +32,10 @@ __all__ = [
     "probe_node_blob",
     "StoreRig",
     "LoaderRig",
+    "ReplayRounds",
     "BLOCK_ROWS",
+    "empty_cache",
+    "check_cache",
     "ESTIMATORS",
     "EXAMPLE_05",
     "BUFFER_05",
@@ -57,7 +61,17 @@ __all__ = [
 from .__about__ import __version__
 from ._busy import BusySimulator
 from ._clock import InnerClock, pedantic_inner
-from ._data import DATA_KEYS, GATE_N, SIZES, TRAIN_KEYS, Replay, make_samples, prior, replay_graph
+from ._data import (
+    DATA_KEYS,
+    GATE_N,
+    SCALE_SIZES,
+    SIZES,
+    TRAIN_KEYS,
+    Replay,
+    make_samples,
+    prior,
+    replay_graph,
+)
 from ._gpu import UtilizationSampler
 from ._label import BASELINE, BIG, KESTREL, label, rounds, skip_without_cuda, sync_device
 from ._naive import (
@@ -69,7 +83,7 @@ from ._naive import (
     put_per_sample,
     put_thread_pool,
 )
-from ._rig import BLOCK_ROWS, LoaderRig, StoreRig
+from ._rig import BLOCK_ROWS, LoaderRig, ReplayRounds, StoreRig, check_cache, empty_cache
 from ._training import (
     BUFFER_05,
     ESTIMATORS,

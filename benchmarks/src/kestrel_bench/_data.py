@@ -14,6 +14,7 @@ from kestrel_core import Graph, Product
 
 __all__ = [
     "SIZES",
+    "SCALE_SIZES",
     "GATE_N",
     "N_PARAMS",
     "N_BINS",
@@ -29,6 +30,8 @@ __all__ = [
 
 #: sample counts every group runs at (parametrize ids ``N=256`` …)
 SIZES = (256, 1024, 8192)
+#: the sizes of ``benchmarks/test_06_scale.py`` (``bench:scale``, not in ``bench:check``)
+SCALE_SIZES = (8192, 16384, 32768, 65536)
 #: the size at which the gate applies its floors
 GATE_N = 1024
 N_PARAMS = 10

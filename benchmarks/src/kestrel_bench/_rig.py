@@ -4,7 +4,10 @@ A :class:`StoreRig` holds N samples in blocks of ``block_rows`` rows, either in 
 :class:`~kestrel_ray.SampleStore` actor (blocks ``ray.put`` by the driver, which then owns them,
 as it owns a NodeWrapper's return values) or in kestrel-core's :class:`~kestrel_core.InMemoryStore`
 (no Ray: the GPU benchmarks). :class:`LoaderRig` puts a real :class:`~kestrel_torch.CachedDataLoader`
-on top and brings it into the states the ``apply_fetch`` and ``sync`` groups time.
+on top and brings it into the states the ``apply_fetch`` and ``sync`` groups time;
+:func:`empty_cache` and :func:`check_cache` are the tensor cache of the naive baselines and the
+check of a loader's cache against the rig's data. :class:`ReplayRounds` is the ``store``
+group's round on a deployed graph of replaying simulators.
 
 Shape symbols: N samples, R rows of a block.
 """
@@ -17,9 +20,17 @@ from typing import Any
 
 import numpy as np
 
-from ._data import DATA_KEYS, make_samples
+from ._data import DATA_KEYS, N_BINS, N_PARAMS, make_samples
 
-__all__ = ["StoreRig", "LoaderRig", "BLOCK_ROWS", "split_blocks"]
+__all__ = [
+    "StoreRig",
+    "LoaderRig",
+    "ReplayRounds",
+    "BLOCK_ROWS",
+    "split_blocks",
+    "empty_cache",
+    "check_cache",
+]
 
 #: rows per stored block: example 05's ``simulate_count`` (one resimulation round)
 BLOCK_ROWS = 128
@@ -45,6 +56,8 @@ class StoreRig:
         keys: flat keys to store.
         block_rows: R.
         seed: data seed.
+        samples: the data to store instead of ``make_samples(n * sets, seed)``: flat key →
+            ``(n * sets, *D_key)`` (used as given, not copied; must hold ``keys``).
     """
 
     def __init__(
@@ -57,11 +70,13 @@ class StoreRig:
         keys: Sequence[str] = DATA_KEYS,
         block_rows: int = BLOCK_ROWS,
         seed: int = 0,
+        samples: Mapping[str, np.ndarray] | None = None,
     ):
         if backend not in ("ray", "memory"):
             raise ValueError(f"StoreRig(backend={backend!r}): expected 'ray' or 'memory'")
         self.backend, self.n, self.keys = backend, int(n), tuple(keys)
-        samples = make_samples(self.n * sets, seed)
+        if samples is None:
+            samples = make_samples(self.n * sets, seed)
         self.arrays = {k: samples[k] for k in self.keys}
         blocks = split_blocks(self.arrays, block_rows)
         self._per_set = len(blocks) // sets
@@ -167,3 +182,69 @@ class LoaderRig:
         """Stop the loader's thread and the store."""
         self.loader.close()
         self.rig.close()
+
+
+def empty_cache(n: int, device: Any, keys: Sequence[str] = DATA_KEYS) -> dict[str, Any]:
+    """A tensor cache of ``n`` rows for example 05's θ ``(n, 10)``, μ and x ``(n, 1000)``, float64."""
+    import torch
+
+    shapes = {"theta.value": (N_PARAMS,), "mu.value": (N_BINS,), "x.value": (N_BINS,)}
+    return {k: torch.empty((n, *shapes[k]), dtype=torch.float64, device=device) for k in keys}
+
+
+def check_cache(
+    loader: Any, arrays: Mapping[str, np.ndarray], keys: Sequence[str] = DATA_KEYS
+) -> None:
+    """Every row a loader caches holds the data of its sample id.
+
+    Sample id i is row ``i mod len(arrays)`` of the data (a :class:`LoaderRig` appends its sets
+    of N samples in turn, ids counting up).
+
+    Raises:
+        AssertionError: a cached row differs from its sample's data.
+    """
+    batch = loader.all()
+    rows = batch.ids % len(arrays[keys[0]])
+    for key in keys:
+        np.testing.assert_array_equal(batch[key].cpu().numpy(), arrays[key][rows])
+
+
+class ReplayRounds:
+    """The ``store`` group's round: ``DeployedGraph.sample(n)`` then ``DeployedGraph.append``.
+
+    On a deployed :func:`~kestrel_bench.replay_graph` (three NodeWrapper actors, blocks
+    returned as call results): the whole path of a resimulation round except the simulators'
+    own CPU. Only the last round's trace is kept, so the blocks the store evicts can be freed.
+
+    Args:
+        dg: the deployed graph.
+        n: N, samples per round.
+    """
+
+    def __init__(self, dg: Any, n: int):
+        self.dg, self.n = dg, int(n)
+        self.last: Any = None
+
+    def __call__(self) -> np.ndarray:
+        """One round; returns the new ids."""
+        self.last = None  # drop the previous trace's refs before the next is made
+        trace = self.dg.sample(self.n)
+        self.last = trace
+        return self.dg.append(trace)
+
+    def check(self, ids: np.ndarray) -> None:
+        """The last round's ids count up by one; its θ, μ, x have example 05's shapes, and the
+        replays lined up (x − μ is the N(0, 0.1²) noise).
+
+        Raises:
+            AssertionError: they do not.
+        """
+        n = self.n
+        assert len(ids) == n and np.all(np.diff(ids) == 1)
+        arrays = self.dg.to_arrays(self.last)
+        assert {k: v.shape for k, v in arrays.items()} == {
+            "theta.value": (n, N_PARAMS),
+            "mu.value": (n, N_BINS),
+            "x.value": (n, N_BINS),
+        }
+        assert 0.09 < float(np.std(arrays["x.value"] - arrays["mu.value"])) < 0.11

@@ -3,7 +3,9 @@
 For every group, device and baseline measured at two or more N, the exponent ``a`` of
 ``time ∝ N^a`` is the least-squares slope of ``log(median)`` on ``log(N)`` — for Kestrel's
 median and for the baseline's. ``a ≈ 1``: linear in the samples; ``a ≈ 0``: independent of N
-(a fixed cost dominates); ``a > 1``: worse than linear.
+(a fixed cost dominates); ``a > 1``: worse than linear. Kestrel's exponent spans every N its
+benchmark ran at; a baseline skipped at the large N (too slow to run) gets its exponent over the
+N it ran at, and the table names that range.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ __all__ = ["Exponent", "exponents", "render_exponents"]
 
 @dataclass(frozen=True)
 class Exponent:
-    """The growth of one group's cost over ``sizes``: ``kestrel`` and ``baseline`` exponents
-    (``None`` where fewer than two sizes have that side measured)."""
+    """The growth of one group's cost: ``kestrel`` over ``sizes`` (every N Kestrel ran at),
+    ``baseline`` over ``baseline_sizes`` (the N this baseline ran at); ``None`` where fewer than
+    two sizes have that side measured."""
 
     group: str
     device: str
@@ -27,6 +30,7 @@ class Exponent:
     sizes: tuple[int, ...]
     kestrel: float | None
     baseline: float | None
+    baseline_sizes: tuple[int, ...] = ()
 
 
 def _slope(points: Sequence[tuple[int, float]]) -> float | None:
@@ -45,25 +49,35 @@ def exponents(rows: Sequence[Any]) -> list[Exponent]:
 
     Args:
         rows: the gate's rows (:class:`kestrel_bench.gate.Row`); rows of interleaved rounds
-            (a paired ratio) are left out: they repeat the group's own medians.
+            (a paired ratio) are left out: they repeat the group's own medians. An N where
+            Kestrel ran without a baseline (a ``(missing)`` row) counts for Kestrel's exponent.
     """
-    series: dict[tuple[str, str, str], list[Any]] = {}
+    kestrel: dict[tuple[str, str], dict[int, float | None]] = {}
+    series: dict[tuple[str, str, str], dict[int, float | None]] = {}
     for r in rows:
         if r.paired_ratio is None:
-            series.setdefault((r.group, r.device, r.baseline_name), []).append(r)
+            kestrel.setdefault((r.group, r.device), {})[r.n] = r.kestrel_s
+            if r.baseline_s is not None:
+                series.setdefault((r.group, r.device, r.baseline_name), {})[r.n] = r.baseline_s
+    for group, device in kestrel:  # Kestrel measured, no baseline anywhere
+        if not any(k[:2] == (group, device) for k in series):
+            series[(group, device, "(missing)")] = {}
     out = []
-    for (group, device, name), rs in series.items():
-        sizes = tuple(sorted({r.n for r in rs}))
-        if len(sizes) < 2:
+    for (group, device, name), base in series.items():
+        points = kestrel[(group, device)]
+        sizes = tuple(sorted(n for n, t in points.items() if t))
+        baseline_sizes = tuple(sorted(base))
+        if len(sizes) < 2 and len(baseline_sizes) < 2:
             continue
         out.append(
             Exponent(
                 group,
                 device,
                 name,
-                sizes,
-                _slope([(r.n, r.kestrel_s) for r in rs]),
-                _slope([(r.n, r.baseline_s) for r in rs]),
+                sizes or baseline_sizes,
+                _slope([(n, t) for n, t in points.items() if t]),
+                _slope(list(base.items())),
+                baseline_sizes,
             )
         )
     return out
@@ -80,7 +94,7 @@ def render_exponents(items: Sequence[Exponent], *, markdown: bool = False) -> st
                 f"{name} vs {e.baseline_name}",
                 f"{e.sizes[0]}–{e.sizes[-1]}",
                 "—" if e.kestrel is None else f"a = {e.kestrel:.2f}",
-                "—" if e.baseline is None else f"b = {e.baseline:.2f}",
+                _baseline_cell(e),
             ]
         )
     if markdown:
@@ -90,3 +104,12 @@ def render_exponents(items: Sequence[Exponent], *, markdown: bool = False) -> st
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*head).rstrip(), "  ".join("-" * w for w in widths)]
     return "\n".join(lines + [fmt.format(*row).rstrip() for row in body])
+
+
+def _baseline_cell(e: Exponent) -> str:
+    if e.baseline is None:
+        return "—"
+    cell = f"b = {e.baseline:.2f}"
+    if e.baseline_sizes and e.baseline_sizes != e.sizes:
+        cell += f" ({e.baseline_sizes[0]}–{e.baseline_sizes[-1]})"
+    return cell

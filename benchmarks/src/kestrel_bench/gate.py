@@ -1,4 +1,4 @@
-"""The ratio gate: ``python -m kestrel_bench.gate BENCHMARK.json [--markdown]``.
+"""The ratio gate: ``python -m kestrel_bench.gate BENCHMARK.json [--markdown] [--report]``.
 
 Reads the JSON that ``pytest --benchmark-json`` wrote for the suites in ``benchmarks/``, pairs
 every baseline with Kestrel's benchmark of the same group, N and device (from the
@@ -13,7 +13,9 @@ Where Kestrel's benchmark ran interleaved baseline rounds (``extra_info["paired"
 ``training`` group), the gated ratio is the median of the per-round ratios.
 ``sync`` is gated on Kestrel's absolute blocking time, every other group on its ratio. The exit
 status is 1 when a floor is missed or a gated benchmark is missing (e.g. it failed), 2 when the
-file cannot be read, else 0.
+file cannot be read, else 0. ``--report`` prints the same table and exponents without applying
+any floor (exit 0 unless the file cannot be read): for runs that are not the gate's, such as
+``bench:scale`` (N = 8192–65 536, ``benchmarks/test_06_scale.py``).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ ORDER = [
     "resolve_cold",
     "store",
     "fetch",
+    "fetch_spill",
     "fill",
     "apply_fetch",
     "sync",
@@ -252,6 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--markdown", action="store_true", help="print a Markdown table (for RESULTS.md)"
     )
+    parser.add_argument(
+        "--report", action="store_true", help="apply no floor: print the table and exponents only"
+    )
     args = parser.parse_args(argv)
     try:
         with open(args.json, encoding="utf-8") as fh:
@@ -260,17 +266,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kestrel_bench.gate: cannot read {args.json!r}: {err}", file=sys.stderr)
         return 2
     rows = rows_from(data)
+    if args.report:
+        for r in rows:
+            r.gated, r.floor = False, None
     machine = data.get("machine_info", {})
     cpu = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor") or "?"
     print(
         f"Kestrel benchmark gate — {data.get('datetime', '?')} — {cpu}, "
-        f"{(machine.get('cpu') or {}).get('count', '?')} cores — medians; floors at N={GATE_N} on the CPU"
+        f"{(machine.get('cpu') or {}).get('count', '?')} cores — medians; "
+        + ("report only, no floors" if args.report else f"floors at N={GATE_N} on the CPU")
     )
     print(render(rows, markdown=args.markdown))
     growth = exponents(rows)
     if growth:
         print("\nGrowth of each cost with N (least-squares slope of log time on log N):")
         print(render_exponents(growth, markdown=args.markdown))
+    if args.report:
+        return 0
     failed = [r for r in rows if not r.ok]
     missing = missing_groups(rows)
     for r in failed:
