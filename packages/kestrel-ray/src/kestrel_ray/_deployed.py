@@ -108,8 +108,25 @@ class DeployedGraph(Deployment):
     ) -> RefTrace:
         """The joint trace a resimulation round appends: latents (``value`` and ``log_prob``)
         from the proposal, every other node forward-simulated from them."""
+        return self.submit_from_proposal(n, observations).collect()
+
+    def submit_from_proposal(
+        self, n: int, observations: Mapping[str, Any] | None = None
+    ) -> SubmittedTrace:
+        """:meth:`simulate_from_proposal` without waiting: the calls are submitted (queued on
+        the node actors behind whatever they run) and their trace is collected later.
+
+        Raises:
+            CountError: bad ``n``. GraphError: a needed condition has no value.
+        """
+        self._check_deployed()
+        n = check_count(n)
         plan = resimulation_plan(self.graph, "sample_proposal", self._latents, observations or ())
-        return self.run(n, plan, observations)
+        avail: dict[str, Column] = dict(self._obs_columns)
+        if observations:
+            avail.update(observation_columns(self.graph, observations))
+        calls = self._submit_calls(n, plan, avail, {}) if n else {}
+        return SubmittedTrace(n, calls)
 
     def ingest(self, values: Mapping[str, Any]) -> RefTrace:
         """Given samples of every node (e.g. read from disk) as a trace like :meth:`sample`'s.
@@ -172,6 +189,16 @@ class DeployedGraph(Deployment):
     ) -> RefTrace:
         """Submit the plan, each call conditioned on the columns ``known`` so far (a node in
         ``given`` gets only its own values), then collect the trace."""
+        return collect_trace(n, self._submit_calls(n, plan, known, given))
+
+    def _submit_calls(
+        self,
+        n: int,
+        plan: Sequence[tuple[str, str]],
+        known: dict[str, Column],
+        given: Mapping[str, Column],
+    ) -> dict[str, tuple[str, Pending]]:
+        """Submit the plan's calls (see :meth:`_submit`); node → ``(method, Pending)``."""
         nodes = self.graph.nodes
         names = list(dict.fromkeys(name for name, _ in plan))
         chunks = chunk_grid(n, [(nodes[m].sample_chunk_size, nodes[m].num_actors) for m in names])
@@ -190,7 +217,7 @@ class DeployedGraph(Deployment):
             calls.pop(name, None)
             calls[name] = (method, pending)
             known[name] = pending.columns["value"]
-        return collect_trace(n, calls)
+        return calls
 
     # -- store and arrays ----------------------------------------------------------------------
     def append(self, trace: RefTrace, *, wait: bool = True) -> Any:
@@ -381,3 +408,32 @@ class DeployedGraph(Deployment):
         actors = {name: self._estimator(name).actor for name in names}
         self.saved_epochs = transfer_estimators(method, actors, folders)
         return folders
+
+
+class SubmittedTrace:
+    """The calls of a trace, submitted and not yet collected (:meth:`DeployedGraph.submit_from_proposal`).
+
+    Attributes:
+        n: number of samples.
+    """
+
+    def __init__(self, n: int, calls: dict[str, tuple[str, Pending]]) -> None:
+        self.n = int(n)
+        self._calls = calls
+        refs = [ref for _, pending in calls.values() for ref in pending.meta_refs]
+        self._refs = refs
+        # a node with a timeout is watched for hangs while its chunks are waited for
+        self.watched = any(pending.chunk_calls for _, pending in calls.values())
+
+    def ready(self) -> bool:
+        """Every call has finished (or failed): :meth:`collect` does not wait."""
+        if not self._refs:
+            return True
+        done, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        return len(done) == len(self._refs)
+
+    def collect(self) -> RefTrace:
+        """The trace (waits for the calls; raises a node's failure, as :meth:`DeployedGraph.run`)."""
+        if self.n == 0:
+            return RefTrace(0)
+        return collect_trace(self.n, self._calls)

@@ -61,10 +61,11 @@ class Budget:
         """True while early stopping should wait for the budget's rounds."""
         return self.total is not None and not self.spent and not self.stop_early
 
-    def take(self, n: int) -> int:
-        """How many of ``n`` wanted simulations the budget allows now."""
+    def take(self, n: int, reserved: int = 0) -> int:
+        """How many of ``n`` wanted simulations the budget allows now, ``reserved`` of what is
+        left being promised already (rounds drawn, not yet counted)."""
         left = self.left
-        return int(n) if left is None else max(0, min(int(n), left))
+        return int(n) if left is None else max(0, min(int(n), left - int(reserved)))
 
     def count(self, rows: int, invalid: int = 0) -> None:
         """``rows`` rows reached the store, ``invalid`` of them invalid."""

@@ -9,6 +9,15 @@ left. The round draws ``simulate_count`` latents (fewer: what the budget has lef
 ``simulate_when_full: false`` — what the buffer can take), simulates the rest of the graph
 and appends; then every estimator hears that round ``k`` is in the store.
 
+Without determinism two rounds may be in flight: a round's calls are submitted without waiting
+for them (:meth:`~kestrel_ray.DeployedGraph.submit_from_proposal`), its trace is collected and
+appended once its calls are done, and the next round is drawn as soon as it is due — its calls
+queue on the node actors behind the current round's, so a simulator replica that finishes its
+part of one round starts on the next at once. Two is the bound (backpressure: a slow simulator
+never has more than one round waiting behind the one it runs). Deterministic launches, and
+graphs with a node ``timeout`` (whose hang watch waits for each call), keep one round at a
+time, collected as soon as it is drawn.
+
 When the budget is spent, or the launch stops, the estimators hear that no more rounds come.
 After training ended with budget left (``max_epochs`` reached), the rest of the budget is drawn
 from the final proposals (one warning), so a budget is always spent exactly.
@@ -18,7 +27,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -29,6 +40,17 @@ from .._errors import RunError, describe_failure, unwrap_error
 from ._budget import Budget
 
 __all__ = ["Resimulation"]
+
+
+@dataclass
+class _Round:
+    """A round drawn: its calls (``submitted``), then its append once collected."""
+
+    k: int
+    rows: int
+    submitted: Any
+    append: Any = None  # the append's ref, once the trace is collected
+    invalid: int = 0
 
 
 class Resimulation:
@@ -64,7 +86,8 @@ class Resimulation:
         self.round = 0  # the last round drawn (its index: rounds may be skipped)
         self.drawn = 0  # rounds drawn
         self._ready: dict[str, Any] | None = None  # node → ref: is round self.round + 1 ready
-        self._pending: tuple[Any, int, int, int] | None = None  # (ref, round, rows, invalid)
+        self._pending: deque[_Round] = deque()  # rounds in flight, oldest first
+        self._depth = 1 if deterministic else 2
         self._next = 0.0
         self._closed = False
         self._warned = False
@@ -103,8 +126,13 @@ class Resimulation:
 
     @property
     def busy(self) -> bool:
-        """An append is in flight."""
-        return self._pending is not None
+        """A round is in flight (simulating or appending)."""
+        return bool(self._pending)
+
+    @property
+    def in_flight(self) -> int:
+        """Rows of the rounds drawn that have not reached the store."""
+        return sum(r.rows for r in self._pending)
 
     def more_after_training(self) -> bool:
         """Rounds are still owed once every estimator's training ended (budget left)."""
@@ -123,12 +151,11 @@ class Resimulation:
             training: some estimator is still training.
             stopping: the launch is stopping (no new rounds).
         """
-        if self._pending is not None and _ready(self._pending[0]):
-            self.drain()
+        self._advance(wait=False)
         if stopping:
             self.close("the launch is stopping")
             return
-        if self._pending is not None or self._closed:
+        if len(self._pending) >= self._depth or self._closed:
             return
         if training and time.monotonic() < self._next:  # no spacing once training ended
             return
@@ -162,7 +189,7 @@ class Resimulation:
         self._next = time.monotonic() + self._interval
         self.round = k
         self.drawn += 1
-        n = self.budget.take(self._size())
+        n = self.budget.take(self._size(), reserved=self.in_flight)
         if not training and n and not self._warned:
             self._warned = True
             self.log.warning(
@@ -174,29 +201,49 @@ class Resimulation:
         if n == 0:  # nothing to simulate this round (the buffer is full): it is in the store
             self.dg.round_appended(k)
             return
-        trace = self.dg.simulate_from_proposal(n)
-        valid = trace.valid_rows()
-        invalid = 0 if valid is None else int((~valid).sum())
-        self._pending = (self._append(trace, "resimulation"), k, int(trace.n), invalid)
+        submitted = self.dg.submit_from_proposal(n)
+        self._pending.append(_Round(k, int(n), submitted))
+        if submitted.watched:  # a node's hang watch waits for its calls: one round at a time
+            self._depth = 1
+            self._collect(self._pending[-1])
 
     def _size(self) -> int:
         count = int(self.buffer.simulate_count)
         if self.buffer.simulate_when_full:
             return count
-        training = int(self._stats().get("training", 0))
+        training = int(self._stats().get("training", 0)) + self.in_flight
         return max(0, min(count, int(self.buffer.max_samples) - training))
 
     def drain(self) -> None:
-        """Wait for the append in flight (if any) and account for it."""
-        if self._pending is None:
-            return
-        ref, k, rows, invalid = self._pending
-        self._pending = None
-        self._finish(ref)
-        self.budget.count(rows, invalid)
-        self.dg.round_appended(k, last=self.budget.spent)
-        if self.budget.spent:
-            self.close(f"the simulation budget of {self.budget.total} is spent", last=k)
+        """Wait for the rounds in flight (if any) and account for them, oldest first."""
+        self._advance(wait=True)
+
+    def _advance(self, *, wait: bool) -> None:
+        """Collect and append the rounds whose calls are done (every round: ``wait``), in
+        order; account for the appends that finished, oldest first."""
+        for r in self._pending:
+            if r.append is None:
+                if not (wait or r.submitted.ready()):
+                    break
+                self._collect(r)
+        while self._pending:
+            head = self._pending[0]
+            if head.append is None or not (wait or _ready(head.append)):
+                break
+            self._pending.popleft()
+            self._finish(head.append)
+            self.budget.count(head.rows, head.invalid)
+            self.dg.round_appended(head.k, last=self.budget.spent)
+            if self.budget.spent:
+                self.close(f"the simulation budget of {self.budget.total} is spent", last=head.k)
+
+    def _collect(self, r: _Round) -> None:
+        """The round's trace (raises its simulation's failure), appended."""
+        trace = r.submitted.collect()
+        valid = trace.valid_rows()
+        r.invalid = 0 if valid is None else int((~valid).sum())
+        r.rows = int(trace.n)
+        r.append = self._append(trace, "resimulation")
 
 
 def _ready(ref: Any) -> bool:

@@ -1,0 +1,136 @@
+"""The driver's resimulation rounds in flight: two at a time, collected and appended in order.
+
+A fake deployed graph stands in for the actors: its submitted rounds are ready when the test
+says so, so the order of draws, collections and appends is checked without timing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import ray
+
+from kestrel_core import BufferConfig
+from kestrel_ray.run._budget import Budget
+from kestrel_ray.run._rounds import Resimulation
+
+
+class FakeTrace:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def valid_rows(self) -> None:
+        return None
+
+
+class FakeSubmitted:
+    def __init__(self, n: int, watched: bool = False) -> None:
+        self.n, self.watched, self.done, self.collected = n, watched, False, False
+
+    def ready(self) -> bool:
+        return self.done
+
+    def collect(self) -> FakeTrace:
+        self.collected = True
+        return FakeTrace(self.n)
+
+
+class FakeGraph:
+    def __init__(self, watched: bool = False) -> None:
+        self.watched = watched
+        self.submitted: list[FakeSubmitted] = []
+        self.appended: list[tuple[int, bool]] = []
+        self.closed: list[int | None] = []
+
+    def configure_rounds(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def round_ready_refs(self, k: int) -> dict[str, Any]:
+        return {"theta": ray.put(k)}
+
+    def submit_from_proposal(self, n: int) -> FakeSubmitted:
+        self.submitted.append(FakeSubmitted(n, self.watched))
+        return self.submitted[-1]
+
+    def round_appended(self, k: int, last: bool = False) -> None:
+        self.appended.append((k, last))
+
+    def close_rounds(self, last: int | None = None) -> None:
+        self.closed.append(last)
+
+
+def resimulation(
+    dg: FakeGraph, *, total: int | None = None, deterministic: bool = False
+) -> tuple[Resimulation, list[int]]:
+    buffer = BufferConfig(
+        min_samples=10,
+        max_samples=1000,
+        validation_samples=10,
+        simulate_count=64,
+        epochs_per_round=0 if not deterministic else 1,
+        simulate_interval=0.0,
+    )
+    appends: list[int] = []
+
+    def append(trace: FakeTrace, what: str) -> Any:
+        appends.append(trace.n)
+        return ray.put(trace.n)
+
+    resim = Resimulation(
+        dg,
+        buffer,
+        Budget(total=total),
+        deterministic=deterministic,
+        append=append,
+        finish=lambda ref: ray.get(ref),
+        stats=lambda: {"training": 0},
+        log=logging.getLogger("test"),
+    )
+    resim.start()
+    return resim, appends
+
+
+def turn(resim: Resimulation) -> None:
+    resim.step(training=True, stopping=False)
+
+
+def test_a_second_round_is_drawn_while_the_first_simulates_and_no_third() -> None:
+    dg = FakeGraph()
+    resim, appends = resimulation(dg)
+    for _ in range(3):
+        turn(resim)
+    assert [s.n for s in dg.submitted] == [64, 64]  # two in flight, the bound
+    assert appends == [] and resim.busy and resim.in_flight == 128
+    dg.submitted[1].done = True  # the second finishes first: it waits for the first's append
+    turn(resim)
+    assert appends == [] and not dg.submitted[1].collected
+    dg.submitted[0].done = True
+    turn(resim)  # both collected and appended in order; a third round drawn
+    assert appends == [64, 64] and [k for k, _ in dg.appended] == [1, 2]
+    assert len(dg.submitted) == 3
+
+
+def test_the_budget_counts_the_rows_in_flight() -> None:
+    dg = FakeGraph()
+    resim, appends = resimulation(dg, total=100)
+    for _ in range(3):
+        turn(resim)
+    assert [s.n for s in dg.submitted] == [64, 36]
+    for s in dg.submitted:
+        s.done = True
+    resim.drain()
+    assert appends == [64, 36] and resim.budget.used == 100
+    assert dg.appended == [(1, False), (2, True)] and dg.closed == [2]
+
+
+def test_deterministic_rounds_and_watched_nodes_go_one_at_a_time() -> None:
+    dg = FakeGraph(watched=True)  # a node with a timeout: collected at once, by its hang watch
+    resim, appends = resimulation(dg)
+    turn(resim)
+    assert len(dg.submitted) == 1 and dg.submitted[0].collected and appends == [64]
+    dg = FakeGraph()
+    resim, appends = resimulation(dg, deterministic=True)
+    for _ in range(3):
+        turn(resim)
+    assert len(dg.submitted) <= 1
