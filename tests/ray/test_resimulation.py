@@ -134,3 +134,20 @@ def test_deterministic_rounds_and_watched_nodes_go_one_at_a_time() -> None:
     for _ in range(3):
         turn(resim)
     assert len(dg.submitted) <= 1
+
+
+def test_a_stop_draws_no_more_rounds_and_appends_those_in_flight() -> None:
+    dg = FakeGraph()
+    resim, appends = resimulation(dg)
+    for _ in range(2):
+        turn(resim)
+    assert len(dg.submitted) == 2
+    resim.step(training=True, stopping=True)
+    assert dg.closed == [None] and resim.busy  # closed at once; the rounds still simulate
+    dg.submitted[0].done = True
+    resim.step(training=False, stopping=True)
+    assert appends == [64] and resim.busy
+    dg.submitted[1].done = True
+    resim.drain()
+    assert appends == [64, 64] and not resim.busy and len(dg.submitted) == 2
+    assert [k for k, _ in dg.appended] == [1, 2]

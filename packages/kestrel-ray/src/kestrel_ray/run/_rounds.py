@@ -1,8 +1,9 @@
 """The driver's side of the resimulation rounds: when one is drawn, how many samples, the budget.
 
 Rounds are paced by training (:class:`kestrel_core.Rounds`): round ``k`` is drawn once every
-estimator node has fixed its proposal for it (at epoch ``k·E`` of its training call), the
-previous round's append has finished, ``buffer.simulate_interval`` seconds have passed since
+estimator node has fixed its proposal for it (at epoch ``k·E`` of its training call), fewer
+than two rounds are in flight (one when deterministic), ``buffer.simulate_interval`` seconds
+have passed since
 the previous round began (a minimum spacing, 0 by default; not used when deterministic, where
 training waits for each round, so a spacing would only stall it) and the budget has simulations
 left. The round draws ``simulate_count`` latents (fewer: what the budget has left, or — with
