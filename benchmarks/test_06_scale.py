@@ -2,7 +2,7 @@
 store's memory (spilling). Not in ``bench:check``: every test here is marked ``scale``, which
 ``benchmarks/pytest.ini`` deselects (``-m "not scale"``); ``hatch run bench:scale`` runs only
 these (``-m scale``) and prints the gate's table and growth exponents without floors
-(``python -m kestrel_bench.gate … --report``). About 15 minutes on a 2-core machine.
+(``python -m kestrel_bench.gate … --report``). About 8 minutes on a 2-core machine.
 
 The groups, their labels and what they time are those of ``test_02_ray.py`` (``store``,
 ``fetch``) and ``test_03_torch.py`` (``fill``, ``apply_fetch``, ``sync``, ``sample_batch``; CPU,

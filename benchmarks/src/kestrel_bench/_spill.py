@@ -17,7 +17,7 @@ Ray (``benchmarks/conftest.py``) has a large object store; ``benchmarks/test_06_
 starts it and reports its timings. Ray is shut down and the spill folder removed before the
 process exits, also on failure.
 
-Output (JSON): ``n``, ``width``, ``sample_bytes``, ``store_bytes`` (the object store's size),
+Output (JSON): ``n``, ``width``, ``block_rows``, ``sample_bytes``, ``store_bytes`` (the object store's size),
 ``put_s`` (``{"kestrel": …, "baseline": …}``: making the refs, once), ``kestrel_s`` and
 ``baseline_s`` (seconds of each read, in round order), ``correct`` (every read equal to the
 data), and the raylet's counters after the reads: ``spilled_bytes``, ``restored_bytes``,
@@ -39,6 +39,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from ._rig import BLOCK_ROWS, StoreRig
 
 __all__ = ["SPILL_KEYS", "wide_samples", "run", "main"]
 
@@ -77,7 +79,9 @@ def _folder_bytes(path: str) -> int:
     )
 
 
-def run(n: int, width: int, store_mib: int, rounds: int, spill_dir: str) -> dict[str, Any]:
+def run(
+    n: int, width: int, store_mib: int, rounds: int, spill_dir: str, block_rows: int = BLOCK_ROWS
+) -> dict[str, Any]:
     """Start Ray (spilling to ``spill_dir``), store, read ``rounds`` times; Ray shut down after.
 
     Returns:
@@ -88,7 +92,6 @@ def run(n: int, width: int, store_mib: int, rounds: int, spill_dir: str) -> dict
     from kestrel_core import TRAINABLE
 
     from ._naive import fetch_per_sample, put_per_sample
-    from ._rig import StoreRig
 
     # address="local": a new Ray even where `ray start` left a cluster that a plain ray.init()
     # would join (/tmp/ray/ray_current_cluster); Kestrel's init_ray has no such address
@@ -104,7 +107,7 @@ def run(n: int, width: int, store_mib: int, rounds: int, spill_dir: str) -> dict
         arrays = wide_samples(n, width)
         start = time.perf_counter()
         buffer = {"min_samples": 0, "max_samples": n, "validation_samples": 0}
-        rig = StoreRig("ray", buffer, n=n, keys=SPILL_KEYS, samples=arrays)
+        rig = StoreRig("ray", buffer, n=n, keys=SPILL_KEYS, samples=arrays, block_rows=block_rows)
         rig.append_set()
         put_kestrel = time.perf_counter() - start
         start = time.perf_counter()
@@ -130,6 +133,7 @@ def run(n: int, width: int, store_mib: int, rounds: int, spill_dir: str) -> dict
         return {
             "n": n,
             "width": width,
+            "block_rows": block_rows,
             "sample_bytes": sum(a[0].nbytes for a in arrays.values()),
             "store_bytes": int(ray.cluster_resources().get("object_store_memory", 0)),
             "put_s": {"kestrel": put_kestrel, "baseline": put_baseline},
@@ -150,11 +154,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=100_000, help="floats of x per sample")
     parser.add_argument("--store-mib", type=int, default=512, help="object store size, MiB")
     parser.add_argument("--rounds", type=int, default=3, help="reads of each path")
+    parser.add_argument("--block-rows", type=int, default=BLOCK_ROWS, help="rows a stored block")
     parser.add_argument("--out", required=True, help="JSON file to write")
     args = parser.parse_args(argv)
     spill_dir = tempfile.mkdtemp(prefix="kestrel-spill-", dir="/tmp")
     try:
-        result = run(args.n, args.width, args.store_mib, args.rounds, spill_dir)
+        result = run(args.n, args.width, args.store_mib, args.rounds, spill_dir, args.block_rows)
     finally:
         shutil.rmtree(spill_dir, ignore_errors=True)
     with open(args.out, "w", encoding="utf-8") as fh:
