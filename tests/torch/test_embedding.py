@@ -223,6 +223,24 @@ def test_signal_projection_basis_is_stable_once_learned():
     )
 
 
+def test_signal_projection_fitted_once_keeps_its_first_basis():
+    """update_every=0: the basis of the first training call, as with an update_every no run
+    reaches, and the moment is not accumulated after it."""
+    gen = torch.Generator().manual_seed(2)
+    phi = torch.randn(40, 3, dtype=torch.float64, generator=gen)
+    batches = [torch.randn(32, 3, dtype=torch.float64, generator=gen) @ phi.T for _ in range(5)]
+    once, never = SignalProjection(3, update_every=0), SignalProjection(3, update_every=10**9)
+    for mu in batches:
+        once(mu, mu)
+        never(mu, mu)
+        if int(once.calls) == 1:
+            first = once.moment.clone()
+    torch.testing.assert_close(once.basis, never.basis, rtol=0, atol=0)
+    assert torch.equal(once.moment, first) and not torch.equal(never.moment, first)
+    with pytest.raises(ValueError, match="update_every >= 0"):
+        SignalProjection(3, update_every=-1)
+
+
 def test_signal_projection_as_embedding_target_with_scaffold():
     spec = {
         "_target_": "kestrel_torch.embeddings.SignalProjection",
