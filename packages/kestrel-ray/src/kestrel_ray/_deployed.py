@@ -36,7 +36,7 @@ from ._arrays import given_columns, observation_columns, read_arrays
 from ._deployment import Deployment
 from ._errors import unwrap_error
 from ._estimator_files import transfer_estimators
-from ._handles import Pending, collect_trace
+from ._handles import Pending, SubmittedTrace, collect_trace
 from ._plan import call_conditions, forward_plan, inference_plan, resimulation_plan
 from ._refs import Column, RefTrace, chunk_grid
 
@@ -113,20 +113,9 @@ class DeployedGraph(Deployment):
     def submit_from_proposal(
         self, n: int, observations: Mapping[str, Any] | None = None
     ) -> SubmittedTrace:
-        """:meth:`simulate_from_proposal` without waiting: the calls are submitted (queued on
-        the node actors behind whatever they run) and their trace is collected later.
-
-        Raises:
-            CountError: bad ``n``. GraphError: a needed condition has no value.
-        """
-        self._check_deployed()
-        n = check_count(n)
+        """:meth:`simulate_from_proposal` without waiting (see :meth:`submit`)."""
         plan = resimulation_plan(self.graph, "sample_proposal", self._latents, observations or ())
-        avail: dict[str, Column] = dict(self._obs_columns)
-        if observations:
-            avail.update(observation_columns(self.graph, observations))
-        calls = self._submit_calls(n, plan, avail, {}) if n else {}
-        return SubmittedTrace(n, calls)
+        return self.submit(n, plan, observations)
 
     def ingest(self, values: Mapping[str, Any]) -> RefTrace:
         """Given samples of every node (e.g. read from disk) as a trace like :meth:`sample`'s.
@@ -150,7 +139,7 @@ class DeployedGraph(Deployment):
         n, given = given_columns(self.graph, values)
         if n == 0:
             return RefTrace(0)
-        return self._submit(n, forward_plan(self.graph), {}, given)
+        return collect_trace(n, self._submit(n, forward_plan(self.graph), {}, given))
 
     def run(
         self, n: int, plan: Sequence[tuple[str, str]], observations: Mapping[str, Any] | None = None
@@ -171,14 +160,20 @@ class DeployedGraph(Deployment):
             KestrelError: a node failed (its own error, naming the node; user exceptions carry a
                 note naming the node).
         """
+        return self.submit(n, plan, observations).collect()
+
+    def submit(
+        self, n: int, plan: Sequence[tuple[str, str]], observations: Mapping[str, Any] | None = None
+    ) -> SubmittedTrace:
+        """:meth:`run` without waiting: the calls are submitted (queued on the node actors
+        behind whatever they run); :meth:`SubmittedTrace.collect` waits and raises as
+        :meth:`run` does. ``n`` = 0 calls no simulator."""
         self._check_deployed()
         n = check_count(n)
-        if n == 0:
-            return RefTrace(0)  # like sample_forward: no keys, no simulator called
         avail: dict[str, Column] = dict(self._obs_columns)
         if observations:
             avail.update(observation_columns(self.graph, observations))
-        return self._submit(n, plan, avail, {})
+        return SubmittedTrace(n, self._submit(n, plan, avail, {}) if n else {})
 
     def _submit(
         self,
@@ -186,19 +181,10 @@ class DeployedGraph(Deployment):
         plan: Sequence[tuple[str, str]],
         known: dict[str, Column],
         given: Mapping[str, Column],
-    ) -> RefTrace:
-        """Submit the plan, each call conditioned on the columns ``known`` so far (a node in
-        ``given`` gets only its own values), then collect the trace."""
-        return collect_trace(n, self._submit_calls(n, plan, known, given))
-
-    def _submit_calls(
-        self,
-        n: int,
-        plan: Sequence[tuple[str, str]],
-        known: dict[str, Column],
-        given: Mapping[str, Column],
     ) -> dict[str, tuple[str, Pending]]:
-        """Submit the plan's calls (see :meth:`_submit`); node → ``(method, Pending)``."""
+        """Submit the plan, each call conditioned on the columns ``known`` so far (a node in
+        ``given`` gets only its own values); node → ``(method, Pending)``, for
+        :func:`~kestrel_ray._handles.collect_trace`."""
         nodes = self.graph.nodes
         names = list(dict.fromkeys(name for name, _ in plan))
         chunks = chunk_grid(n, [(nodes[m].sample_chunk_size, nodes[m].num_actors) for m in names])
@@ -408,32 +394,3 @@ class DeployedGraph(Deployment):
         actors = {name: self._estimator(name).actor for name in names}
         self.saved_epochs = transfer_estimators(method, actors, folders)
         return folders
-
-
-class SubmittedTrace:
-    """The calls of a trace, submitted and not yet collected (:meth:`DeployedGraph.submit_from_proposal`).
-
-    Attributes:
-        n: number of samples.
-    """
-
-    def __init__(self, n: int, calls: dict[str, tuple[str, Pending]]) -> None:
-        self.n = int(n)
-        self._calls = calls
-        refs = [ref for _, pending in calls.values() for ref in pending.meta_refs]
-        self._refs = refs
-        # a node with a timeout is watched for hangs while its chunks are waited for
-        self.watched = any(pending.chunk_calls for _, pending in calls.values())
-
-    def ready(self) -> bool:
-        """Every call has finished (or failed): :meth:`collect` does not wait."""
-        if not self._refs:
-            return True
-        done, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
-        return len(done) == len(self._refs)
-
-    def collect(self) -> RefTrace:
-        """The trace (waits for the calls; raises a node's failure, as :meth:`DeployedGraph.run`)."""
-        if self.n == 0:
-            return RefTrace(0)
-        return collect_trace(self.n, self._calls)

@@ -26,7 +26,7 @@ from ._errors import unwrap_error
 from ._refs import Column, RefTrace, merge_meta
 from ._timeout import ChunkCall, wait_chunk
 
-__all__ = ["NodeHandle", "Pending", "ActorGroup", "collect_trace"]
+__all__ = ["NodeHandle", "Pending", "ActorGroup", "SubmittedTrace", "collect_trace"]
 
 
 @dataclass
@@ -215,3 +215,32 @@ class NodeHandle(ActorGroup):
             out.chunk_calls.append(ChunkCall(self.actor, i, start, stop, self.timeout))
             start = stop
         return out
+
+
+class SubmittedTrace:
+    """The calls of a trace, submitted and not yet collected (:meth:`DeployedGraph.submit_from_proposal`).
+
+    Attributes:
+        n: number of samples.
+    """
+
+    def __init__(self, n: int, calls: dict[str, tuple[str, Pending]]) -> None:
+        self.n = int(n)
+        self._calls = calls
+        refs = [ref for _, pending in calls.values() for ref in pending.meta_refs]
+        self._refs = refs
+        # a node with a timeout is watched for hangs while its chunks are waited for
+        self.watched = any(pending.chunk_calls for _, pending in calls.values())
+
+    def ready(self) -> bool:
+        """Every call has finished (or failed): :meth:`collect` does not wait."""
+        if not self._refs:
+            return True
+        done, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        return len(done) == len(self._refs)
+
+    def collect(self) -> RefTrace:
+        """The trace (waits for the calls; raises a node's failure, as :meth:`DeployedGraph.run`)."""
+        if self.n == 0:
+            return RefTrace(0)
+        return collect_trace(self.n, self._calls)

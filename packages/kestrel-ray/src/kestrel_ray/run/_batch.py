@@ -145,6 +145,7 @@ def _call(dg: Any, n: int, plan: Sequence[tuple[str, str]], shared: Any, rows: A
     if isinstance(dg, LocalGraph):
         return dg.run(n, plan, shared, rows=rows)
     from .._arrays import observation_columns, put_rows
+    from .._handles import collect_trace
 
     # a DeployedGraph: the columns DeployedGraph.run builds, with n-row columns for ``rows``
     dg._check_deployed()
@@ -153,7 +154,7 @@ def _call(dg: Any, n: int, plan: Sequence[tuple[str, str]], shared: Any, rows: A
         known.update(observation_columns(dg.graph, shared))
     for node, value in rows.items():
         known[node] = put_rows(value, f"observations of {node!r}", ConfigError)
-    return dg._submit(n, plan, known, {})
+    return collect_trace(n, dg._submit(n, plan, known, {}))
 
 
 def run_batch(
