@@ -12,7 +12,12 @@ import pytest
 
 from kestrel_core import ConfigError
 from kestrel_ray import launch
-from kestrel_ray.run._capacity import bytes_per_sample, check_capacity, size_text
+from kestrel_ray.run._capacity import (
+    bytes_per_sample,
+    check_capacity,
+    rounds_in_flight,
+    size_text,
+)
 from tests.integration.helpers import REPO, kestrel_env
 
 from .pressure import ROUNDS, STORE_BYTES, pressure_config
@@ -51,6 +56,16 @@ def test_a_buffer_that_fits_is_logged_and_a_tight_one_warned(caplog):
         check_capacity(buffer(), {"x": MiB}, 200 * MiB, log=log)  # 80 + 2 × 64: 104 %
     assert "may take 208 MiB (104 %) of the 200 MiB" in caplog.records[-1].getMessage()
     assert "spills to disk" in caplog.records[-1].getMessage()
+
+
+def test_a_second_round_in_flight_only_where_its_blocks_fit_the_store():
+    """Two rounds in flight (pipelined resimulation) need the buffer and three rounds within
+    90 % of the store; else one, as before pipelining: a second round's blocks would spill."""
+    assert rounds_in_flight(buffer(simulate_count=33), {"x": MiB}, 200 * MiB) == 2  # 80 + 99
+    assert rounds_in_flight(buffer(simulate_count=34), {"x": MiB}, 200 * MiB) == 1  # 80 + 102
+    assert rounds_in_flight(buffer(), {"x": MiB}, 200 * MiB) == 1  # the pressure run below
+    assert rounds_in_flight(buffer(), {"x": MiB}, None) == 2  # unknown store: no limit
+    assert rounds_in_flight(buffer(), {}, 200 * MiB) == 2
 
 
 def test_a_buffer_that_cannot_fit_names_the_sizes():

@@ -35,7 +35,14 @@ import numpy as np
 
 from kestrel_core import ConfigError
 
-__all__ = ["bytes_per_sample", "buffer_capacity", "check_capacity", "store_capacity", "size_text"]
+__all__ = [
+    "bytes_per_sample",
+    "buffer_capacity",
+    "check_capacity",
+    "rounds_in_flight",
+    "store_capacity",
+    "size_text",
+]
 
 #: a warning when the buffer's blocks and a round in flight may take more than this share
 TIGHT = 0.9
@@ -156,3 +163,22 @@ def check_capacity(
                 size_text(round_bytes),
             )
     return need
+
+
+def rounds_in_flight(buffer: Any, per_sample: Mapping[str, int], capacity: float | None) -> int:
+    """How many resimulation rounds may be in flight at once (:mod:`._rounds`): 2 — the next
+    round's calls queue on the simulator replicas behind the current one's — when the buffer's
+    blocks and three rounds' (two in flight, one being replaced) fit in :data:`TIGHT` of the
+    object store; else 1, so a second round's blocks never make Ray spill. 2 when a size is
+    unknown (``capacity`` ``None``, no bytes measured).
+
+    Args:
+        buffer: the run's :class:`kestrel_core.BufferConfig`. per_sample: node → bytes per
+            sample (:func:`bytes_per_sample`). capacity: the object store's bytes.
+    """
+    sample = int(sum(per_sample.values()))
+    if capacity is None or sample == 0:
+        return 2
+    round_bytes = int(getattr(buffer, "simulate_count", 0) or 0) * sample
+    fits = buffer_capacity(buffer) * sample + 3 * round_bytes <= TIGHT * capacity
+    return 2 if fits else 1

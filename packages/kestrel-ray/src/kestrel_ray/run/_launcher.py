@@ -36,6 +36,7 @@ from kestrel_core._store._buffer_file import BUFFER_FILE
 
 from .._errors import RunError, describe_failure, unwrap_error
 from ._budget import Budget, restore_counts, write_budget
+from ._capacity import rounds_in_flight, store_capacity
 from ._endsample import sample_at_end
 from ._initial import append_initial_samples
 from ._logging import FILE_ONLY
@@ -228,6 +229,7 @@ class Launcher:
             self.buffer,
             self.budget,
             deterministic=self.deterministic,
+            in_flight=rounds_in_flight(self.buffer, self.session.sample_bytes, store_capacity()),
             append=lambda trace, what: self._append(trace, what, wait=False),
             finish=self._finish_append,
             stats=self.dg.buffer_stats,

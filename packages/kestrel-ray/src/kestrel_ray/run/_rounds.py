@@ -15,9 +15,10 @@ for them (:meth:`~kestrel_ray.DeployedGraph.submit_from_proposal`), its trace is
 appended once its calls are done, and the next round is drawn as soon as it is due — its calls
 queue on the node actors behind the current round's, so a simulator replica that finishes its
 part of one round starts on the next at once. Two is the bound (backpressure: a slow simulator
-never has more than one round waiting behind the one it runs). Deterministic launches, and
-graphs with a node ``timeout`` (whose hang watch waits for each call), keep one round at a
-time, collected as soon as it is drawn.
+never has more than one round waiting behind the one it runs). Deterministic launches,
+graphs with a node ``timeout`` (whose hang watch waits for each call), and buffers whose blocks
+and three rounds would not fit the object store (a second round in flight would make Ray spill,
+:func:`~kestrel_ray.run._capacity.rounds_in_flight`) keep one round at a time.
 
 When the budget is spent, or the launch stops, the estimators hear that no more rounds come.
 After training ended with budget left (``max_epochs`` reached), the rest of the budget is drawn
@@ -62,7 +63,10 @@ class Resimulation:
         buffer: the buffer config (``simulate_count``, ``epochs_per_round``,
             ``simulate_interval``, ``simulate_when_full``, ``max_samples``).
         budget: the run's budget (updated as rows reach the store).
-        deterministic: the estimators train under a deterministic schedule.
+        deterministic: the estimators train under a deterministic schedule (one round in
+            flight).
+        in_flight: the most rounds in flight otherwise (2; 1 where two rounds' blocks would
+            not fit the object store, :func:`~kestrel_ray.run._capacity.rounds_in_flight`).
         append: ``append(trace, what)`` → the append's ref (the launcher counts non-finite rows).
         finish: ``finish(ref)`` → rows kept, once the append is done.
         stats: ``stats()`` → the store's counts (for ``simulate_when_full: false``).
@@ -76,6 +80,7 @@ class Resimulation:
         budget: Budget,
         *,
         deterministic: bool,
+        in_flight: int = 2,
         append: Callable[[Any, str], Any],
         finish: Callable[[Any], int],
         stats: Callable[[], dict[str, int]],
@@ -88,7 +93,7 @@ class Resimulation:
         self.drawn = 0  # rounds drawn
         self._ready: dict[str, Any] | None = None  # node → ref: is round self.round + 1 ready
         self._pending: deque[_Round] = deque()  # rounds in flight, oldest first
-        self._depth = 1 if deterministic else 2
+        self._depth = 1 if deterministic else max(1, int(in_flight))
         self._next = 0.0
         self._closed = False
         self._warned = False
