@@ -148,7 +148,7 @@ def check_capacity(
             100.0 * need / capacity,
             skipped,
         )
-        round_bytes = int(getattr(buffer, "simulate_count", 0) or 0) * sample
+        round_bytes = _round_bytes(buffer, sample)
         peak = need + 2 * round_bytes
         if peak > TIGHT * capacity:
             log.warning(
@@ -179,6 +179,10 @@ def rounds_in_flight(buffer: Any, per_sample: Mapping[str, int], capacity: float
     sample = int(sum(per_sample.values()))
     if capacity is None or sample == 0:
         return 2
-    round_bytes = int(getattr(buffer, "simulate_count", 0) or 0) * sample
-    fits = buffer_capacity(buffer) * sample + 3 * round_bytes <= TIGHT * capacity
+    fits = buffer_capacity(buffer) * sample + 3 * _round_bytes(buffer, sample) <= TIGHT * capacity
     return 2 if fits else 1
+
+
+def _round_bytes(buffer: Any, sample: int) -> int:
+    """Bytes of one resimulation round: ``simulate_count`` samples of ``sample`` bytes."""
+    return int(getattr(buffer, "simulate_count", 0) or 0) * sample
