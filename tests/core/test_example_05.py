@@ -108,5 +108,5 @@ def test_config_prior_is_a_standard_normal_in_ten_dimensions():
         "validation_samples": 1024,
         "simulate_count": 128,
         "epochs_per_round": 0,
-        "simulate_interval": 0.1,
+        "simulate_interval": 0.05,
     }
