@@ -1,7 +1,8 @@
 """The Ray store's whole buffer to a snapshot on the driver, and back into a new store.
 
 A launch that stops reads every readable row of the store actor on the driver
-(:func:`snapshot_store`: one checkout, one batched ``ray.get`` of the blocks through the
+(:func:`snapshot_store`: one checkout, batched ``ray.get`` s of the blocks — one per
+:func:`~kestrel_ray._read_budget.read_budget` bytes — through the
 :class:`~kestrel_ray.StoreHandle`) and writes ``buffer.npz``
 (:func:`kestrel_core._store.write_buffer_file`); a resumed launch reads the file and
 :func:`restore_store` puts the rows into its new store actor: the driver ``ray.put`` s one
@@ -17,6 +18,7 @@ import ray
 from kestrel_core import BlockMeta
 from kestrel_core._store import BufferSnapshot, take_snapshot
 
+from ._read_budget import read_budget, row_bytes
 from ._store_handle import StoreHandle
 
 __all__ = ["snapshot_store", "restore_store"]
@@ -31,7 +33,13 @@ def snapshot_store(store: StoreHandle) -> BufferSnapshot | None:
     schema = store.schema()
     if not schema:
         return None
-    return take_snapshot(store, sorted(schema), store.wait)
+    return take_snapshot(
+        store,
+        sorted(schema),
+        store.wait,
+        row_bytes={key: row_bytes(*spec) for key, spec in schema.items()},
+        max_bytes=read_budget(),
+    )
 
 
 def restore_store(store: StoreHandle, snapshot: BufferSnapshot) -> int:

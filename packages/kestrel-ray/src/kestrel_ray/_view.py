@@ -1,7 +1,8 @@
 """``RayBufferView``: the loader's window on the Ray store (refs → arrays, batched).
 
 The one place the training side turns block refs into arrays: ``fetch`` checks out the ids the
-caller lacks, resolves every block it needs with one batched wait, gathers the rows per key in
+caller lacks, resolves the blocks it needs with one batched wait (one per
+:func:`~kestrel_ray._read_budget.read_budget` bytes of blocks when they are more), gathers the rows per key in
 ``new_ids`` order into fresh arrays (kestrel-core's :func:`~kestrel_core._store.read_checkout`,
 as the in-memory view does), and always releases the checkout. It is safe to call from any
 thread (the torch loader calls it from its background thread).
@@ -23,6 +24,7 @@ import numpy as np
 from kestrel_core import Fetch
 from kestrel_core._store import Schema, empty_spec, read_checkout
 
+from ._read_budget import read_budget, row_bytes
 from ._store_handle import StoreHandle
 
 __all__ = ["RayBufferView"]
@@ -76,7 +78,14 @@ class RayBufferView:
         keys = [str(k) for k in keys]
         co = self._store.checkout(statuses, keys, max_samples=max_samples, held_ids=held_ids)
         try:
-            arrays = read_checkout(co, keys, self._resolve, self._empty_spec)
+            arrays = read_checkout(
+                co,
+                keys,
+                self._resolve,
+                self._empty_spec,
+                row_bytes={key: row_bytes(*self._empty_spec(key)) for key in keys},
+                max_bytes=read_budget(),
+            )
         finally:
             self._store.release_nowait(co.token)  # ordered after the checkout by Ray
         return Fetch(active_ids=co.active_ids, new_ids=co.new_ids, arrays=arrays)

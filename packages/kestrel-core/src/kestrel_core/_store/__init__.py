@@ -26,7 +26,7 @@ from ._buffer_file import (
     take_snapshot,
     write_buffer_file,
 )
-from ._gather import empty_spec, gather_rows, read_checkout
+from ._gather import empty_spec, gather_rows, read_checkout, read_groups
 from ._index import BlockIndex
 from ._journal import (
     JOURNAL_DIR,
@@ -81,6 +81,7 @@ __all__ = [
     "InMemoryStore",
     "read_checkout",
     "gather_rows",
+    "read_groups",
     "empty_spec",
     "InMemoryBufferView",
 ]

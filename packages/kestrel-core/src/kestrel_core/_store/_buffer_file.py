@@ -92,6 +92,9 @@ def take_snapshot(
     store: SampleStore,
     keys: Sequence[str],
     resolve: Callable[[list[Any]], list[Any]] = list,
+    *,
+    row_bytes: Mapping[str, int] | None = None,
+    max_bytes: int | None = None,
 ) -> BufferSnapshot:
     """Every readable row of ``store`` with its id and status.
 
@@ -104,6 +107,8 @@ def take_snapshot(
         keys: the flat keys to save (the store's schema).
         resolve: block values → arrays, in order (the identity in memory; one batched
             ``ray.get`` for Ray's refs).
+        row_bytes, max_bytes: resolve the blocks in groups of at most ``max_bytes`` (see
+            :func:`~kestrel_core._store.read_checkout`); ``None``: all at once.
 
     Returns:
         A :class:`BufferSnapshot` (``source`` empty).
@@ -114,7 +119,14 @@ def take_snapshot(
     keys = [str(k) for k in keys]
     checkout = store.checkout([int(s) for s in LIVE], keys)
     try:
-        arrays = read_checkout(checkout, keys, resolve, lambda key: ((), np.float64))
+        arrays = read_checkout(
+            checkout,
+            keys,
+            resolve,
+            lambda key: ((), np.float64),
+            row_bytes=row_bytes,
+            max_bytes=max_bytes,
+        )
         ids = np.asarray(checkout.new_ids, dtype=np.int64)
         statuses = np.asarray(store.status(ids), dtype=np.int8)
         total = int(store.stats().get("total", 0))
