@@ -1,5 +1,6 @@
 """`bench:compare`'s smoke: Kestrel (amortised) and sbi run the two-moons task end to end at
-1000 simulations.
+1000 simulations, scored with sbi's early-stopping C2ST classifier (the flag's way through the
+child processes; the benchmark's classifier is tested in tests/core/test_c2st.py).
 
 The full comparison (10 000 simulations, three tasks, several seeds) takes most of an hour and
 is run by hand (`hatch run bench:compare`, figures in RESULTS.md). This file runs first: its
@@ -27,7 +28,7 @@ def test_each_tool_learns_two_moons_from_1000_simulations(
 ) -> None:
     out = tmp_path / "rows.json"
     argv = ["--tasks", "07_two_moons", "--simulations", str(SIMULATIONS), "--samples", "2000"]
-    argv += ["--tools", *TOOLS, "--json", str(out)]
+    argv += ["--tools", *TOOLS, "--json", str(out), "--c2st", "early-stopping"]
     assert compare.main(argv) == 0
     rows = json.loads(out.read_text())
     assert [r["tool"] for r in rows] == list(TOOLS)

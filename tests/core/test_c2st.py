@@ -80,3 +80,27 @@ def test_kestrel_core_imports_without_scikit_learn():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "ok"
     assert "c2st" in kestrel_core.__all__
+
+
+def test_the_early_stopping_variant_scores_like_the_benchmark_and_is_sbis_classifier(monkeypatch):
+    _sklearn()
+    import kestrel_core._c2st as module
+
+    rng = np.random.default_rng(2)
+    reference, shifted = rng.normal(size=(1000, 2)), rng.normal(size=(1000, 2)) + [1.0, 0.0]
+    assert 0.62 <= c2st(reference, shifted, early_stopping=True) <= 0.74
+    assert 0.42 <= c2st(reference, rng.normal(size=(1000, 2)), early_stopping=True) <= 0.58
+
+    made: list[dict] = []
+    classifier, folds, cross_val_score = module._sklearn()
+
+    def recording(estimator, *args, **kwargs):
+        made.append(estimator.get_params())
+        return cross_val_score(estimator, *args, **kwargs)
+
+    monkeypatch.setattr(module, "_sklearn", lambda: (classifier, folds, recording))
+    c2st(reference[:100], shifted[:100], early_stopping=True)
+    c2st(reference[:100], shifted[:100])
+    fast, benchmark = made
+    assert (fast["max_iter"], fast["early_stopping"], fast["n_iter_no_change"]) == (1000, True, 50)
+    assert (benchmark["max_iter"], benchmark["early_stopping"]) == (10_000, False)
