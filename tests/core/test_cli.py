@@ -14,7 +14,8 @@ from kestrel_core._cli import main
 from .test_config import write_run
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted(p.parent for p in (ROOT / "examples").glob("*/config.yml"))
+#: every config file of the examples (``config.yml`` and variants such as ``amortized.yml``)
+EXAMPLE_CONFIGS = sorted((ROOT / "examples").glob("*/*.yml"))
 
 
 @pytest.fixture
@@ -230,9 +231,10 @@ def test_console_entry_point_runs_without_traceback(tmp_path):
 # --- the examples -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_every_example_config_loads_and_simulates(example, tmp_path, capsys, no_plugins):
-    config = example / "config.yml"
+@pytest.mark.parametrize(
+    "config", EXAMPLE_CONFIGS, ids=[f"{p.parent.name}/{p.name}" for p in EXAMPLE_CONFIGS]
+)
+def test_every_example_config_loads_and_simulates(config, tmp_path, capsys, no_plugins):
     assert main(["graph", "-c", str(config)]) == 0
     assert (
         main(
