@@ -37,7 +37,7 @@ BLOCKS = [
     {"theta": np.arange(8.0 * k, 8.0 * k + 8).reshape(4, 2), "x": np.full((4, 3), k, np.float32)}
     for k in range(6)
 ]
-ROW_BYTES = {"theta": 2 * 8, "x": 3 * 4}  # 28 bytes a row, 112 a block
+SCHEMA = {"theta": ((2,), np.dtype(np.float64)), "x": ((3,), np.dtype(np.float32))}  # 28 B a row
 
 
 def test_groups_never_ask_for_more_than_the_budget_and_read_the_same_rows():
@@ -48,7 +48,7 @@ def test_groups_never_ask_for_more_than_the_budget_and_read_the_same_rows():
         ["theta", "x"],
         recording(calls),
         no_empty,
-        row_bytes=ROW_BYTES,
+        schema=SCHEMA,
         max_bytes=250,  # two blocks of 112 bytes a group
     )
     assert [len(c) // 2 for c in calls] == [2, 2, 2]
@@ -60,14 +60,14 @@ def test_groups_never_ask_for_more_than_the_budget_and_read_the_same_rows():
 
 def test_without_a_budget_every_block_is_asked_for_in_one_call():
     calls: list[list[int]] = []
-    read_checkout(checkout_of(BLOCKS), ["theta"], recording(calls), no_empty, row_bytes=ROW_BYTES)
+    read_checkout(checkout_of(BLOCKS), ["theta"], recording(calls), no_empty, schema=SCHEMA)
     assert len(calls) == 1 and len(calls[0]) == len(BLOCKS)
 
 
 def test_a_block_larger_than_the_budget_is_a_group_of_its_own():
     calls: list[list[int]] = []
     out = read_checkout(
-        checkout_of(BLOCKS[:3]), ["x"], recording(calls), no_empty, row_bytes=ROW_BYTES, max_bytes=1
+        checkout_of(BLOCKS[:3]), ["x"], recording(calls), no_empty, schema=SCHEMA, max_bytes=1
     )
     assert len(calls) == 3
     np.testing.assert_array_equal(out["x"][:, 0], np.repeat([0, 1, 2], 4).astype(np.float32))
@@ -81,7 +81,7 @@ def test_rows_of_part_of_each_block_in_new_ids_order():
         ["theta"],
         recording(calls),
         no_empty,
-        row_bytes=ROW_BYTES,
+        schema=SCHEMA,
         max_bytes=40,  # the estimate counts up to the last row read
     )
     expect = np.concatenate([BLOCKS[i]["theta"][r] for i, r in enumerate(rows) if r])
@@ -91,7 +91,14 @@ def test_rows_of_part_of_each_block_in_new_ids_order():
 
 def test_a_wider_dtype_in_a_later_group_widens_the_result_exactly():
     blocks = [{"a": np.array([[1.5], [2.5]], np.float32)}, {"a": np.array([[0.1], [1e300]])}]
-    out = read_checkout(checkout_of(blocks), ["a"], list, no_empty, row_bytes={"a": 8}, max_bytes=8)
+    out = read_checkout(
+        checkout_of(blocks),
+        ["a"],
+        list,
+        no_empty,
+        schema={"a": ((1,), np.dtype(np.float64))},
+        max_bytes=8,
+    )
     assert out["a"].dtype == np.float64
     np.testing.assert_array_equal(out["a"][:, 0], [1.5, 2.5, 0.1, 1e300])
 
@@ -99,12 +106,19 @@ def test_a_wider_dtype_in_a_later_group_widens_the_result_exactly():
 def test_per_sample_shapes_that_differ_across_groups_are_a_store_error():
     blocks = [{"a": np.zeros((2, 3))}, {"a": np.zeros((2, 4))}]
     with pytest.raises(StoreError, match="'a'.*per-sample shapes"):
-        read_checkout(checkout_of(blocks), ["a"], list, no_empty, row_bytes={"a": 8}, max_bytes=8)
+        read_checkout(
+            checkout_of(blocks),
+            ["a"],
+            list,
+            no_empty,
+            schema={"a": ((1,), np.dtype(np.float64))},
+            max_bytes=8,
+        )
 
 
 def test_read_groups_are_consecutive_and_cover_every_read():
     reads = checkout_of(BLOCKS).reads
-    groups = read_groups(reads, ["theta", "x"], ROW_BYTES, 300)
+    groups = read_groups(reads, ["theta", "x"], SCHEMA, 300)
     assert [len(g) for g in groups] == [2, 2, 2]
     assert [r for g in groups for r in g] == list(reads)
     assert read_groups(reads, ["theta"], None, 300) == [reads]

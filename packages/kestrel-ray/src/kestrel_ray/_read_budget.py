@@ -12,17 +12,14 @@ blocks in groups of at most :func:`read_budget` bytes
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
 import ray
 
-__all__ = ["READ_SHARE", "read_budget", "row_bytes"]
+__all__ = ["READ_SHARE", "read_budget"]
 
 #: the share of this node's object store one group of a read may take
 READ_SHARE = 0.25
 
-_stores: dict[str, int] = {}  # Ray node id → bytes of its object store
+_stores: dict[str, int] = {}  # Ray node id → bytes of its object store (0: unknown)
 
 
 def read_budget(share: float = READ_SHARE) -> int | None:
@@ -35,17 +32,10 @@ def read_budget(share: float = READ_SHARE) -> int | None:
     if not ray.is_initialized():
         return None
     node = ray.get_runtime_context().get_node_id()
-    if node not in _stores:
-        for info in ray.nodes():
-            if info.get("NodeID") == node:
-                _stores[node] = int(info.get("Resources", {}).get("object_store_memory", 0))
-    size = _stores.get(node, 0)
+    if node not in _stores:  # asked of the GCS once per node, found or not: reads are frequent
+        infos = [n for n in ray.nodes() if n.get("NodeID") == node]
+        _stores[node] = (
+            int(infos[0].get("Resources", {}).get("object_store_memory", 0)) if infos else 0
+        )
+    size = _stores[node]
     return max(1, int(size * share)) if size > 0 else None
-
-
-def row_bytes(shape: tuple[int, ...], dtype: Any) -> int:
-    """Bytes of one row of per-sample shape ``shape`` and ``dtype``."""
-    size = np.dtype(dtype).itemsize
-    for extent in shape:
-        size *= int(extent)
-    return int(size)

@@ -18,7 +18,7 @@ import ray
 from kestrel_core import BlockMeta
 from kestrel_core._store import BufferSnapshot, take_snapshot
 
-from ._read_budget import read_budget, row_bytes
+from ._read_budget import read_budget
 from ._store_handle import StoreHandle
 
 __all__ = ["snapshot_store", "restore_store"]
@@ -37,7 +37,7 @@ def snapshot_store(store: StoreHandle) -> BufferSnapshot | None:
         store,
         sorted(schema),
         store.wait,
-        row_bytes={key: row_bytes(*spec) for key, spec in schema.items()},
+        schema=schema,
         max_bytes=read_budget(),
     )
 

@@ -24,7 +24,7 @@ import numpy as np
 from kestrel_core import Fetch
 from kestrel_core._store import Schema, empty_spec, read_checkout
 
-from ._read_budget import read_budget, row_bytes
+from ._read_budget import read_budget
 from ._store_handle import StoreHandle
 
 __all__ = ["RayBufferView"]
@@ -78,13 +78,10 @@ class RayBufferView:
         keys = [str(k) for k in keys]
         co = self._store.checkout(statuses, keys, max_samples=max_samples, held_ids=held_ids)
         try:
+            # a read larger than a share of the object store is resolved in groups
+            schema, budget = (self._schema_of(keys), read_budget()) if co.reads else (None, None)
             arrays = read_checkout(
-                co,
-                keys,
-                self._resolve,
-                self._empty_spec,
-                row_bytes={key: row_bytes(*self._empty_spec(key)) for key in keys},
-                max_bytes=read_budget(),
+                co, keys, self._resolve, self._empty_spec, schema=schema, max_bytes=budget
             )
         finally:
             self._store.release_nowait(co.token)  # ordered after the checkout by Ray
@@ -98,11 +95,15 @@ class RayBufferView:
         values = self._store.wait(list(unique))
         return [values[unique[ref]] for ref in refs]
 
-    def _empty_spec(self, key: str) -> tuple[tuple[int, ...], Any]:
+    def _schema_of(self, keys: Sequence[str]) -> Schema:
+        """The store's schema, asked again only while it lacks one of ``keys``."""
         with self._lock:
-            if self._schema is None or key not in self._schema:
+            if self._schema is None or any(key not in self._schema for key in keys):
                 self._schema = self._store.schema() or {}
-            return empty_spec(self._schema, key)
+            return self._schema
+
+    def _empty_spec(self, key: str) -> tuple[tuple[int, ...], Any]:
+        return empty_spec(self._schema_of([key]), key)
 
     def discard(self, ids: Sequence[int] | np.ndarray) -> None:
         """Mark TRAINING ids DISFAVOURED; returns before the store applied it."""

@@ -32,6 +32,7 @@ from .._errors import StoreError
 from .._npz import save_npz
 from ._gather import read_checkout
 from ._lifecycle import LIVE, Status
+from ._meta import Schema
 from ._protocol import SampleStore
 
 __all__ = [
@@ -93,7 +94,7 @@ def take_snapshot(
     keys: Sequence[str],
     resolve: Callable[[list[Any]], list[Any]] = list,
     *,
-    row_bytes: Mapping[str, int] | None = None,
+    schema: Schema | None = None,
     max_bytes: int | None = None,
 ) -> BufferSnapshot:
     """Every readable row of ``store`` with its id and status.
@@ -107,7 +108,7 @@ def take_snapshot(
         keys: the flat keys to save (the store's schema).
         resolve: block values → arrays, in order (the identity in memory; one batched
             ``ray.get`` for Ray's refs).
-        row_bytes, max_bytes: resolve the blocks in groups of at most ``max_bytes`` (see
+        schema, max_bytes: resolve the blocks in groups of at most ``max_bytes`` (see
             :func:`~kestrel_core._store.read_checkout`); ``None``: all at once.
 
     Returns:
@@ -124,7 +125,7 @@ def take_snapshot(
             keys,
             resolve,
             lambda key: ((), np.float64),
-            row_bytes=row_bytes,
+            schema=schema,
             max_bytes=max_bytes,
         )
         ids = np.asarray(checkout.new_ids, dtype=np.int64)

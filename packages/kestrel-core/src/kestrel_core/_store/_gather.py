@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import StoreError
+from ._meta import Schema
 from ._protocol import BlockRead, Checkout
 
 __all__ = ["read_checkout", "read_groups", "gather_rows", "empty_spec"]
@@ -24,14 +25,14 @@ def read_checkout(
     resolve: Callable[[list[Any]], list[Any]],
     empty: Callable[[str], tuple[tuple[int, ...], Any]],
     *,
-    row_bytes: Mapping[str, int] | None = None,
+    schema: Schema | None = None,
     max_bytes: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The new rows of a checkout for every key.
 
-    With ``row_bytes`` and ``max_bytes``, the reads are resolved in groups: consecutive reads
-    whose blocks take at most ``max_bytes`` together (at least one read a group; a block's bytes
-    estimated as ``(max(rows) + 1) · Σ row_bytes``), each group's rows copied out and its values
+    With the store's ``schema`` and ``max_bytes``, the reads are resolved in groups: consecutive
+    reads whose blocks take at most ``max_bytes`` together (:func:`read_groups`; at least one
+    read a group), each group's rows copied out and its values
     dropped before the next is asked for. A read of more than the object store holds then never
     asks it for every block at once: on Ray 2.60 with a 512 MiB store, one ``ray.get`` of 1.6 GB
     of spilled blocks took 5–10 s where groups of 128 MiB took 0.6–2 s (RESULTS.md, "Beyond the
@@ -43,7 +44,7 @@ def read_checkout(
         resolve: ``[read.block[key] for read in group for key in keys]`` → their arrays, in the
             same order (called once per group; not at all for an empty checkout).
         empty: key → ``(D, dtype)`` of a key without rows to read.
-        row_bytes: key → bytes of one row of that key (missing keys count 0).
+        schema: the store's key schema (sizes the blocks; keys it lacks count 0 bytes).
         max_bytes: the most block bytes one ``resolve`` call may ask for; ``None``: one call.
 
     Returns:
@@ -62,7 +63,7 @@ def read_checkout(
             out[key] = np.empty((0, *shape), dtype)
         return out
     rows = [Gathered(key, len(checkout.new_ids)) for key in keys]
-    for group in read_groups(reads, keys, row_bytes, max_bytes):
+    for group in read_groups(reads, keys, schema, max_bytes):
         values = resolve([read.block[key] for read in group for key in keys])
         for j, gathered in enumerate(rows):
             gathered.add(
@@ -75,17 +76,18 @@ def read_checkout(
 def read_groups(
     reads: Sequence[BlockRead],
     keys: Sequence[str],
-    row_bytes: Mapping[str, int] | None,
+    schema: Schema | None,
     max_bytes: int | None,
 ) -> list[Sequence[BlockRead]]:
     """``reads`` cut into consecutive groups of at most ``max_bytes`` of blocks (≥ 1 read each).
 
-    A block's bytes are estimated from the rows read (``(max(rows) + 1)`` rows of
-    ``Σ row_bytes[key]``): exact for a whole block, a lower bound for part of one.
+    A block's bytes are estimated from the rows read and the schema: ``max(rows) + 1`` rows of
+    every key's per-sample shape and dtype — exact for a whole block of the schema's dtypes, a
+    lower bound for part of a block.
     """
-    if max_bytes is None or not row_bytes or not reads:
+    if max_bytes is None or not schema or not reads:
         return [reads]
-    per_row = sum(int(row_bytes.get(key, 0)) for key in keys)
+    per_row = sum(_row_bytes(*schema[key]) for key in keys if key in schema)
     groups: list[Sequence[BlockRead]] = []
     start, size = 0, 0
     for i, read in enumerate(reads):
@@ -153,6 +155,11 @@ def gather_rows(key: str, parts: Sequence[tuple[np.ndarray, np.ndarray]], k: int
     gathered = Gathered(key, k)
     gathered.add(parts)
     return gathered.result()
+
+
+def _row_bytes(shape: tuple[int, ...], dtype: Any) -> int:
+    """Bytes of one row of per-sample shape ``shape`` and ``dtype``."""
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
 def _copy_rows(
