@@ -39,7 +39,9 @@ SHORT = [
 #: float32 training rounds differently on another CPU: at 35 epochs seed 1 gave 0.638 on one
 #: machine and 0.723 on an AVX-512 one (seeds 2, 3: 0.589, 0.545 and 0.602, 0.590) — an
 #: under-trained run sits near the bound. At 50 epochs (the AVX-512 machine, 2026-12-01):
-#: seeds 1, 2, 3 give 0.544, 0.578, 0.568; launches of 50–53 s, scoring 6–19 s. A posterior with
+#: seeds 1, 2, 3 give 0.544, 0.578, 0.568; launches of 50–53 s, scoring 6–19 s. On this 2-core
+#: machine (2026-12-02) seed 1 gave 0.628 with the flow before it had an affine layer next to
+#: its base, 0.549 (launch 45 s, scoring 12 s) with it. A posterior with
 #: only one of the two crescents scores about 0.75, one still shaped like the prior about 1.0.
 MAX_C2ST_SHORT = 0.70
 #: seconds of training before a graceful stop, should a loaded machine be very slow (a run
