@@ -53,9 +53,7 @@ def _affine_nsf(
             features=features, context=context, hidden_features=hidden_features
         )
 
-    return zuko.flows.Flow(
-        transform=[affine(), *nsf.transform.transforms, affine()], base=nsf.base
-    )
+    return zuko.flows.Flow(transform=[affine(), *nsf.transform.transforms, affine()], base=nsf.base)
 
 
 class FlowHead(PosteriorHead):
