@@ -551,3 +551,16 @@ def test_budget_loads_and_epochs_per_round_is_checked(tmp_path):
     base["buffer"]["epochs_per_round"] = -1
     with pytest.raises(ConfigError, match=r"buffer\.epochs_per_round: expected an integer ≥ 0"):
         load_config(base)
+
+
+def test_buffer_pace_names_how_rounds_are_spaced():
+    base = {"min_samples": 10, "max_samples": 20, "validation_samples": 5}
+    assert BufferConfig(**base).pace == "a round every 1 epochs"
+    assert (
+        BufferConfig(**base, epochs_per_round=2, simulate_interval=0.5).pace
+        == "a round every 2 epochs, at least 0.5 s apart"
+    )
+    assert BufferConfig(**base, epochs_per_round=0, simulate_interval=0.05).pace == (
+        "a round every 0.05 s"
+    )
+    assert BufferConfig(**base, epochs_per_round=0).pace == "rounds back to back"

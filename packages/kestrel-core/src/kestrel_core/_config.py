@@ -95,6 +95,17 @@ class BufferConfig:
     initial_samples_path: str | None = None
     journal: bool = True
 
+    @property
+    def pace(self) -> str:
+        """How re-simulation rounds are spaced, in words (for logs): ``"a round every 2
+        epochs"``, ``"a round every 2 epochs, at least 0.5 s apart"``, ``"a round every
+        0.05 s"`` or ``"rounds back to back"``."""
+        interval = f"{self.simulate_interval:g} s"
+        if self.epochs_per_round:
+            every = f"a round every {self.epochs_per_round} epochs"
+            return f"{every}, at least {interval} apart" if self.simulate_interval else every
+        return f"a round every {interval}" if self.simulate_interval else "rounds back to back"
+
 
 @dataclass(frozen=True)
 class BudgetConfig:

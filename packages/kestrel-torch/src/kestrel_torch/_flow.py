@@ -35,10 +35,10 @@ def _affine_nsf(
     conditional is much narrower than the buffer; the last one maps the splines' output onto
     the standard-normal base. Without that last layer the splines meet the base directly and,
     where no training row constrains them, send base draws far from the posterior: on example
-    06 (a ridge 12–25× narrower than the prior, trained with proposals) 1–6 % of the posterior
-    draws lay beyond 4 σ (Mahalanobis, up to 76 σ; the exact posterior: 0.01 %) and inflated
-    the posterior σ 1.15–1.39×, while the core's width was right; with it, 0.3–0.7 % and
-    0.89–0.99× (seeds 1, 2; 2026-12-02).
+    06 (a ridge 12–25× narrower than the prior, trained with proposals) 1.5–2.6 % of the
+    posterior draws lay beyond 4 σ (Mahalanobis, up to 76 σ; the exact posterior: 0.01 %) and
+    inflated the posterior σ 1.06–1.36×, while the core's width was right; with it, 0.7–3.1 %
+    and 0.88–1.06× in four of five runs (1.22–1.33× in the fifth; examples/06_sir/README.md).
     """
     nsf = zuko.flows.NSF(
         features=features,

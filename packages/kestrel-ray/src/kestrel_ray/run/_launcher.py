@@ -238,17 +238,10 @@ class Launcher:
         self.resim.start()
         futures = self.dg.start_training()
         self._training = {ref: node for node, ref in futures.items()}
-        pace = (
-            f"a round every {self.buffer.epochs_per_round} epochs"
-            if self.buffer.epochs_per_round
-            else f"a round every {self.buffer.simulate_interval:g} s"
-            if self.buffer.simulate_interval
-            else "rounds back to back"
-        )
         self.log.info(
             "training: started on %s (%s%s)",
             list(futures),
-            pace,
+            self.buffer.pace,
             ", deterministic" if self.deterministic else "",
         )
         self._enter(Phase.TRAINING)
