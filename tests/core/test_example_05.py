@@ -104,7 +104,7 @@ def test_config_prior_is_a_standard_normal_in_ten_dimensions():
     assert (theta["evidence"], theta["scaffolds"]) == (["x"], ["mu"])
     assert cfg["buffer"] == {
         "min_samples": 2048,
-        "max_samples": 2048,
+        "max_samples": 8192,
         "validation_samples": 1024,
         "simulate_count": 128,
         "epochs_per_round": 0,
