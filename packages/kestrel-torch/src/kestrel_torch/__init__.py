@@ -16,6 +16,7 @@ __all__ = [
     "StepwiseEstimator",
     "GaussianPosterior",
     "FlowPosterior",
+    "FlowLikelihood",
 ]
 
 from . import embeddings
@@ -25,5 +26,6 @@ from ._embedding import Embedding, build_embedding
 from ._estimator import StepwiseEstimator
 from ._flow import FlowPosterior
 from ._gaussian import GaussianPosterior
+from ._likelihood import FlowLikelihood
 from ._loader import CachedDataLoader
 from ._norm import RunningNorm

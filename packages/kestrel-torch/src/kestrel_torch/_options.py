@@ -25,7 +25,7 @@ from kestrel_core._suggest import unknown
 
 from ._errors import ConfigError
 
-__all__ = ["EstimatorOptions", "GaussianOptions", "FlowOptions", "option"]
+__all__ = ["EstimatorOptions", "GaussianOptions", "FlowOptions", "LikelihoodOptions", "option"]
 
 _O = TypeVar("_O", bound="EstimatorOptions")
 
@@ -238,3 +238,32 @@ class FlowOptions(EstimatorOptions):
     bins: int = option(8, integer(1))
     num_atoms: int = option(10, integer(2))
     momentum: float = option(0.01, real(0.0, 1.0, low_open=True))
+
+
+def _no_discards(owner: str, key: str, value: Any, options: Any) -> bool:
+    if flag(owner, key, value, options):
+        raise ConfigError(
+            f"{owner}({key}={value!r}): a likelihood estimator has no posterior density of the "
+            "training rows to discard them by; drop discard_samples"
+        )
+    return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LikelihoodOptions(EstimatorOptions):
+    """Options of :class:`~kestrel_torch.FlowLikelihood`: the common ones (``discard_samples``
+    refused), and
+
+    Attributes:
+        transforms: spline layers (≥ 1). hidden_features: widths of their hidden layers.
+        bins: spline bins (≥ 1). momentum: weight of a training batch in the running
+        statistics, in (0, 1]. mcmc_steps: Metropolis steps of every draw (≥ 0;
+        :mod:`~kestrel_torch._mcmc`).
+    """
+
+    transforms: int = option(3, integer(1))
+    hidden_features: tuple[int, ...] = option((64, 64), widths)
+    bins: int = option(8, integer(1))
+    momentum: float = option(0.01, real(0.0, 1.0, low_open=True))
+    mcmc_steps: int = option(200, integer(0))
+    discard_samples: bool = option(False, _no_discards)
