@@ -33,43 +33,67 @@ CONFIG = {
     "transforms": 2,
     "hidden_features": (32, 32),
     "lr": 3e-3,
-    "mcmc_steps": 100,
 }
 
 
 # -- the sampler on exact densities ---------------------------------------------------------------
-def test_mcmc_groups_reach_their_own_gaussians() -> None:
+def gaussian_likelihood(centre: torch.Tensor, width: torch.Tensor):
+    """log L_g(z) = −½ |(z − c_g) / w_g|²: with the prior N(0, I) the posterior is
+    N(c_g / (w_g² + 1), w_g² / (w_g² + 1))."""
+
+    def log_l(z: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+        return -0.5 * (((z - centre[group]) / width[group, None]) ** 2).sum(1)
+
+    mean = centre / (width**2 + 1)[:, None]
+    sd = width / torch.sqrt(width**2 + 1)
+    return log_l, mean, sd
+
+
+def test_mcmc_groups_reach_their_own_posteriors() -> None:
     g = torch.Generator().manual_seed(0)
-    mean = torch.tensor([[0.97, -0.49], [2.0, 1.0], [-1.0, 0.5]], dtype=torch.float64)
-    sd = torch.tensor([0.16, 0.05, 1e-4], dtype=torch.float64)
-
-    def log_target(z: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-        return -0.5 * (((z - mean[group]) / sd[group, None]) ** 2).sum(1)
-
-    z, log_p = sample_groups(log_target, torch.tensor([8000, 3, 4000]), 2, 150, g)
-    assert z.shape == (12003, 2) and log_p.shape == (12003,) and z.dtype == torch.float64
-    assert torch.allclose(log_p, log_target(z, torch.tensor([0] * 8000 + [1] * 3 + [2] * 4000)))
-    first, small, narrow = z[:8000], z[8000:8003], z[8003:]
-    assert torch.all((first.mean(0) - mean[0]).abs() < 0.05 * sd[0])
-    assert torch.all((first.std(0) / sd[0] - 1).abs() < 0.05)
-    assert torch.all((small - mean[1]).abs() < 5 * sd[1])  # a group of 3 runs 32 chains
-    # 1e-4 of the prior's scale: the start and the moves find it all the same
+    centre = torch.tensor([[0.97, -0.49], [2.0, 1.0], [-1.0, 0.5]], dtype=torch.float64)
+    width = torch.tensor([0.3, 0.05, 1e-4], dtype=torch.float64)
+    log_l, mean, sd = gaussian_likelihood(centre, width)
+    z, log_p = sample_groups(log_l, torch.tensor([3000, 3, 2000]), 2, 1.0, 50, g)
+    assert z.shape == (5003, 2) and log_p.shape == (5003,) and z.dtype == torch.float64
+    group = torch.tensor([0] * 3000 + [1] * 3 + [2] * 2000)
+    np.testing.assert_allclose(
+        log_p, -0.5 * (z * z).sum(1) - math.log(2 * math.pi) + log_l(z, group)
+    )
+    first, small, narrow = z[:3000], z[3000:3003], z[3003:]
+    # 3000 draws: several states of each of 1024 chains
+    assert torch.all((first.mean(0) - mean[0]).abs() < 0.1 * sd[0])
+    assert torch.all((first.std(0) / sd[0] - 1).abs() < 0.1)
+    assert torch.all((small - mean[1]).abs() < 5 * sd[1])  # a group of 3 runs 64 chains
+    # 1e-4 of the prior's scale: tempering finds it from prior draws
+    assert torch.all((narrow.mean(0) - mean[2]).abs() < 0.1 * sd[2])
     assert torch.all((narrow.std(0) / sd[2] - 1).abs() < 0.1)
+
+
+def test_mcmc_tempers_towards_gamma() -> None:
+    g = torch.Generator().manual_seed(2)
+    centre = torch.tensor([[0.5, -0.5]], dtype=torch.float64)
+    width = torch.tensor([0.1], dtype=torch.float64)
+    log_l, _, _ = gaussian_likelihood(centre, width)
+    z, _ = sample_groups(log_l, torch.tensor([2000]), 2, 0.25, 20, g)
+    # L^¼ is N(c, (2w)²) up to a constant: posterior width 2w / √(4w² + 1)
+    sd = 0.2 / math.sqrt(1.04)
+    assert torch.all((z.std(0) / sd - 1).abs() < 0.1)
 
 
 def test_mcmc_weighs_separate_modes_by_their_mass() -> None:
     g = torch.Generator().manual_seed(1)
     centre = torch.tensor([1.5, 0.0], dtype=torch.float64)
 
-    def log_target(z: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    def log_l(z: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
         right = -0.5 * (((z - centre) / 0.1) ** 2).sum(1)
         left = -0.5 * (((z + centre) / 0.1) ** 2).sum(1) + math.log(3.0)
         return torch.logaddexp(right, left)
 
-    z, _ = sample_groups(log_target, torch.tensor([10000]), 2, 100, g)
+    z, _ = sample_groups(log_l, torch.tensor([4000]), 2, 1.0, 50, g)
     right = z[:, 0] > 0
-    assert abs(float(right.double().mean()) - 0.25) < 0.02
-    assert torch.all((z[right].std(0) / 0.1 - 1).abs() < 0.1)
+    assert abs(float(right.double().mean()) - 0.25) < 0.04
+    assert torch.all((z[right].std(0) / 0.0995 - 1).abs() < 0.15)
 
 
 # -- the estimator --------------------------------------------------------------------------------
@@ -159,7 +183,7 @@ def test_sequential_rows_need_no_correction(problem: LinearGaussian) -> None:
     x = x_o(problem)
     mean, cov = problem.mean(x), problem.cov
     blocks = [problem.prior_block(1024, rng), problem.gaussian_block(3072, mean, 4 * cov, rng)]
-    est = train(filled_store(blocks), problem)
+    est = train(filled_store(blocks), problem, max_epochs=25)
     values = est.sample_posterior(4000, {"x": x[None]})["value"]
     sd = np.sqrt(np.diag(cov))
     assert np.all(np.abs(values.mean(0) - mean) < 0.3 * sd)
@@ -199,7 +223,7 @@ def test_k23_a_constant_feature_carries_nothing() -> None:
     store.append(
         {"theta.value": theta, "theta.log_prob": prior.log_prob(theta), "x.value": x}, 3000
     )
-    est = FlowLikelihood(seed=0, **CONFIG)
+    est = FlowLikelihood(seed=0, **{**CONFIG, "max_epochs": 25})
     est.setup(EstimatorContext(node="theta", prior=prior, evidence=("x",)))
     asyncio.run(est.train(store.view()))
     assert np.isfinite(est.status()["best_val_loss"])
@@ -213,4 +237,3 @@ def test_k23_a_constant_feature_carries_nothing() -> None:
     for values in (at_half, at_zero):
         assert np.all(values.std(0) > 0.02) and np.all(values.std(0) < 0.1)
     assert np.all(np.abs(at_half.mean(0) - at_zero.mean(0)) < 0.02)
-

@@ -53,7 +53,8 @@ class LikelihoodHead(PosteriorHead):
     Args:
         dim: D; data_dim: E; transforms, hidden_features, bins: the spline flow;
         momentum: EMA weight of a training batch in the running statistics;
-        mcmc_steps: Metropolis steps of every draw (:func:`~kestrel_torch._mcmc.sample_groups`).
+        mcmc_steps, proposal_steps: Metropolis steps of a draw at γ = 1 and at γ < 1
+        (:func:`~kestrel_torch._mcmc.sample_groups`).
     """
 
     def __init__(
@@ -66,10 +67,12 @@ class LikelihoodHead(PosteriorHead):
         bins: int,
         momentum: float,
         mcmc_steps: int,
+        proposal_steps: int,
     ) -> None:
         super().__init__()
         self.dim = int(dim)
         self.mcmc_steps = int(mcmc_steps)
+        self.proposal_steps = int(proposal_steps)
         self.context_stats = RunningMoments(data_dim, momentum)
         self.latent_stats = RunningMoments(dim, momentum)
         self.conditional = _affine_nsf(
@@ -131,29 +134,23 @@ class LikelihoodHead(PosteriorHead):
         self, s: torch.Tensor, n: int, gamma: float, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``n`` draws from ``∝ N(z; 0, I) · q(s | z)^γ`` by population MCMC, one group of
-        chains per distinct row of ``s``; the unnormalised log density of each draw."""
+        chains per distinct row of ``s`` (``mcmc_steps`` steps at γ = 1, ``proposal_steps``
+        below); the unnormalised log density of each draw."""
         if s.shape[0] == 1:
             rows, inverse = s, torch.zeros(n, dtype=torch.long, device=s.device)
         else:
             rows, inverse = torch.unique(s, dim=0, return_inverse=True)
         counts = torch.bincount(inverse, minlength=rows.shape[0])
 
-        def log_target(z: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+        def log_likelihood(z: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
             parts = []
             for a in range(0, z.shape[0], _ROWS_PER_PASS):
                 zc, gc = z[a : a + _ROWS_PER_PASS], group[a : a + _ROWS_PER_PASS]
-                parts.append(_log_prior(zc) + gamma * self.log_likelihood(rows[gc], zc))
+                parts.append(self.log_likelihood(rows[gc], zc))
             return torch.cat(parts)
 
-        present = counts > 0
-        index = torch.nonzero(present).squeeze(1)
-        z, log_p = sample_groups(
-            lambda zc, gc: log_target(zc, index[gc]),
-            counts[present],
-            self.dim,
-            self.mcmc_steps,
-            generator,
-        )
+        steps = self.mcmc_steps if gamma >= 1.0 else self.proposal_steps
+        z, log_p = sample_groups(log_likelihood, counts, self.dim, gamma, steps, generator)
         # draws come group by group; row i takes the next draw of its group
         order = torch.argsort(inverse, stable=True)
         out_z, out_lp = torch.empty_like(z), torch.empty_like(log_p)
@@ -191,7 +188,7 @@ class FlowLikelihood(StepwiseEstimator):
 
     Keyword args (besides those of :class:`StepwiseEstimator`; see
     :class:`~kestrel_torch._options.LikelihoodOptions`): ``transforms=3``,
-    ``hidden_features=(64, 64)``, ``bins=8``, ``momentum=0.01``, ``mcmc_steps=200``;
+    ``hidden_features=(64, 64)``, ``bins=8``, ``momentum=0.01``, ``mcmc_steps=50``, ``proposal_steps=10``;
     ``discard_samples`` is refused.
 
     Raises:
@@ -213,4 +210,5 @@ class FlowLikelihood(StepwiseEstimator):
             bins=o.bins,
             momentum=o.momentum,
             mcmc_steps=o.mcmc_steps,
+            proposal_steps=o.proposal_steps,
         )

@@ -1,14 +1,22 @@
-"""Population MCMC for densities known up to a constant: sampling-importance-resampling from the
-prior to start, then differential-evolution Metropolis moves.
+"""Population sampling of prior × likelihood^γ when the likelihood is known up to a constant:
+sequential Monte Carlo from the prior with adaptive tempering, then differential-evolution
+Metropolis moves.
 
-Shape symbols: C chains, K candidates, D dimensions, G groups (chains that share a target).
+Shape symbols: C chains, D dimensions, G groups (chains that share a target).
 
 Used by :class:`~kestrel_torch.FlowLikelihood`, whose posterior ∝ prior × learned likelihood
 has no sampler of its own. Chains come in **groups**: every chain of a group targets the same
 density (the posterior of one observation), and its moves are built from the states of other
 chains of the same group only. In z-space (the prior's standard-normal space) the prior is
-``N(0, I)``, so the start is plain: ``K`` prior draws per group, weighted by the target over the
-prior, resampled with replacement onto the group's chains.
+``N(0, I)``.
+
+**Tempering** (Del Moral, Doucet & Jasra 2006, "Sequential Monte Carlo samplers", JRSS B
+68:411; the adaptive schedule of Jasra et al. 2011, Scand. J. Stat. 38:1): the chains start as
+prior draws, targeting ``N(z; 0, I) · L(z)^β`` with β = 0. Each stage raises a group's β as far
+as keeps the effective sample size of the incremental weights ``L^Δβ`` at half its chains (at
+most to γ), resamples by those weights and takes :data:`MOVES` Metropolis steps at the new β.
+A posterior far narrower than the prior, or with several separate modes, is reached through a
+sequence of intermediate ones, never by a few lucky prior draws.
 
 **Moves** (ter Braak 2006, "A Markov chain Monte Carlo version of the genetic algorithm
 Differential Evolution", Statistics and Computing 16:239): chain ``i`` proposes
@@ -31,16 +39,21 @@ import torch
 __all__ = ["GroupedChains", "sample_groups"]
 
 #: chains per group at least (a group of fewer draws runs this many and returns its first)
-MIN_CHAINS = 32
-#: prior candidates per group at least, and per chain
-MIN_CANDIDATES, CANDIDATES_PER_CHAIN = 4096, 4
+MIN_CHAINS = 64
+#: chains per group at most: a group of more draws takes several states of each chain, one
+#: every THIN steps after the last step asked for
+MAX_CHAINS, THIN = 4096, 10
+#: Metropolis steps after each tempering stage
+MOVES = 4
+#: at most this many tempering stages (then β jumps to γ)
+MAX_STAGES = 100
 #: a mode jump (λ = 1) every this many steps
 JUMP_EVERY = 10
 #: jitter of a move, relative to the group's spread per dimension
 JITTER = 0.01
 
-#: the log target of a batch of chains: ``(z (C, D), group (C,)) → (C,)`` float64
-LogTarget = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: the log likelihood of a batch of chains: ``(z (C, D), group (C,)) → (C,)`` float64
+LogLikelihood = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class GroupedChains:
@@ -74,87 +87,172 @@ class GroupedChains:
         first = self.start[g] + other
         return chains, first + 2 * i, first + 2 * j
 
+    def sums(self, values: torch.Tensor) -> torch.Tensor:
+        """Per-group sums of ``values`` ``(C, ...)``: ``(G, ...)``."""
+        out = values.new_zeros((len(self.sizes), *values.shape[1:]))
+        return out.index_add(0, self.group, values)
+
+
+def _group_weights(log_w: torch.Tensor, layout: GroupedChains) -> torch.Tensor:
+    """Weights ``exp(log_w)`` normalised within each group (float64 ``(C,)``; a group whose
+    weights are all 0 or undefined gets equal ones)."""
+    g = layout.group
+    top = torch.full((len(layout.sizes),), -math.inf, dtype=log_w.dtype, device=log_w.device)
+    top = top.scatter_reduce(0, g, log_w, "amax")
+    w = torch.exp(log_w - top[g])
+    w = torch.where(torch.isfinite(w), w, torch.zeros_like(w))
+    total = layout.sums(w)
+    empty = total[g] <= 0
+    w = torch.where(empty, torch.ones_like(w), w)
+    return w / layout.sums(w)[g]
+
+
+def _ess(log_l: torch.Tensor, delta: torch.Tensor, layout: GroupedChains) -> torch.Tensor:
+    """Effective sample size per group of the weights ``L^Δ`` (``delta`` ``(G,)``)."""
+    w = _group_weights(delta[layout.group] * log_l, layout)
+    return 1.0 / layout.sums(w * w)
+
+
+def _next_delta(
+    log_l: torch.Tensor, beta: torch.Tensor, gamma: float, layout: GroupedChains
+) -> torch.Tensor:
+    """The largest increase ``Δ ≤ γ − β`` per group whose weights keep an effective sample
+    size of half the group's chains (bisection; 0 for groups already at γ)."""
+    target = 0.5 * layout.sizes.to(log_l.dtype)
+    room = (gamma - beta).clamp_min(0.0)
+    full = _ess(log_l, room, layout) >= target
+    lo, hi = torch.zeros_like(room), room.clone()
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        ok = _ess(log_l, mid, layout) >= target
+        lo, hi = torch.where(ok, mid, lo), torch.where(ok, hi, mid)
+    # at least a small step, so a stage always moves on
+    return torch.where(full, room, torch.maximum(lo, 1e-4 * room))
+
 
 def _resample(
-    log_w: torch.Tensor, layout: GroupedChains, per_group: int, generator: torch.Generator | None
+    w: torch.Tensor, layout: GroupedChains, generator: torch.Generator | None
 ) -> torch.Tensor:
-    """For each chain, a candidate of its group drawn with probability ∝ ``exp(log_w)``.
-
-    Args:
-        log_w: float64 ``(G · per_group,)``, the candidates' log weights, group by group.
-
-    Returns:
-        int64 ``(C,)``, indices into the candidates.
-    """
-    w = log_w.reshape(-1, per_group)
-    w = torch.exp(w - w.max(1, keepdim=True).values)
-    w = torch.nan_to_num(w, nan=0.0)
-    w = w / w.sum(1, keepdim=True).clamp_min(1e-300)
-    # group g's cumulative weights shifted by g: one non-decreasing sequence for all groups
-    offset = torch.arange(w.shape[0], device=w.device, dtype=w.dtype).unsqueeze(1)
-    cdf = (torch.cumsum(w, 1).clamp_max(1.0) + offset).reshape(-1)
+    """For each chain, a chain of its group drawn with probability ``w`` (normalised within
+    groups): systematic resampling, int64 ``(C,)``."""
     g = layout.group
-    u = torch.rand(len(g), generator=generator, device=w.device, dtype=w.dtype)
-    pick = torch.searchsorted(cdf, g.to(w.dtype) + u)
-    return torch.minimum(pick, g * per_group + per_group - 1)
+    # group g's cumulative weights shifted by g: one non-decreasing sequence for all groups
+    cdf = torch.cumsum(w, 0) - (layout.sums(w).cumsum(0) - layout.sums(w))[g] + g.to(w.dtype)
+    u = torch.rand(len(layout.sizes), generator=generator, device=w.device, dtype=w.dtype)
+    points = g.to(w.dtype) + (layout.rank.to(w.dtype) + u[g]) / layout.sizes[g].to(w.dtype)
+    pick = torch.searchsorted(cdf, points, right=True)
+    last = layout.start[g] + layout.sizes[g] - 1
+    return torch.minimum(torch.maximum(pick, layout.start[g]), last)
 
 
 def sample_groups(
-    log_target: LogTarget,
+    log_likelihood: LogLikelihood,
     counts: torch.Tensor,
     dim: int,
+    gamma: float,
     steps: int,
     generator: torch.Generator | None,
     dtype: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Draws from ``G`` densities ``p_g(z) ∝ exp(log_target(z, g))`` in the prior's z-space.
+    """Draws from ``G`` densities ``p_g(z) ∝ N(z; 0, I) · L_g(z)^γ`` in the prior's z-space.
 
-    ``log_target(z, g)`` is the whole log density of group ``g`` up to a constant, prior
-    included. Each group starts from ``max(4096, 4 C_g)`` prior draws resampled by
-    ``log_target − log N(z; 0, I)`` onto its ``C_g = max(count_g, 32)`` chains, then takes
-    ``steps`` differential-evolution Metropolis steps (see the module docstring); a group's
-    draws are its first ``count_g`` chains' last states.
+    Each group runs ``C_g = clip(count_g, 64, 1024)`` chains: tempered from the prior to γ
+    (see the module docstring), then ``steps`` differential-evolution Metropolis steps. A
+    group's draws are its chains' states after them; a group of more draws than chains takes
+    ``k = ⌈count_g / C_g⌉`` states of each chain, :data:`THIN` steps apart.
 
     Args:
-        log_target: ``(z (C, D), group (C,)) → (C,)`` float64; ``-inf`` where the density is 0.
-        counts: int64 ``(G,)``, draws per group (≥ 1). dim: D. steps: Metropolis steps (≥ 0).
-        generator: every random number. dtype: of the chains.
+        log_likelihood: ``(z (C, D), group (C,)) → (C,)`` float64, ``log L_g(z)`` up to a
+            constant per group; ``-inf`` where it is 0.
+        counts: int64 ``(G,)``, draws per group (≥ 1). dim: D. gamma: > 0. steps: Metropolis
+            steps at γ (≥ 0). generator: every random number. dtype: of the chains.
 
     Returns:
-        ``(z, log_p)``: float64 ``(Σ count_g, D)`` group by group, and ``log_target`` there.
-
-    References:
-        Sampling-importance-resampling: D. B. Rubin (1988), "Using the SIR algorithm to
-        simulate posterior distributions", Bayesian Statistics 3. The moves: see the module.
+        ``(z, log_p)``: float64 ``(Σ count_g, D)`` group by group, and
+        ``log N(z; 0, I) + γ log L_g(z)`` there.
     """
     device = counts.device
-    sizes = counts.clamp_min(MIN_CHAINS)
+    sizes = counts.clamp(MIN_CHAINS, MAX_CHAINS)
     layout = GroupedChains(sizes)
-    per_group = max(MIN_CANDIDATES, CANDIDATES_PER_CHAIN * int(sizes.max()))
     groups = len(sizes)
-    cand_group = torch.arange(groups, device=device).repeat_interleave(per_group)
-    cand = torch.randn(groups * per_group, dim, generator=generator, device=device, dtype=dtype)
-    log_prior = -0.5 * (cand * cand).sum(1) - 0.5 * dim * math.log(2 * math.pi)
-    cand_lp = log_target(cand, cand_group)
-    pick = _resample(cand_lp - log_prior, layout, per_group, generator)
-    z, lp = cand[pick], cand_lp[pick]
-    del cand, cand_lp, cand_group
-    lam = 2.38 / math.sqrt(2 * dim)
-    for step in range(steps):
-        scale = lam if (step + 1) % JUMP_EVERY else 1.0
+    z = torch.randn(int(sizes.sum()), dim, generator=generator, device=device, dtype=dtype)
+    log_l = log_likelihood(z, layout.group)
+    beta = torch.zeros(groups, dtype=torch.float64, device=device)
+    mover = _Mover(log_likelihood, layout, dim, generator)
+    for _ in range(MAX_STAGES):
+        if bool((beta >= gamma).all()):
+            break
+        delta = _next_delta(log_l, beta, gamma, layout)
+        w = _group_weights(delta[layout.group] * log_l, layout)
+        pick = _resample(w, layout, generator)
+        z, log_l = z[pick], log_l[pick]
+        beta = torch.where(
+            beta + delta >= gamma * (1 - 1e-9), torch.full_like(beta, gamma), beta + delta
+        )
+        for _ in range(MOVES):
+            z, log_l = mover.step(z, log_l, beta)
+    beta = torch.full_like(beta, gamma)
+    states = int(((counts + sizes - 1) // sizes).max())
+    kept: list[tuple[torch.Tensor, torch.Tensor]] = [] if steps else [(z.clone(), log_l.clone())]
+    for step in range(1, steps + THIN * (states - 1) + 1):
+        z, log_l = mover.step(z, log_l, beta)
+        if step >= steps and (step - steps) % THIN == 0:
+            kept.append((z.clone(), log_l.clone()))
+    # draw i of group g: state i // C_g of chain i % C_g
+    group = torch.arange(groups, device=device).repeat_interleave(counts)
+    i = _ranks(counts)
+    which = i // sizes[group]
+    chain = layout.start[group] + i % sizes[group]
+    out_z = torch.stack([k[0] for k in kept])[which, chain]
+    out_l = torch.stack([k[1] for k in kept])[which, chain]
+    log_prior = -0.5 * (out_z * out_z).sum(1) - 0.5 * dim * math.log(2 * math.pi)
+    return out_z, log_prior.to(torch.float64) + gamma * out_l
+
+
+class _Mover:
+    """Differential-evolution Metropolis steps at per-group temperatures (the module's moves)."""
+
+    def __init__(
+        self,
+        log_likelihood: LogLikelihood,
+        layout: GroupedChains,
+        dim: int,
+        generator: torch.Generator | None,
+    ) -> None:
+        self.log_likelihood, self.layout, self.dim, self.generator = (
+            log_likelihood,
+            layout,
+            dim,
+            generator,
+        )
+        self.count = 0
+
+    def step(
+        self, z: torch.Tensor, log_l: torch.Tensor, beta: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One step of both halves at ``β`` ``(G,)``: the new ``(z, log_l)``."""
+        layout, gen = self.layout, self.generator
+        self.count += 1
+        scale = 1.0 if self.count % JUMP_EVERY == 0 else 2.38 / math.sqrt(2 * self.dim)
         spread = _group_spread(z, layout)
         for half in (0, 1):
-            chains, a, b = layout.partners(half, generator)
+            chains, a, b = layout.partners(half, gen)
             g = layout.group[chains]
-            noise = torch.randn(len(chains), dim, generator=generator, device=device, dtype=dtype)
+            noise = torch.randn(
+                len(chains), self.dim, generator=gen, device=z.device, dtype=z.dtype
+            )
             proposal = z[chains] + scale * (z[a] - z[b]) + JITTER * spread[g] * noise
-            lp_new = log_target(proposal, g)
-            u = torch.rand(len(chains), generator=generator, device=device, dtype=torch.float64)
-            accept = torch.log(u) < lp_new - lp[chains]
-            z[chains] = torch.where(accept.unsqueeze(1), proposal, z[chains])
-            lp[chains] = torch.where(accept, lp_new, lp[chains])
-    keep = layout.start.repeat_interleave(counts) + _ranks(counts)
-    return z[keep], lp[keep]
+            l_new = self.log_likelihood(proposal, g)
+            old = z[chains]
+            log_ratio = -0.5 * ((proposal * proposal).sum(1) - (old * old).sum(1)).to(
+                torch.float64
+            ) + beta[g] * (l_new - log_l[chains])
+            log_ratio = torch.nan_to_num(log_ratio, nan=-math.inf)
+            u = torch.rand(len(chains), generator=gen, device=z.device, dtype=torch.float64)
+            accept = torch.log(u) < log_ratio
+            z = z.index_put((chains,), torch.where(accept.unsqueeze(1), proposal, old))
+            log_l = log_l.index_put((chains,), torch.where(accept, l_new, log_l[chains]))
+        return z, log_l
 
 
 def _ranks(counts: torch.Tensor) -> torch.Tensor:
@@ -164,13 +262,10 @@ def _ranks(counts: torch.Tensor) -> torch.Tensor:
 
 
 def _group_spread(z: torch.Tensor, layout: GroupedChains) -> torch.Tensor:
-    """Standard deviation of each group's chains per dimension, float ``(G, D)``; a group whose
-    chains all sit at one point gets ``1e-3`` of the prior's scale (so its jitter moves)."""
-    g = layout.group
+    """Standard deviation of each group's chains per dimension, float ``(G, D)``; a dimension
+    in which a group's chains all agree gets ``1e-9`` of the prior's scale."""
     n = layout.sizes.to(z.dtype).unsqueeze(1)
-    total = torch.zeros(len(layout.sizes), z.shape[1], dtype=z.dtype, device=z.device)
-    mean = total.index_add(0, g, z) / n
-    centred = z - mean[g]
-    var = total.index_add(0, g, centred * centred) / (n - 1)
-    spread = var.sqrt()
-    return torch.where(spread > 0, spread, torch.full_like(spread, 1e-3))
+    mean = layout.sums(z) / n
+    centred = z - mean[layout.group]
+    spread = (layout.sums(centred * centred) / (n - 1)).sqrt()
+    return torch.where(spread > 0, spread, torch.full_like(spread, 1e-9))

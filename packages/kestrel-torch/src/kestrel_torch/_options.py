@@ -257,13 +257,16 @@ class LikelihoodOptions(EstimatorOptions):
     Attributes:
         transforms: spline layers (≥ 1). hidden_features: widths of their hidden layers.
         bins: spline bins (≥ 1). momentum: weight of a training batch in the running
-        statistics, in (0, 1]. mcmc_steps: Metropolis steps of every draw (≥ 0;
-        :mod:`~kestrel_torch._mcmc`).
+        statistics, in (0, 1]. mcmc_steps: Metropolis steps of a posterior draw (≥ 0;
+        :mod:`~kestrel_torch._mcmc`). proposal_steps: Metropolis steps of a proposal draw
+        (γ < 1; ≥ 0): a likelihood's training rows need proposals that cover the posterior,
+        not exact ones, and proposals are drawn every round.
     """
 
     transforms: int = option(3, integer(1))
     hidden_features: tuple[int, ...] = option((64, 64), widths)
     bins: int = option(8, integer(1))
     momentum: float = option(0.01, real(0.0, 1.0, low_open=True))
-    mcmc_steps: int = option(200, integer(0))
+    mcmc_steps: int = option(50, integer(0))
+    proposal_steps: int = option(10, integer(0))
     discard_samples: bool = option(False, _no_discards)
