@@ -106,7 +106,6 @@ def test_config_prior_is_a_standard_normal_in_ten_dimensions():
         "min_samples": 2048,
         "max_samples": 8192,
         "validation_samples": 1024,
-        "simulate_count": 128,
-        "epochs_per_round": 0,
-        "simulate_interval": 0.05,
+        "simulate_count": 448,
+        "epochs_per_round": 1,
     }

@@ -419,6 +419,7 @@ def test_public_names() -> None:
         "StepwiseEstimator",
         "GaussianPosterior",
         "FlowPosterior",
+        "FlowLikelihood",
     ]
     for name in kestrel_torch.__all__:
         assert hasattr(kestrel_torch, name), name
