@@ -119,9 +119,14 @@ def test_1_mib_samples_pass_through_a_200_mib_store(tmp_path):
     assert 0 < seen["peak_store_bytes"] <= STORE_BYTES
     # bounded: Ray spills a few blocks in the first rounds, then nothing (30 rounds measured:
     # 128 or 256 MiB, all by round 7; RELIABILITY.md); a block per round would be 640 MiB.
-    # At most five blocks, each a little over 64 MiB with its object's metadata (a clean-clone
-    # CI run on 2026-12-02 spilled five: 320 MiB + 1295 B)
-    assert seen["spilled_bytes"] < 6 * 64 * MiB
+    # While the rounds run: at most five blocks, each a little over 64 MiB with its object's
+    # metadata (a clean-clone CI run on 2026-12-02 spilled five: 320 MiB + 1295 B). The stop
+    # after them (the buffer saved, the posterior sampled) may spill a block or two more
+    # (2026-12-03: 256 MiB by the last round, 384 MiB in all; a clean-clone CI run 448 MiB in
+    # all), still below a block per round.
+    by_round = {int(k): v for k, v in seen["spilled_by_round"].items()}
+    assert by_round[max(by_round)] < 6 * 64 * MiB, by_round
+    assert seen["spilled_bytes"] < ROUNDS * 64 * MiB
     log = (tmp_path / "run" / "graph" / "driver" / "output.log").read_text()
     assert "buffer: 80 samples × 1 MiB = 80 MiB of the 200 MiB object store" in log
     assert "may take 208 MiB (104 %)" in log
