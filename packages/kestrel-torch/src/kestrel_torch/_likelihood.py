@@ -7,7 +7,6 @@ the flow models), D free parameters, G distinct observations in one draw.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -17,21 +16,14 @@ from ._errors import EstimatorError
 from ._estimator import StepwiseEstimator
 from ._flow import _affine_nsf
 from ._head import PosteriorHead, RowLoss
-from ._mcmc import sample_groups
+from ._mcmc import log_standard_normal, sample_groups
 from ._moments import RunningMoments
 from ._options import LikelihoodOptions
 
 __all__ = ["FlowLikelihood", "LikelihoodHead"]
 
-_LOG_2PI = math.log(2.0 * math.pi)
 _ROWS_PER_PASS = 1 << 16  # rows per flow evaluation while sampling
 _VALIDATION_SEED = 0x5EED  # stand-ins of constant features in the validation loss
-
-
-def _log_prior(z: torch.Tensor) -> torch.Tensor:
-    """``log N(z; 0, I)``, float64 ``(...)`` of ``z`` ``(..., D)``."""
-    z = z.to(torch.float64)
-    return -0.5 * (z * z).sum(-1) - 0.5 * z.shape[-1] * _LOG_2PI
 
 
 class LikelihoodHead(PosteriorHead):
@@ -128,7 +120,7 @@ class LikelihoodHead(PosteriorHead):
                 generator = torch.Generator(s.device).manual_seed(_VALIDATION_SEED)
             noise = torch.randn(s.shape, generator=generator, device=s.device, dtype=s.dtype)
         log_l = self.log_likelihood(s, z, noise)
-        return RowLoss(-log_l, None, log_l + _log_prior(z))
+        return RowLoss(-log_l, None, log_l + log_standard_normal(z))
 
     def sample(
         self, s: torch.Tensor, n: int, gamma: float, generator: torch.Generator | None = None
@@ -159,7 +151,7 @@ class LikelihoodHead(PosteriorHead):
 
     def log_prob(self, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """``log N(z; 0, I) + log q(s | z)``: the posterior's log density up to ``log p(s)``."""
-        return _log_prior(z) + self.log_likelihood(s, z)
+        return log_standard_normal(z) + self.log_likelihood(s, z)
 
 
 class FlowLikelihood(StepwiseEstimator):

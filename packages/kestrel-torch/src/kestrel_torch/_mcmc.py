@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["GroupedChains", "sample_groups"]
+__all__ = ["GroupedChains", "log_standard_normal", "sample_groups"]
 
 #: chains per group at least (a group of fewer draws runs this many and returns its first)
 MIN_CHAINS = 64
@@ -60,6 +60,12 @@ JITTER = 0.01
 
 #: the log likelihood of a batch of chains: ``(z (C, D), group (C,)) → (C,)`` float64
 LogLikelihood = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def log_standard_normal(z: torch.Tensor) -> torch.Tensor:
+    """``log N(z; 0, I)`` (the prior in z-space), float64 ``(...)`` of ``z`` ``(..., D)``."""
+    z = z.to(torch.float64)
+    return -0.5 * (z * z).sum(-1) - 0.5 * z.shape[-1] * math.log(2 * math.pi)
 
 
 class GroupedChains:
@@ -211,8 +217,7 @@ def sample_groups(
     chain = layout.start[group] + i % sizes[group]
     out_z = torch.stack([k[0] for k in kept])[which, chain]
     out_l = torch.stack([k[1] for k in kept])[which, chain]
-    log_prior = -0.5 * (out_z * out_z).sum(1) - 0.5 * dim * math.log(2 * math.pi)
-    return out_z, log_prior.to(torch.float64) + gamma * out_l
+    return out_z, log_standard_normal(out_z) + gamma * out_l
 
 
 class _Mover:
