@@ -9,10 +9,13 @@ driver's directories under it onto the unpacked copy.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 
-__all__ = ["SHIPPED_FROM_VAR", "local_import_paths"]
+from kestrel_core import Spec
+
+__all__ = ["SHIPPED_FROM_VAR", "local_import_paths", "local_spec"]
 
 #: environment variable of the node actors: the driver's path of the shipped folder
 SHIPPED_FROM_VAR = "KESTREL_SHIPPED_FROM"
@@ -44,3 +47,19 @@ def local_import_paths(
                 path = os.path.normpath(os.path.join(here, rel))
         out.append(path)
     return out
+
+
+def local_spec(spec: Spec) -> Spec:
+    """``spec`` with its import directories (the driver's ``paths.imports``) as this process
+    finds them (:func:`local_import_paths`).
+
+    On a machine that does not see the driver's folders, the driver's paths name nothing, so
+    the import of ``model.Signal`` would go to whatever ``model`` comes first on ``sys.path`` —
+    a ``model.py`` in the folder the driver was started from, say — instead of the shipped
+    copy of the config's folder; with the mapped directories the shipped copy comes first and
+    a ``model`` loaded from elsewhere is replaced
+    (:func:`kestrel_core._instantiate.import_target`).
+    """
+    if not spec.imports:
+        return spec
+    return dataclasses.replace(spec, imports=tuple(local_import_paths(list(spec.imports))))

@@ -55,7 +55,7 @@ from ._chunks import (
     skipped_values,
     spans,
 )
-from ._imports import local_import_paths
+from ._imports import local_import_paths, local_spec
 from ._refs import chunk_grid
 from ._training import TrainingMethods
 
@@ -116,7 +116,7 @@ class NodeWrapper(TrainingMethods):
                 f"node actor could not load its node: {type(err).__name__}: {err}"
             )
             return
-        spec = self.node.simulator
+        spec = local_spec(self.node.simulator)
         try:
             self._simulator = spec.build()
         except Exception as err:
@@ -126,7 +126,7 @@ class NodeWrapper(TrainingMethods):
             )
             return
         if self.node.estimator is not None:
-            spec = self.node.estimator
+            spec = local_spec(self.node.estimator)
             try:
                 self._estimator = spec.build()
                 self._estimator.setup(
