@@ -38,10 +38,6 @@ NODES = ("theta", "mu", "x")
 PINNED = [f"graph.{name}.ray.resources.kestrel_worker=1" for name in NODES]
 
 
-#: the folder ``kestrel`` runs from (set by :func:`cluster`): it holds a decoy ``model.py``
-DRIVER_CWD: list[Path] = []
-
-
 @pytest.fixture(scope="module")
 def cluster():
     """``(cluster, example folder, runs folder)``; the worker sees neither folder's files."""
@@ -56,18 +52,21 @@ def cluster():
     runs.mkdir()
     # the driver runs from a folder with a model.py of its own, as a user's shell often is:
     # the nodes must still import the config's model.py (the shipped copy) on the worker
-    driver_cwd = base / "elsewhere"
-    driver_cwd.mkdir()
-    (driver_cwd / "model.py").write_text('"""Another project\'s model: no Signal here."""\n')
-    DRIVER_CWD.append(driver_cwd)
+    (base / "elsewhere").mkdir()
+    (base / "elsewhere" / "model.py").write_text('"""Another project\'s model: no Signal."""\n')
     try:
         with RealCluster(
             [example, runs], {"kestrel_worker": 100}, worker_cpus=2, dashboard=True
         ) as rc:
             yield rc, example, runs
     finally:
-        DRIVER_CWD.clear()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def driver_cwd(rc: RealCluster) -> Path:
+    """The folder ``kestrel`` runs from: beside the example (the first hidden folder), holding
+    a decoy ``model.py`` (:func:`cluster`)."""
+    return rc.hidden[0].parent / "elsewhere"
 
 
 def kestrel(rc: RealCluster, *args, timeout: float = 400) -> subprocess.CompletedProcess:
@@ -77,7 +76,7 @@ def kestrel(rc: RealCluster, *args, timeout: float = 400) -> subprocess.Complete
         text=True,
         timeout=timeout,
         env=rc.driver_env(),
-        cwd=DRIVER_CWD[-1],
+        cwd=driver_cwd(rc),
     )
     assert done.returncode == 0, (
         f"kestrel {args[0]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
