@@ -230,6 +230,21 @@ def test_evidence_depending_on_its_latent_is_an_inference_cycle():
         g.validate()
 
 
+def test_k17_forgotten_observation_is_named_not_only_a_cycle():
+    # the README's two nodes with `observed:` left out: the evidence needs data
+    g = (
+        Graph()
+        .add_node("theta", PRIOR, estimator="m.Est", evidence=["x"])
+        .add_node("x", gm.Noise, parents=["theta"])
+    )
+    with pytest.raises(GraphError) as err:
+        g.validate()
+    assert "theta -> x -> theta" in str(err.value)
+    assert "evidence 'x' of node 'theta' has no observation (set graph.x.observed)" in str(
+        err.value
+    )
+
+
 # --- describe -------------------------------------------------------------------------------
 
 

@@ -139,6 +139,18 @@ def inference_order(nodes: Mapping[str, Any]) -> list[str]:
             in between (the message names the cycle).
     """
     deps = inference_deps(nodes)
+    cycle = find_cycle(deps)
+    if cycle is not None:
+        # a → b with b among a's evidence: b is needed as data, so it must be observed
+        unobserved = sorted(
+            {
+                f"evidence {b!r} of node {a!r} has no observation (set graph.{b}.observed)"
+                for a, b in zip(cycle, cycle[1:])
+                if b in nodes[a].evidence and nodes[b].observed is None
+            }
+        )
+        hint = f"; {'; '.join(unobserved)}" if unobserved else ""
+        raise GraphError(f"graph: cycle in inference (evidence) order: {' -> '.join(cycle)}{hint}")
     return _toposort(list(deps), deps, "inference (evidence) order")
 
 
