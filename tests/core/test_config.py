@@ -231,6 +231,23 @@ def test_override_of_an_unknown_key_is_an_error(tmp_path, override, expected):
     assert expected in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        (
+            "graph.x.ray={resources:{sim:1}}",
+            "the value is not valid YAML (while scanning a plain scalar); write a space after",
+        ),
+        ("graph.x.ray={num_gpus:2}", "key 'num_gpus:2' has no value; write a space after"),
+        ("graph.x.simulator.sigma=[1,", "the value is not valid YAML"),
+    ],
+)
+def test_k17_malformed_override_value_names_the_override(tmp_path, override, expected):
+    with pytest.raises(ConfigError) as info:
+        load(tmp_path, None, [override])
+    assert f"override {override!r}" in str(info.value) and expected in str(info.value)
+
+
 def test_every_bad_override_is_reported_at_once(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, None, ["buffer.max_sample=3", "graph.y.simulator.s=1"])

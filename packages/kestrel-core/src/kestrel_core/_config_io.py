@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -83,6 +84,7 @@ def apply_override(cfg: Any, item: Any, nodes: list[str]) -> None:
     Raises:
         ConfigError: not ``key=value``, or the key is not in the schema (with a suggestion).
     """
+    import yaml
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -96,13 +98,39 @@ def apply_override(cfg: Any, item: Any, nodes: list[str]) -> None:
         raise ConfigError(f"override {item!r}: {problem}")
     try:
         value = _parse_value(text)
+        _check_flow_mapping(item, value)
         if len(parts) > 3 and parts[0] == "graph" and parts[2] in ("simulator", "estimator"):
             node = cfg.graph[parts[1]]
             if isinstance(node, DictConfig) and isinstance(node.get(parts[2]), str):
                 node[parts[2]] = {"_target_": node[parts[2]]}
         OmegaConf.update(cfg, key, value, merge=False)
+    except yaml.YAMLError as err:
+        hint = f"; {_COLON_HINT}" if _GLUED_COLON.search(text) else ""
+        raise ConfigError(
+            f"override {item!r}: the value is not valid YAML ({_first_line(err)}){hint}"
+        ) from None
     except OmegaConfBaseException as err:
         raise ConfigError(f"override {item!r}: {_first_line(err)}") from err
+
+
+#: ``{key:value}`` without a space: YAML reads ``key:value`` as one key
+_GLUED_COLON = re.compile(r"[{,]\s*[^\s{},:]+:[^\s]")
+_COLON_HINT = "write a space after each ':' of a mapping, e.g. {num_gpus: 1}"
+
+
+def _check_flow_mapping(item: str, value: Any) -> None:
+    """Refuse a mapping that YAML read from ``{key:value}`` (no space after the colon): a key
+    holding ``:`` whose value is null."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            for k, sub in v.items():
+                if isinstance(k, str) and ":" in k and sub is None:
+                    raise ConfigError(f"override {item!r}: key {k!r} has no value; {_COLON_HINT}")
+                stack.append(sub)
+        elif isinstance(v, list):
+            stack.extend(v)
 
 
 def _resolve_node(cfg: Any, key: str, run_dir_missing: bool) -> Any:
