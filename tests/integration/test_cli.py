@@ -150,6 +150,15 @@ def test_k16_cli_gpu_request_fails_with_the_node_and_counts(tmp_path):
         ("graph.z.estimator.num_epochs=10", "did you mean 'max_epochs'"),
         ("ray.num_gpu=1", "did you mean 'num_gpus'"),
         ("graph.x.simulator.sigmaa=0.1", "did you mean 'sigma'"),
+        (
+            "graph.z.estimator.embedding={_target_: kestrel_torch.embeddings.SignalProjection, "
+            "n_component: 3}",
+            "graph.z.estimator.embedding.n_component: unexpected argument (did you mean",
+        ),
+        (
+            "graph.z.estimator.embedding={_target_: kestrel_torch.embeddings.Flatten, _input_: y}",
+            "graph.z.estimator.embedding._input_[0]: 'y' is neither evidence nor a scaffold",
+        ),
     ],
 )
 def test_k17_cli_config_errors_before_ray(override, expected, tmp_path):

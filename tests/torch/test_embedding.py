@@ -106,12 +106,22 @@ def test_nested_targets_are_instantiated():
     torch.testing.assert_close(emb({"x": x}), emb.net.inner(x) + 1.0)
 
 
-def test_constructor_errors_keep_the_original_text():
-    message = (
-        r"estimator\.embedding\._target_: building .*Recorder.*unexpected keyword argument 'scal'"
-    )
-    with pytest.raises(ConfigError, match=message):
+def test_k17_misspelt_embedding_keyword_is_named_with_a_suggestion():
+    with pytest.raises(
+        ConfigError,
+        match=r"^estimator\.embedding\.scal: unexpected argument \(did you mean 'scale'\?\)",
+    ):
         build_embedding({"_target_": target(Recorder), "scal": 2.0}, ["x"])
+    with pytest.raises(ConfigError, match=r"missing required argument 'n_components'"):
+        build_embedding({"_target_": target(SignalProjection)}, ["x"])
+
+
+def test_constructor_errors_keep_the_original_text():
+    message = r"estimator\.embedding\._target_: building .*Linear.*TypeError: .*"
+    with pytest.raises(ConfigError, match=message):
+        build_embedding(
+            {"_target_": "torch.nn.Linear", "in_features": "3", "out_features": 2}, ["x"]
+        )
     with pytest.raises(ConfigError, match="expected a torch.nn.Module"):
         build_embedding({"_target_": "fractions.Fraction", "numerator": 1}, ["x"])
     with pytest.raises(ConfigError, match="expected null, a mapping"):

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from kestrel_core import flat_key, instantiate
+from kestrel_core._instantiate import argument_problems, import_target
 
 from ._errors import ConfigError, EstimatorError, KestrelError
 
@@ -169,6 +170,7 @@ def build_embedding(
         raise ConfigError(f"{path}: missing '_target_' (found keys {sorted(cfg)})")
     inputs = _check_inputs(cfg.pop("_input_", None), evidence, scaffolds, path)
     _reject_nested_inputs(cfg, path)
+    _check_arguments(cfg, path, imports)
     try:
         net = instantiate(cfg, imports)
     except KestrelError:
@@ -183,6 +185,19 @@ def build_embedding(
             "expected a torch.nn.Module"
         )
     return Embedding(net, inputs, scaffolds)
+
+
+def _check_arguments(cfg: dict[str, Any], path: str, imports: Iterable[str]) -> None:
+    """A keyword the embedding class does not take, named with a suggestion (``n_component``:
+    did you mean ``n_components``?); nested ``_target_`` mappings are left to their build."""
+    try:
+        target = import_target(cfg["_target_"], imports)
+    except KestrelError:
+        return  # instantiate reports it, with its own message
+    kwargs = {k: v for k, v in cfg.items() if k != "_target_"}
+    problems = argument_problems(target, kwargs, path)
+    if problems:
+        raise ConfigError("; ".join(problems))
 
 
 def _check_inputs(

@@ -13,7 +13,7 @@ estimator names its options class and builds its head; nothing else.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, ClassVar, cast
 
@@ -32,6 +32,7 @@ from kestrel_core import (
 
 from ._batch import Batch
 from ._binding import Binding
+from ._embedding import build_embedding
 from ._errors import EstimatorError
 from ._fit import FitState, fit, train_step
 from ._head import PosteriorHead
@@ -98,6 +99,32 @@ class StepwiseEstimator(Checkpointing):
     def config(self) -> Mapping[str, Any]:
         """The options as a read-only mapping (keyword → value)."""
         return MappingProxyType(self.options.as_dict())
+
+    def check_conditions(
+        self,
+        evidence: Sequence[str],
+        scaffolds: Sequence[str] = (),
+        *,
+        path: str = "estimator",
+        imports: Iterable[str] = (),
+    ) -> None:
+        """Build the ``embedding`` option once for a node with these conditions and drop it:
+        the checks :meth:`setup` would make in the node's actor, made where the config is
+        loaded (a launch's preflight, before Ray starts).
+
+        Args:
+            evidence, scaffolds: the node's condition names. path: the estimator's key path,
+                for messages (``graph.theta.estimator``). imports: the config's
+                ``paths.imports``, searched first for the embedding's ``_target_``.
+
+        Raises:
+            ConfigError: an ``_input_`` that is neither evidence nor scaffold, or an embedding
+                class that does not build with its keyword arguments (a misspelt one named,
+                the original error text kept).
+        """
+        build_embedding(
+            self.options.embedding, evidence, scaffolds, path=f"{path}.embedding", imports=imports
+        )
 
     # -- setup -------------------------------------------------------------------------------
     def setup(self, context: EstimatorContext) -> None:

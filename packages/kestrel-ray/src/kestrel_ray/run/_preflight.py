@@ -5,7 +5,9 @@
 * estimators — each node's estimator is constructed once on the driver (construction only
   validates keyword arguments; models are built later, in the node's actor), so a misspelt
   keyword (``num_epochs``) or an out-of-range value fails here, naming the key path, rather
-  than when the actor starts.
+  than when the actor starts; an estimator with a ``check_conditions`` method (kestrel-torch's
+  build their embedding with it) also checks the config of its conditions there, so an
+  embedding's misspelt keyword or ``_input_`` fails before Ray starts too.
 * simulators (a launch) — the dry run of kestrel-core (:func:`kestrel_core._dryrun.dry_run`):
   every simulator once on two prior draws, in this process, its output checked against the
   node's observation, so a 59-vs-60 simulator or one that raises is blamed by node, ``_target_``
@@ -45,12 +47,23 @@ def ray_init_problems(ray_kwargs: dict[str, Any]) -> list[str]:
 def estimator_problems(config: Any) -> list[str]:
     """Problems found by constructing each node's estimator from its config."""
     problems = []
+    imports = tuple(config.paths.imports or ())
     for name in config.graph.latents:
-        spec = config.graph[name].estimator
+        node = config.graph[name]
+        path = f"graph.{name}.estimator"
         try:
-            spec.build()
+            estimator = node.estimator.build()
         except (TypeError, ValueError, KestrelError) as err:
-            problems.append(f"graph.{name}.estimator: {type(err).__name__}: {err}")
+            problems.append(f"{path}: {type(err).__name__}: {err}")
+            continue
+        # optional: an estimator that can check its conditions' config (its embedding)
+        check = getattr(estimator, "check_conditions", None)
+        if check is None:
+            continue
+        try:
+            check(node.evidence, node.scaffolds, path=path, imports=imports)
+        except KestrelError as err:
+            problems.append(str(err))
     return problems
 
 
