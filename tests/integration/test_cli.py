@@ -127,6 +127,19 @@ def test_a_second_ctrl_c_aborts(tmp_path):
     assert not (run / "samples" / "posterior").exists()
 
 
+def test_a_stop_before_the_first_epoch_skips_sampling_in_one_line(tmp_path):
+    # --timeout stops like the first Ctrl-C; 0.5 s ends it before any epoch
+    run = tmp_path / "run"
+    config = example("01_minimal")
+    done = run_kestrel("launch", "-c", config, "-o", run, "--timeout", "0.5", *tiny(config))
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout + done.stderr
+    assert "sampling: skipped; no trained model yet for 'z'" in out
+    assert "Unhandled error" not in out and "Traceback" not in out
+    assert json.loads((run / "status.json").read_text())["status"] == "timeout"
+    assert not (run / "samples" / "posterior").exists()
+
+
 def test_k16_cli_gpu_request_fails_with_the_node_and_counts(tmp_path):
     config = example("01_minimal")
     done = run_kestrel(

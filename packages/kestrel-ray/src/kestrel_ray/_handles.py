@@ -72,6 +72,7 @@ def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
                 wait_chunk(name, f"{method}({n})", ref, call)
             metas = ray.get(pending.meta_refs)
         except ray.exceptions.RayError as err:
+            _consume(pending)
             raise unwrap_error(err, name, f"{method}({n})") from err
         fields = merge_meta([m["fields"] for m in metas], name)
         for fld, col in pending.columns.items():
@@ -90,6 +91,21 @@ def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
                 masks
             )  # chunks in row order: the store's valid rows
     return trace
+
+
+def _consume(pending: Pending) -> None:
+    """Read the data refs of a failed call: they hold the same error as its meta ref, and Ray
+    logs an error ref that is dropped unread as "Unhandled error" with its whole traceback, on
+    top of the one message the caller reports. Refs still pending are left alone."""
+    refs = list({id(r): r for col in pending.columns.values() for r in col.refs}.values())
+    if not refs:
+        return
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+    for ref in ready:
+        try:
+            ray.get(ref, timeout=0)
+        except Exception:  # the call's own error, already reported through its meta ref
+            pass
 
 
 class ActorGroup:

@@ -333,6 +333,13 @@ class Launcher:
         self.log.info("%s → %s", summary(profile), path)
 
     def _sample(self, status: RunStatus) -> None:
+        untrained = [n for n in self.cfg.graph.latents if not self.result.epochs.get(n)]
+        if untrained and status is not RunStatus.COMPLETED:
+            self.log.info(
+                "sampling: skipped; no trained model yet for %s (stopped before the first epoch)",
+                ", ".join(repr(n) for n in untrained),
+            )
+            return
         paths = sample_at_end(self.dg, self.cfg, self.session.run, status, self.log)
         self.result.samples.update(paths)
 
