@@ -36,3 +36,15 @@ class AlwaysFails:
 
     def simulate_batch(self, n, theta):
         raise RuntimeError("this simulator never works")
+
+
+class Wide:
+    """``x = theta + noise`` per sample ``D`` in calls of at most ``small`` samples (the dry run's),
+    one extra column in larger calls (the ones on Ray): a shape that changes between calls (K05)."""
+
+    def __init__(self, small=2):
+        self.small = int(small)
+
+    def simulate_batch(self, n, theta, rng=None):
+        x = theta + 0.1 * rng.standard_normal(theta.shape)
+        return x if n <= self.small else np.concatenate([x, x[:, :1]], axis=1)

@@ -12,7 +12,11 @@ from kestrel_core.testing import StoreContract
 #: case id → contract tests that check it
 CASES = {
     "k01": ("test_per_sample_shape_mismatch_rejected",),
-    "k06": ("test_missing_or_extra_key_rejected_and_nothing_stored",),
+    "k05": ("test_shape_change_between_blocks_refused",),
+    "k06": (
+        "test_missing_or_extra_key_rejected_and_nothing_stored",
+        "test_restored_buffer_checked_against_schema",
+    ),
     "k09": (
         "test_invalid_rows_get_ids_but_are_never_read",
         "test_a_block_of_invalid_rows_is_dropped_at_once",

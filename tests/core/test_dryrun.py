@@ -5,7 +5,7 @@ import pytest
 
 from kestrel_core import ConfigError, Graph, GraphError, SimulatorError
 from kestrel_core._blame import attached_traceback, user_traceback
-from kestrel_core._dryrun import DRY_RUN_DRAWS, dry_run
+from kestrel_core._dryrun import DRY_RUN_DRAWS, dry_run, expected_keys
 from kestrel_core._onerror import simulate_or_skip
 
 from . import blame_models as bm
@@ -44,6 +44,24 @@ def test_dry_run_false_skips_the_node_and_its_descendants():
     g = sir_graph(days=59, dry_run=False)
     notes = dry_run(g)
     assert notes == ["node 'x': not dry-run (dry_run: false)"]
+
+
+def test_k05_the_dry_run_fixes_the_runs_key_schema():
+    g = sir_graph(days=60).add_node("y", {"_target_": f"{bm.__name__}.Wide"}, parents=["theta"])
+    outputs: dict = {}
+    dry_run(g, outputs=outputs)
+    want = expected_keys(g, outputs)
+    assert sorted(want) == ["theta.log_prob", "theta.value", "x.value", "y.value"]
+    assert want["x.value"].shape == (60,) and want["x.value"].source == "its observation"
+    assert want["x.value"].node == f"node 'x' ({bm.__name__}.SIR)"
+    assert want["y.value"].shape == (2,) and want["y.value"].source.startswith("the dry run")
+    assert want["theta.log_prob"].shape == () and want["theta.log_prob"].dtype.kind == "f"
+    # a node the dry run skips: its observation fixes the shape (not the dtype)
+    skipped = sir_graph(days=59, obs_days=60, dry_run=False)
+    outputs = {}
+    dry_run(skipped, outputs=outputs)
+    want = expected_keys(skipped, outputs)
+    assert want["x.value"].shape == (60,) and want["x.value"].dtype is None
 
 
 def test_a_raising_simulator_shows_the_users_file_and_line():

@@ -1,8 +1,11 @@
-"""Blame at the right place (K33) and simulations that raise (K34), end to end."""
+"""Blame at the right place (K33), simulations that raise (K34), and one key schema per run
+(K05, K06: a per-sample shape that changes between calls, a restored buffer of another shape),
+end to end."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from pathlib import Path
@@ -10,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kestrel_core import GraphError
+from kestrel_core import ConfigError, GraphError, Status, StoreError
+from kestrel_core._store import BufferSnapshot, write_buffer_file
 from kestrel_ray import RunError, launch
 
 from .helpers import run_kestrel
@@ -119,3 +123,69 @@ def test_k33_python_launch_raises_a_graph_error_before_ray(tmp_path, monkeypatch
     np.save(tmp_path / "obs.npy", np.zeros(60))
     with pytest.raises(GraphError, match=r"node 'x' \(tests\.core\.blame_models\.SIR\) returns"):
         launch(cfg, tmp_path / "run", progress=False)
+
+
+WIDE = "tests.core.blame_models.Wide"
+BLAME_FRAGILE = "tests.core.blame_models.Fragile"
+
+
+def test_k05_shape_change_between_blocks_refused(tmp_path, no_leaked_actors):
+    """(n, 2) in the dry run's 2-row calls, (n, 3) on Ray: the first block is refused."""
+    cfg = fragile(tmp_path, on_error="skip")  # skip is for exceptions, not for wrong outputs
+    cfg["graph"]["x"]["simulator"] = {"_target_": WIDE}
+    run = tmp_path / "run"
+    with pytest.raises(StoreError) as info:
+        launch(cfg, run, seed=1, progress=False)
+    assert re.search(
+        rf"node 'x' \({re.escape(WIDE)}\), key 'x\.value': a block of \d+ new rows has "
+        r"per-sample shape \(3,\), expected \(2,\) \(fixed by its observation\); nothing of "
+        "it was stored",
+        str(info.value),
+    ), str(info.value)
+    assert not (run / "buffer" / "snapshots" / "buffer.npz").exists()  # nothing was stored
+    assert not (run / "graph" / "theta" / "estimator.pt").exists()  # nothing was trained
+    assert json.loads((run / "status.json").read_text())["status"] == "failed"
+
+
+def test_k06_restored_buffer_checked_against_schema(tmp_path, no_leaked_actors):
+    """A buffer saved with x of (3,) per sample (what an unchecked Wide left behind) is not
+    restored into a run whose x has (2,): named, with the remedy, before any training."""
+    run = tmp_path / "run"
+    cfg = fragile(tmp_path)
+    cfg["graph"]["x"]["simulator"] = {"_target_": WIDE}
+    with pytest.raises(StoreError, match="per-sample shape"):  # refused now (K05)
+        launch(cfg, run, seed=1, progress=False)
+    # …but a run an unchecked launch left has its rows of shape (3,) in buffer.npz
+    ids = np.arange(80)
+    rng = np.random.default_rng(0)
+    write_buffer_file(
+        run / "buffer" / "snapshots",
+        BufferSnapshot(
+            arrays={
+                "theta.value": rng.uniform(0, 1, (80, 2)),
+                "theta.log_prob": np.zeros(80),
+                "x.value": rng.uniform(0, 1, (80, 3)),
+            },
+            ids=ids,
+            statuses=np.where(ids < 16, Status.VALIDATION, Status.TRAINING).astype(np.int8),
+            next_id=80,
+        ),
+    )
+    saved = (run / "buffer" / "snapshots" / "buffer.npz").read_bytes()
+    with pytest.raises(ConfigError) as info:
+        launch(
+            None,
+            run,
+            overrides=[f"graph.x.simulator._target_={BLAME_FRAGILE}", "graph.x.simulator.limit=9"],
+            mode="resume",
+            progress=False,
+        )
+    text = str(info.value)
+    assert "node 'x' (tests.core.blame_models.Fragile), key 'x.value'" in text
+    assert "per-sample shape (3,), expected (2,) (fixed by its observation)" in text
+    assert f"kestrel launch -o {run} --restart" in text
+    assert not (run / "graph" / "theta" / "estimator.pt").exists()  # nothing trained on them
+    assert (run / "buffer" / "snapshots" / "buffer.npz").read_bytes() == saved  # left as it was
+    log = (run / "graph" / "driver" / "output.log").read_text().split("launch: run ")[-1]
+    assert "failure: the run's saved buffer does not fit its graph" in log  # this launch's
+    assert "continue the run with" not in log  # not the hint that would restore them again

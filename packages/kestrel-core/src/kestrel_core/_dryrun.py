@@ -12,6 +12,11 @@ traceback; the exception is chained for ``--debug``). A node with ``dry_run: fal
 simulator too expensive to call here) and its descendants are not dry-run. With
 ``on_error: skip`` samples that raise are expected; the others are checked.
 
+What the dry run found also fixes the run's key schema: :func:`expected_keys` turns its outputs
+(and the observations of nodes it did not run) into the per-sample shape of every key, which
+the launch gives its store, so a simulator whose shape changes on Ray is refused at its first
+block there (see :mod:`kestrel_core._store._meta`).
+
 Shape symbols: n draws, D a node's per-sample shape.
 """
 
@@ -26,8 +31,10 @@ from ._forward import build_simulator
 from ._graph import Graph, Node
 from ._onerror import simulate_or_skip
 from ._random import seed_sequence
+from ._store._meta import Expected
+from ._trace import flat_key
 
-__all__ = ["dry_run", "DRY_RUN_DRAWS", "observation_problem"]
+__all__ = ["dry_run", "DRY_RUN_DRAWS", "observation_problem", "expected_keys"]
 
 #: prior draws of a dry run
 DRY_RUN_DRAWS = 2
@@ -136,3 +143,41 @@ def dry_run(
         if outputs is not None:
             outputs[name] = fields
     return notes
+
+
+def expected_keys(graph: Graph, outputs: dict[str, dict[str, np.ndarray]]) -> dict[str, Expected]:
+    """The per-sample shape (and dtype kind) of each key, fixed before Ray starts.
+
+    Args:
+        graph: the run's graph.
+        outputs: what :func:`dry_run` filled in (``{node: {field: (n, *D)}}``).
+
+    Returns:
+        flat key → :class:`~kestrel_core._store.Expected`: every field the dry run produced
+        (an observed node's ``value`` "fixed by its observation", which the dry run matched;
+        the others "fixed by the dry run"), and the ``value`` of an observed node the dry run
+        did not run, with its observation's shape (any numeric dtype). An observation of shape
+        ``(1, …)`` of a node not dry-run says nothing certain (it may be one row of ``D``) and
+        is left out: the store's first block fixes that key.
+    """
+    out: dict[str, Expected] = {}
+    for name, node in graph.nodes.items():
+        label = f"node {name!r} ({node.simulator.target_name})"
+        observed = node.observed
+        fields = outputs.get(name)
+        if fields is not None:
+            for field, arr in fields.items():
+                source = (
+                    "its observation"
+                    if observed is not None and field == "value"
+                    else "the dry run before Ray started"
+                )
+                out[flat_key(name, field)] = Expected(
+                    tuple(int(d) for d in arr.shape[1:]), np.dtype(arr.dtype), label, source
+                )
+        elif observed is not None:
+            shape = tuple(int(d) for d in np.shape(observed))
+            if shape and shape[0] == 1:
+                continue
+            out[flat_key(name, "value")] = Expected(shape, None, label, "its observation")
+    return out

@@ -294,6 +294,16 @@ class StoreHandle(DriverFiles):
         """The key schema ``{flat_key: (D, dtype)}``, or ``None`` before the first append."""
         return self.wait(self._actor.schema.remote())
 
+    def expect(self, expected: Mapping[str, Any]) -> None:
+        """Fix keys' per-sample shapes before the first block (flat key →
+        :class:`~kestrel_core._store.Expected`); every later append and restore is checked
+        against them (see :meth:`kestrel_core._store.BlockStore.expect`).
+
+        Raises:
+            StoreError: a block already stored differs from them.
+        """
+        self.wait(self._actor.expect.remote(dict(expected)))
+
     def held_refs(self) -> int:
         """Number of ObjectRefs the store holds (blocks × keys)."""
         return self.wait(self._actor.held_refs.remote())

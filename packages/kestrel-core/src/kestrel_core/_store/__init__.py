@@ -39,7 +39,7 @@ from ._journal import (
 )
 from ._lifecycle import LIVE, TRAINABLE, Status, rotate
 from ._memory import InMemoryStore
-from ._meta import Schema, check_block
+from ._meta import Expected, Schema, check_block, check_expected
 from ._protocol import BlockMeta, BlockRead, BufferView, Checkout, Fetch, SampleStore
 from ._rules import buffer_int, buffer_rules, oversized_note
 from ._snapshot import snapshot_rows, write_snapshots
@@ -57,7 +57,9 @@ __all__ = [
     "LIVE",
     "TRAINABLE",
     "Schema",
+    "Expected",
     "check_block",
+    "check_expected",
     "buffer_int",
     "buffer_rules",
     "oversized_note",

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._errors import ConfigError, StoreError, StoreWarning
 from ._index import BlockIndex
-from ._meta import Schema, check_block
+from ._meta import Expected, Schema, check_block, check_expected
 from ._protocol import BlockMeta, BlockRead, Checkout
 from ._rules import buffer_int, oversized_note
 from ._snapshot import snapshot_rows, write_snapshots
@@ -57,7 +57,8 @@ class BlockStore:
     Each appended block becomes ``n`` samples with new ids (never reused) and status VALIDATION
     (TOMBSTONE for rows ``meta.valid`` marks invalid); :func:`~kestrel_core.rotate` runs after
     every append. A block is dropped — its handle released, its rows marked DELETED — once all
-    its rows are dead and no checkout pins it. The first non-empty append fixes the key schema.
+    its rows are dead and no checkout pins it. The first non-empty append fixes the key schema;
+    :meth:`expect` fixes keys' per-sample shapes before it (a run's dry run, its observations).
 
     Args:
         min_samples, max_samples, validation_samples: the ``buffer`` rules (see
@@ -95,6 +96,7 @@ class BlockStore:
             )
         self._snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
         self._schema: Schema | None = None
+        self._expected: dict[str, Expected] = {}
         self._lock = threading.RLock()
 
     #: without a snapshot directory, hand the rows due for a snapshot back to the caller
@@ -113,6 +115,38 @@ class BlockStore:
     def _read(self, handle: Any) -> Mapping[str, np.ndarray]:
         """The arrays ``(n, *D)`` of a kept block, by flat key."""
         raise NotImplementedError
+
+    # -- the key schema -----------------------------------------------------------------------------
+    def expect(self, expected: Mapping[str, Expected]) -> None:
+        """Fix keys' per-sample shapes (and dtype kinds) before the first block arrives.
+
+        A launch passes what its dry run and its observations fixed
+        (:func:`kestrel_core._dryrun.expected_keys`): from then on every append and every
+        restore is checked against them as well as against the schema the first block fixes,
+        so a simulator whose per-sample shape changes between calls is refused at its first
+        block of the other shape, and a buffer restored from an older run at once. Keys not
+        named here are fixed by the first non-empty block, as before. Calls add to (and
+        replace entries of) the expectations.
+
+        Raises:
+            StoreError: an entry is not an :class:`~kestrel_core._store.Expected`, or the rows
+                already stored differ from it (nothing changes then).
+        """
+        with self._lock:
+            entries = dict(expected)
+            for key, want in entries.items():
+                if not isinstance(want, Expected):
+                    raise StoreError(
+                        f"expect: key {key!r}: expected an Expected, got {type(want).__name__}"
+                    )
+            if self._schema is not None:
+                check_expected(self._schema, entries, "a block already stored")
+            self._expected.update(entries)
+
+    def expected(self) -> dict[str, Expected]:
+        """The expectations :meth:`expect` fixed (flat key → :class:`Expected`)."""
+        with self._lock:
+            return dict(self._expected)
 
     # -- append -----------------------------------------------------------------------------------
     def append(self, block: Mapping[str, Any], meta: BlockMeta) -> np.ndarray:
@@ -147,14 +181,15 @@ class BlockStore:
 
         Raises:
             StoreError: a block or its metadata is malformed, or differs from the key schema
-                (fixed by the first non-empty append); nothing of the call is stored then.
+                (fixed by the first non-empty append, and by :meth:`expect`); nothing of the
+                call is stored then.
             CountError: a block's ``n`` is not a non-negative integer.
         """
         with self._lock:
             schema = self._schema
             checked = []
             for block, meta in blocks:
-                spec = check_block(block, meta, schema)
+                spec = check_block(block, meta, schema, self._expected)
                 handle = self._accept(block, meta, spec)
                 if schema is None and meta.n:
                     schema = spec
@@ -188,8 +223,9 @@ class BlockStore:
 
         A resumed run calls this on its new, empty store with its buffer snapshot
         (:mod:`._buffer_file`), instead of simulating a new buffer from the prior. The block is
-        checked like an append (it fixes the key schema when it is the first); no snapshot
-        file is written for restored rows.
+        checked like an append — against the key schema and the expectations of :meth:`expect` —
+        and fixes the key schema when it is the first; no snapshot file is written for restored
+        rows.
 
         Args:
             block: flat key → the block's value for that key (what this store holds), row ``i``
@@ -210,7 +246,13 @@ class BlockStore:
         with self._lock:
             if meta.valid is not None:
                 raise StoreError("restore: restored rows are valid rows (meta.valid must be None)")
-            spec = check_block(block, meta, self._schema)
+            spec = check_block(
+                block,
+                meta,
+                self._schema,
+                self._expected,
+                what=f"the block of {meta.n} restored rows",
+            )
             ids = np.asarray(ids, dtype=np.int64).ravel()
             if len(ids) != meta.n:
                 raise StoreError(f"restore: {len(ids)} ids for a block of {meta.n} rows")

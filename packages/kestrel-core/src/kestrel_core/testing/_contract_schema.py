@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from .._errors import StoreError
+from .._store import BlockMeta, Expected
 from ._contract_base import KEYS, ContractBase, rows_for
 
 __all__ = ["SchemaContract"]
@@ -55,6 +56,52 @@ class SchemaContract(ContractBase):
         with pytest.raises(StoreError, match=r"'x\.value'.*\(3, 3\).*4"):
             self.put(store, make_block, arrays, 4)
         assert store.stats()["total"] == 0
+
+    # the run's key schema, fixed before the first block (expect) --------------------------------
+
+    def test_shape_change_between_blocks_refused(self, make_store, make_block):
+        store = make_store(min_samples=2, max_samples=10, validation_samples=0)
+        store.expect({"x.value": Expected((3,), None, "node 'x' (model.Wide)", "its observation")})
+        wide = rows_for(np.arange(4))
+        wide["x.value"] = np.concatenate([wide["x.value"], wide["x.value"][:, :1]], axis=1)
+        message = (
+            r"node 'x' \(model\.Wide\), key 'x\.value': a block of 4 new rows has per-sample "
+            r"shape \(4,\), expected \(3,\) \(fixed by its observation\); nothing of it"
+        )
+        with pytest.raises(StoreError, match=message):  # the very first block: refused
+            self.put(store, make_block, wide, 4)
+        assert store.stats()["total"] == 0
+        self.append(store, make_block, 4)  # the right shape: stored
+        with pytest.raises(StoreError, match=message):  # and a later block of the other shape
+            self.put(store, make_block, wide, 4)
+        assert store.stats()["total"] == 4
+        with pytest.raises(StoreError, match=r"'x\.value'.*expected \(2,\).*dry run"):
+            store.expect({"x.value": Expected((2,), None, "node 'x'", "the dry run")})
+
+    def test_restored_buffer_checked_against_schema(self, make_store, make_block):
+        store = make_store(min_samples=2, max_samples=10, validation_samples=0)
+        kind = Expected((), np.dtype(np.float64), "node 'theta' (Prior)", "the dry run")
+        store.expect(
+            {
+                "x.value": Expected((4,), None, "node 'x' (model.F32)", "its observation"),
+                "theta.log_prob": kind,
+            }
+        )
+        arrays = rows_for(np.arange(4))  # x.value (3,): saved by an older simulator
+        block, meta = make_block(arrays), BlockMeta.of(arrays, 4)
+        with pytest.raises(
+            StoreError,
+            match=r"node 'x' \(model\.F32\), key 'x\.value': the block of 4 restored rows has "
+            r"per-sample shape \(3,\), expected \(4,\) \(fixed by its observation\)",
+        ):
+            store.restore(block, meta, np.arange(4), None, next_id=4)
+        assert store.stats()["total"] == 0
+        arrays["x.value"] = np.zeros((4, 4), np.float32)
+        arrays["theta.log_prob"] = np.arange(4)  # an integer kind where floats are expected
+        with pytest.raises(StoreError, match=r"'theta\.log_prob'.*dtype int64.*float64"):
+            store.restore(make_block(arrays), BlockMeta.of(arrays, 4), np.arange(4), None)
+        arrays["theta.log_prob"] = np.zeros(4, np.float32)  # same kind: fine
+        assert store.restore(make_block(arrays), BlockMeta.of(arrays, 4), np.arange(4), None) == 4
 
     # snapshots --------------------------------------------------------------------------------
 

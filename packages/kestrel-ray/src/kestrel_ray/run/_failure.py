@@ -12,7 +12,9 @@ node's death it still answers:
 * every estimator node whose actor still answers has its weights written under the resume
   rule (:meth:`~kestrel_ray.run._checkpoint.Checkpoint.save_weights`); a dead one's weights
   on disk stay as the last checkpoint (or the last launch) left them;
-* the driver log says what was saved, what stays from where, and how to continue.
+* the driver log says what was saved, what stays from where, and how to continue — except
+  when the run's saved buffer does not fit its graph (rows of another simulator's shape, found
+  on resume): then nothing is written and the log says to ``--restart``.
 
 Each step has a short timeout, so a failed launch still ends within seconds. A second Ctrl-C
 (abort) saves nothing: it is not a failure.
@@ -31,7 +33,7 @@ from kestrel_core._store import BUFFER_FILE
 
 from .._store_snapshot import snapshot_store
 from ._checkpoint import Checkpoint
-from ._resume import saved_epoch
+from ._resume import BufferMismatch, saved_epoch
 
 __all__ = ["save_on_failure", "FAILURE_TIMEOUT"]
 
@@ -57,14 +59,21 @@ def save_on_failure(launcher: Any, err: BaseException) -> dict[str, Any]:
     if dg is None or not dg.deployed:
         return {}
     try:
-        return _save(launcher, dg, log)
+        return _save(launcher, dg, log, err)
     except Exception as problem:  # never hide the launch's own error
         log.warning("failure: saving what was left failed: %s: %s", type(problem).__name__, problem)
         return {}
 
 
-def _save(launcher: Any, dg: Any, log: logging.Logger) -> dict[str, Any]:
+def _save(launcher: Any, dg: Any, log: logging.Logger, err: BaseException) -> dict[str, Any]:
     run = launcher.session.run
+    if isinstance(err, BufferMismatch):  # the saved rows are another simulator's: keep them
+        log.warning(
+            "failure: the run's saved buffer does not fit its graph; nothing was changed on "
+            "disk; start the run again with `kestrel launch -o %s --restart`",
+            run.root,
+        )
+        return {"buffer": None, "weights": {}, "gone": []}
     nodes, gone = _estimator_status(dg, launcher.session.config.graph.latents)
     rows = _save_buffer(dg, launcher.resume, log)
     journal = launcher.resume.journal

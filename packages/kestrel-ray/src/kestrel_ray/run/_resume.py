@@ -44,7 +44,7 @@ from ._budget import write_budget
 from ._journal import JournalWriter, Replayed, replay_journal, trim
 from ._rundir import SAVED_MARKER
 
-__all__ = ["LAUNCH_KEY", "launch_seed", "add_epochs", "Resume", "PREVIOUS_DIR"]
+__all__ = ["LAUNCH_KEY", "launch_seed", "add_epochs", "Resume", "PREVIOUS_DIR", "BufferMismatch"]
 
 #: first entry of the spawn key of a later launch's root sequence ("kest")
 LAUNCH_KEY = 0x6B657374
@@ -101,6 +101,22 @@ def add_epochs(config: Any, run: Any, epochs: int) -> dict[str, int]:
         totals[node] = saved_epoch(run, node) + int(epochs)
         spec.kwargs["max_epochs"] = totals[node]
     return totals
+
+
+class BufferMismatch(ConfigError):
+    """The run's saved buffer (snapshot or journal) does not fit its graph: the rows were made
+    by another simulator (key, per-sample shape). Continuing cannot help; ``--restart`` can."""
+
+
+def _remedy(root: str, what: str) -> str:
+    """How to go on when the saved rows do not fit: they (and the weights trained on them)
+    belong to another simulator."""
+    return (
+        f"The rows saved in {root} do not fit this run (made by a simulator with other keys "
+        f"or shapes); start the run again with `kestrel launch -o {root} --restart` (its old "
+        f"contents move to {os.path.join(root, PREVIOUS_DIR)}/N/), or move {what} away to go "
+        "on without its rows"
+    )
 
 
 def _estimator(status: Mapping[str, Any], node: str) -> dict[str, Any]:
@@ -172,8 +188,15 @@ class Resume:
         """Put the run's saved buffer into the new store, then the journal's rows beyond it;
         returns the valid rows put back (0: none).
 
+        Every restored row is checked against the run's key schema (the per-sample shapes
+        the dry run and the observations fixed, given to the store by
+        :meth:`~kestrel_ray.run._session.RunSession.deployed`): rows of a simulator whose
+        shape was wrong are never trained on again.
+
         Raises:
-            ConfigError: the snapshot or a journal file does not fit the graph (keys, shapes).
+            BufferMismatch: (a ConfigError) the snapshot or a journal file does not fit the
+                graph (keys, shapes): the message names the node, the key, both shapes and the
+                remedy (``--restart``).
         """
         run = self.session.run
         snapshot = read_buffer_file(run.snapshots)
@@ -181,9 +204,9 @@ class Resume:
             try:
                 restore_store(dg.store, snapshot)
             except StoreError as err:
-                raise ConfigError(
-                    f"buffer: the snapshot {snapshot.source} does not fit this run's graph "
-                    f"({err}); move it away to simulate a new buffer from the prior"
+                raise BufferMismatch(
+                    f"buffer: the snapshot {snapshot.source} does not fit this run's graph: "
+                    f"{err}. {_remedy(run.root, 'the snapshot')}"
                 ) from err
             self.restored = snapshot
             what = "" if snapshot.statuses is not None else " (per-sample snapshots: rows as new)"
@@ -198,9 +221,7 @@ class Resume:
                 dg.store, run.journal, snapshot.next_id if snapshot is not None else 0, self.log
             )
         except StoreError as err:
-            raise ConfigError(
-                f"buffer: {err}; move the journal away to continue without it"
-            ) from err
+            raise BufferMismatch(f"buffer: {err}. {_remedy(run.root, 'the journal')}") from err
         if self.replayed.files:
             self.log.info(
                 "resume: journal: %d rows (%d valid) of %d files appended after the snapshot, "

@@ -27,6 +27,7 @@ from typing import Any, cast
 import ray
 
 from kestrel_core import ConfigError, EstimatorError, RunConfig, seed_sequence
+from kestrel_core._dryrun import expected_keys
 from kestrel_core._run_config import observation_digests
 
 from .._deployed import DeployedGraph
@@ -72,6 +73,10 @@ class RunSession:
         sample_bytes: node → bytes one sample takes in the object store, measured by the dry
             run of :meth:`for_launch` (empty otherwise); :meth:`deployed` checks that the
             buffer fits (:mod:`~kestrel_ray.run._capacity`).
+        expected: flat key → the per-sample shape the dry run (or the node's observation)
+            fixed (:func:`kestrel_core._dryrun.expected_keys`; empty without a dry run);
+            :meth:`deployed` gives it to the store, which checks every append and the
+            restored buffer against it.
     """
 
     def __init__(
@@ -92,6 +97,7 @@ class RunSession:
         self.overrides = list(overrides)
         self.placement: dict[str, list[str]] = {}
         self.sample_bytes: dict[str, int] = {}
+        self.expected: dict[str, Any] = {}
         self.archived: str | None = None
         self.on_failure: Callable[[BaseException], Any] | None = None
         self.launch_number: int | None = None
@@ -140,6 +146,7 @@ class RunSession:
             run, cfg, seed=seed, config_from_run=how == "resume", mode=how, overrides=overrides
         )
         session.sample_bytes = bytes_per_sample(outputs)
+        session.expected = expected_keys(cfg.graph, outputs)
         return session
 
     @classmethod
@@ -245,6 +252,9 @@ class RunSession:
                 writes to ``<graph>/<node>/output.log`` and ``metrics.csv``
                 (:class:`NodeLogSink`), and record :attr:`placement`.
 
+        With ``buffer``, the store gets :attr:`expected`: a block whose per-sample shape
+        differs from it is refused before anything of it is stored.
+
         Raises:
             ConfigError: (``buffer``) the buffer cannot fit in Ray's object store (the message
                 names the sizes), checked before any actor starts.
@@ -268,6 +278,8 @@ class RunSession:
         sink: NodeLogSink | None = None
         try:
             dg.deploy()
+            if buffer and self.expected:  # one key schema per run, checked at every append
+                dg.store.expect(self.expected)
             if node_logs:
                 infos = dg.open_logs()
                 self.placement = {
