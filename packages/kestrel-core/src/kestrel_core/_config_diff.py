@@ -48,6 +48,8 @@ class Change:
 def _show(value: Any) -> str:
     if value is MISSING:
         return "(absent)"
+    if getattr(value, "whole", False):  # shown in full (e.g. a file path)
+        return str(value)
     text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -11,6 +11,13 @@ folder) are moved to the front of :data:`sys.path` before a target is imported a
 so user code can import its siblings later. If a module of the same top-level name was already
 imported from elsewhere (``model`` of another example), it is evicted from :data:`sys.modules`
 so the one next to the config is used; objects built from the old module keep working.
+
+A config whose code folder is gone (a run whose model folder was moved away) never takes the
+module of a target from the folders Python puts on :data:`sys.path` only because of how it
+was started — the working directory (``''``: the REPL, ``python -c``, ``python -``) and the
+folder of the ``python script.py`` being run: a ``model.py`` there is not the run's code. The
+``kestrel`` command never has those folders on its path; the Python API now fails the same
+way ("no module named 'model'"), naming the missing folder.
 """
 
 from __future__ import annotations
@@ -72,6 +79,59 @@ def _prepare_imports(top: str, imports: Iterable[str]) -> None:
         return
 
 
+def _implicit_dirs() -> list[str]:
+    """The folders on :data:`sys.path` only because of how Python was started (real paths):
+    the working directory for a ``''``/``'.'`` entry, and the folder of the ``python
+    script.py`` being run (Python's ``sys.path[0]``; not for ``python -m``)."""
+    out = []
+    if any(entry in ("", os.curdir) for entry in sys.path):
+        out.append(os.path.realpath(os.getcwd()))
+    main = sys.modules.get("__main__")
+    script = getattr(main, "__file__", None)
+    if isinstance(script, str) and getattr(main, "__spec__", None) is None:
+        folder = os.path.realpath(os.path.dirname(os.path.abspath(script)))
+        if any(entry and os.path.realpath(entry) == folder for entry in sys.path):
+            out.append(folder)
+    return out
+
+
+def _module_folder(origin: str | None, is_package: bool) -> str | None:
+    if not origin:
+        return None
+    folder = os.path.dirname(os.path.realpath(origin))
+    return os.path.dirname(folder) if is_package else folder
+
+
+def _shadow(top: str, dirs: list[str]) -> str | None:
+    """The file module ``top`` would come from when one of the code folders ``dirs`` is gone
+    and the module is found only in an implicit folder (:func:`_implicit_dirs`) that is not
+    one of ``dirs`` — a stand-in for the missing code; ``None`` otherwise."""
+    import importlib.machinery
+    import importlib.util
+
+    if all(os.path.isdir(d) for d in dirs):
+        return None
+    mine = {os.path.realpath(d) for d in dirs}
+    implicit = [d for d in _implicit_dirs() if d not in mine]
+    if not implicit:
+        return None
+    try:
+        if importlib.machinery.PathFinder.find_spec(top, dirs) is not None:
+            return None  # the config's own folders hold it (and come first)
+        loaded = sys.modules.get(top)
+        if loaded is not None:
+            origin = getattr(loaded, "__file__", None)
+            is_package = hasattr(loaded, "__path__")
+        else:
+            spec = importlib.util.find_spec(top)
+            if spec is None or not spec.has_location:
+                return None
+            origin, is_package = spec.origin, spec.submodule_search_locations is not None
+    except (ImportError, ValueError):
+        return None
+    return origin if _module_folder(origin, is_package) in implicit else None
+
+
 def import_target(path: str, imports: Iterable[str] = ()) -> Any:
     """Import the object named by a dotted path such as ``"model.Signal"``.
 
@@ -97,8 +157,19 @@ def import_target(path: str, imports: Iterable[str] = ()) -> Any:
     parts = path.split(".")
     if any(not p.isidentifier() for p in parts):
         raise ConfigError(f"target {path!r} must be a dotted path of identifiers 'module.Name'")
+    imports = [os.fspath(d) for d in imports]
     with _LOCK:
         _prepare_imports(parts[0], imports)
+        shadow = _shadow(parts[0], [os.path.abspath(d) for d in imports]) if imports else None
+        if shadow is not None:
+            gone = [d for d in imports if not os.path.isdir(d)]
+            folders = "folder " if len(gone) == 1 else "folders "
+            raise ConfigError(
+                f"cannot import {path!r}: no module named {parts[0]!r}; the code {folders}"
+                f"{', '.join(gone)} (paths.imports) {'is' if len(gone) == 1 else 'are'} gone, "
+                f"and {shadow}, found only through the folder Python was started from, is not "
+                "the config's code"
+            )
         module, used = None, 0
         for i in range(len(parts) - 1, 0, -1):
             name = ".".join(parts[:i])

@@ -230,20 +230,44 @@ def _rebase(value: Any, old_root: str) -> Any:
     return value
 
 
+def _import_groups(imports: list[str]) -> list[list[str]]:
+    """``paths.imports`` as :func:`portable_config` wrote them: each absolute folder followed
+    by the same folder relative to the run; an entry without its pair stands alone."""
+    groups: list[list[str]] = []
+    for folder in imports:
+        rel = not os.path.isabs(os.path.expanduser(folder))
+        if rel and groups and len(groups[-1]) == 1 and os.path.isabs(groups[-1][0]):
+            groups[-1].append(folder)
+        else:
+            groups.append([folder])
+    return groups
+
+
 def _existing_imports(imports: Any, root: str) -> Any:
-    """The entries of ``paths.imports`` that exist (resolved against the run), deduplicated;
-    all of them when none exists (so the error names them)."""
+    """The code folders of ``paths.imports`` as the run at ``root`` finds them, deduplicated.
+
+    Of a folder recorded both absolute and relative to the run, the relative one is used when
+    it exists (a copied or moved project uses its own copy of the code, never the original's
+    through the absolute path, K30), else the absolute one; folders that exist neither way are
+    left out — all of them are kept when none exists (so the import error names them).
+    """
     if not isinstance(imports, list) or not all(
         isinstance(d, str) and "${" not in d for d in imports
     ):
         return imports
-    full: list[str] = []
-    for folder in imports:
-        path = os.path.normpath(os.path.join(root, os.path.expanduser(folder)))
-        if path not in full:
-            full.append(path)
-    found = [d for d in full if os.path.isdir(d)]
-    return found or full
+
+    def full(folder: str) -> str:
+        return os.path.normpath(os.path.join(root, os.path.expanduser(folder)))
+
+    found: list[str] = []
+    every: list[str] = []
+    for group in _import_groups(imports):
+        paths = [full(d) for d in reversed(group)]  # the run-relative entry first
+        every += [p for p in paths if p not in every]
+        chosen = next((p for p in paths if os.path.isdir(p)), None)
+        if chosen is not None and chosen not in found:
+            found.append(chosen)
+    return found or every
 
 
 def load_run_config(

@@ -3,6 +3,9 @@
 =====================  =================================================================
 run directory          launch
 =====================  =================================================================
+not a run              refused before anything is written or moved: a file, or a folder that
+                       holds files but no ``run.json`` (a model folder with the user's
+                       ``config.yml``; :func:`kestrel_core._run_folder.check_launch_folder`)
 new (no config.yml)    the config given (with overrides) — ``new``
 exists, no config      the run's own ``config.yml`` plus overrides of estimator (``graph.<node>.
                        estimator.*``), ``sample.*`` and ``budget.*`` keys — ``resume``; any
@@ -16,7 +19,8 @@ exists, other config   an error naming the keys that differ (old → new) and th
 
 "Same" compares the configs as the run records them (:func:`kestrel_core._run_config.
 run_config_changes`): where the run, the code and the data files lie does not count; the
-observations are compared by value.
+observations are compared by value, the code by the files the targets import
+(:func:`kestrel_core._run_code.code_changes`: another ``model.py`` is ``paths.imports``).
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from typing import Any
 
 from kestrel_core import ConfigError, KestrelError, RunConfig, load_config
 from kestrel_core._config_diff import Change, describe_changes
+from kestrel_core._run_code import code_changes
 from kestrel_core._run_config import run_config_changes
+from kestrel_core._run_folder import check_launch_folder, check_restart_keeps
 
 from ._rundir import PREVIOUS_DIR, RunDir
 
@@ -53,13 +59,17 @@ def launch_plan(
         ``(config, how)``, ``how`` one of ``"new"``, ``"resume"``, ``"restart"``.
 
     Raises:
-        ConfigError: an unknown mode; no config for a new run; in ``"auto"`` mode a config
+        ConfigError: an unknown mode; ``run`` is a file or a folder that is not a run but
+            holds files (any mode, before anything is read or moved); ``--restart`` of a run
+            that holds the code folder of its new config; no config for a new run; in
+            ``"auto"`` mode a config
             that differs from the run's own (:func:`differs_message`); or as
             :func:`~kestrel_core.load_config`.
         GraphError: as :func:`~kestrel_core.load_config`.
     """
     if mode not in MODES:
         raise ConfigError(f"launch: mode must be one of {', '.join(MODES)}; found {mode!r}")
+    check_launch_folder(run.root, mode)  # never a folder of files Kestrel did not write
     if not run.has_config():
         if config is None:
             raise ConfigError(
@@ -71,15 +81,19 @@ def launch_plan(
     if mode == "auto" and config is None:
         cfg = run.load_config(overrides, check_targets=_TARGETS)
         if overrides:  # only training and sampling settings change without --resume
-            changes = run_config_changes(run.load_config(check_targets=()), cfg, run.root)
+            recorded = run.load_config(check_targets=())
+            changes = run_config_changes(recorded, cfg, run.root) + code_changes(recorded, cfg)
             changed = [c for c in changes if not _training_key(c.key)]
             if changed:
                 raise ConfigError(differs_message(run, changed))
         return cfg, "resume"
     if mode == "restart":
         if config is None:
-            return run.load_config(overrides, check_targets=_TARGETS), "restart"
-        return _load(config, run, overrides), "restart"
+            cfg = run.load_config(overrides, check_targets=_TARGETS)
+        else:
+            cfg = _load(config, run, overrides)
+        check_restart_keeps(run.root, cfg.paths.imports)
+        return cfg, "restart"
     cfg = _load(config, run, overrides)
     try:
         recorded = run.load_config(check_targets=())
@@ -89,7 +103,7 @@ def launch_plan(
             f"--restart (Python: mode='restart') to move the old run to "
             f"{os.path.join(run.root, PREVIOUS_DIR)}/N/ and start afresh"
         ) from err
-    changes = run_config_changes(recorded, cfg, run.root)
+    changes = run_config_changes(recorded, cfg, run.root) + code_changes(recorded, cfg)
     if changes:
         raise ConfigError(differs_message(run, changes))
     return cfg, "resume"

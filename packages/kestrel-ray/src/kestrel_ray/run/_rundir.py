@@ -6,7 +6,9 @@ Layout (``RUN`` is the directory given with ``-o``)::
                                       run's own files (kestrel_core._run_config)
     RUN/observations/<node>.npy|npz   the observations, copied in at launch
     RUN/run.json                      the history of launches (seed, times, status, epochs,
-                                      config digest; :class:`RunHistory`)
+                                      config digest; :class:`RunHistory`); written with
+                                      config.yml, it marks the folder as a run
+                                      (kestrel_core._run_folder)
     RUN/status.json                   status of the latest launch ("running", "completed",
                                       "interrupted", "timeout", "failed", "aborted"), seed,
                                       times, epochs, buffer counts
@@ -40,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from kestrel_core import ConfigError
 from kestrel_core import _samplefiles as samplefiles
 from kestrel_core._run_config import (
     OBSERVATIONS_DIR,
@@ -50,6 +53,7 @@ from kestrel_core._run_config import (
     run_config_yaml,
     save_observations,
 )
+from kestrel_core._run_folder import check_launch_folder, is_run_folder
 from kestrel_core._store import JOURNAL_DIR
 
 from ._history import RUN_FILE, RunHistory
@@ -149,13 +153,24 @@ class RunDir:
         Args:
             config: the run's :class:`kestrel_core.RunConfig`.
 
+        ``RUN/run.json`` (an empty history when there is none yet) is written with it: the
+        mark of a folder Kestrel wrote. A ``config.yml`` without that mark is the user's,
+        never overwritten.
+
         Returns:
             The config's digest (sha256 of its canonical YAML, ``paths.imports`` left out).
 
         Raises:
+            ConfigError: ``RUN/config.yml`` exists but the folder is not a run, or ``RUN`` is
+                a file.
             OSError: a file cannot be written.
         """
+        if os.path.lexists(self.config_file) and not is_run_folder(self.root):
+            check_launch_folder(self.root)  # raises: the user's file, not ours to overwrite
+            raise ConfigError(f"{self.config_file}: not written by Kestrel; not overwritten")
         os.makedirs(self.root, exist_ok=True)
+        if not os.path.exists(self.history.path):
+            _write_json(self.history.path, {"launches": []})
         data = portable_config(config, self.root, save_observations(config, self.root))
         text = run_config_yaml(data)
         try:
@@ -185,8 +200,14 @@ class RunDir:
             The folder the old contents went to.
 
         Raises:
+            ConfigError: the folder is not a run (nothing is moved).
             OSError: a file cannot be moved.
         """
+        if not is_run_folder(self.root):
+            raise ConfigError(
+                f"{self.root} is not a Kestrel run (no run.json); --restart moves only a run's "
+                "own contents, so nothing was moved"
+            )
         previous = os.path.join(self.root, PREVIOUS_DIR)
         numbers = [int(n) for n in _listdir(previous) if n.isdigit()]
         target = os.path.join(previous, str(max(numbers, default=0) + 1))

@@ -45,6 +45,7 @@ from kestrel_core import (
     seed_sequence,
 )
 from kestrel_core._observe import ObservationWarning
+from kestrel_core._run_folder import check_run_folder
 from kestrel_core._samplefiles import OBSERVED_MODES, observation_digest
 
 from ._batch import Batch, draw_batch, read_batch
@@ -209,11 +210,7 @@ def _open(
     """The run directory and its config (with ``overrides``), without Ray; the estimators'
     ``_target_`` is imported only for the modes that use them (prior needs only the core)."""
     run = RunDir(run_dir)
-    if not run.has_config():
-        raise ConfigError(
-            f"{run.root}: not a run directory (no {os.path.basename(run.config_file)}); "
-            f"start a run with `kestrel launch -c CONFIG -o {run.root}`"
-        )
+    check_run_folder(run.root)  # a run a launch wrote, never a model folder's config.yml
     targets = ("simulator",) if mode == "prior" else ("simulator", "estimator")
     config = run.load_config(overrides, check_targets=targets)
     return RunDir(run.root, config), config
