@@ -2,8 +2,9 @@
 
 Everything user code returns passes through here once: lists, numpy scalars and CPU tensors
 (anything with ``__array__``) are converted with ``np.asarray``; ``None``, dicts without
-``value``, non-numeric and ragged outputs raise errors naming the node, the method and what was
-found. Everything handed *to* user code is a read-only view, so a simulator cannot corrupt
+``value``, non-numeric, complex, masked (with masked entries) and ragged outputs raise errors
+naming the node, the method and what was found — the same arrays
+:func:`~kestrel_core._inputs.as_input` refuses as observations. Everything handed *to* user code is a read-only view, so a simulator cannot corrupt
 stored data. Shape symbols: N samples in the call, D a node's per-sample shape.
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import CountError, KestrelError, OutputTypeError, ShapeError
+from ._inputs import COMPLEX_HINT, INPUT_KINDS, masked_problem
 from ._readonly import input_write_error
 from ._trace import flat_key, format_shapes
 
@@ -30,7 +32,7 @@ __all__ = [
     "call_estimator",
 ]
 
-_NUMERIC_KINDS = "biufc"
+_NUMERIC_KINDS = INPUT_KINDS  # real: b i u f
 
 
 def check_count(n: Any, what: str = "n") -> int:
@@ -129,6 +131,11 @@ def _to_array(node: str, method: str, out: Any, *, field: str = "value") -> np.n
                 f"(keys: {sorted(map(str, out))}); expected an array or {{{field!r}: array}}"
             )
         out = out[field]
+    masked = masked_problem(out)
+    if masked is not None:
+        raise OutputTypeError(f"node {node!r}: {method} returned an array that {masked}")
+    if isinstance(out, np.ma.MaskedArray):
+        out = out.data  # nothing masked
     if out is None or isinstance(out, (str, bytes)):
         raise OutputTypeError(
             f"node {node!r}: {method} returned {type(out).__name__}; expected an array"
@@ -148,6 +155,10 @@ def _to_array(node: str, method: str, out: Any, *, field: str = "value") -> np.n
                 f"node {node!r}: {method} returned a {type(out).__name__} that numpy cannot convert "
                 f"({err}); return a numpy array, a rectangular list, or a detached CPU tensor"
             ) from err
+    if out.dtype.kind == "c":
+        raise OutputTypeError(
+            f"node {node!r}: {method} returned complex dtype {out.dtype}; {COMPLEX_HINT}"
+        )
     if out.dtype.kind not in _NUMERIC_KINDS:
         raise OutputTypeError(
             f"node {node!r}: {method} returned an array of dtype {out.dtype}; expected a numeric dtype"
@@ -201,8 +212,9 @@ def call_simulator(
         CountError: ``n`` is not an integer ≥ 1.
         ShapeError: a parent's leading dimension is neither ``n`` nor 1; ``simulate_batch``
             returned a leading dimension other than ``n``; per-sample shapes differ.
-        OutputTypeError: the output is ``None``, a dict without ``value``, not convertible or
-            not numeric; the simulator has neither method.
+        OutputTypeError: the output is ``None``, a dict without ``value``, not convertible,
+            not numeric, complex or a masked array with masked entries; the simulator has
+            neither method.
         InputWriteError: the simulator wrote into one of its (read-only) inputs; the message
             names the node, the input and the remedy (copy it). Also a ``ValueError``.
         Exception: the simulator's own exceptions pass through with a note naming the node.
@@ -290,7 +302,8 @@ def as_record(
         C-contiguous and native-endian.
 
     Raises:
-        OutputTypeError: ``None``, a missing field, non-numeric or unconvertible values.
+        OutputTypeError: ``None``, a missing field, non-numeric, complex, masked or
+            unconvertible values.
         ShapeError: a leading dimension is not ``n``, or ``log_prob`` is not ``(n,)``.
     """
     n = check_count(n)

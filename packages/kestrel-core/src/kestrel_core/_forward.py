@@ -14,7 +14,6 @@ from ._boundary import as_record, call_simulator, check_count
 from ._errors import ConfigError, GraphError, KestrelError, ShapeError, SimulatorError
 from ._graph import Graph, Node
 from ._inputs import as_input
-from ._observe import check_observation
 from ._random import seed_sequence, spawn_rngs
 from ._suggest import unknown
 from ._trace import LOG_PROB, check_trace, flat_key
@@ -147,8 +146,8 @@ def sample_forward(
                     ]
                 )
         value = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-        if node.observed is not None:
-            check_observation(name, node.observed, value.shape[1:])
+        if node.observed is not None:  # K08: (1, *D) becomes D here, with a warning
+            graph.fit_observation(name, value.shape[1:])
         values[name] = trace[flat_key(name)] = value
         if log_probs:
             trace[flat_key(name, LOG_PROB)] = (

@@ -13,6 +13,7 @@ Shape symbols: N samples, D a node's per-sample shape.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -33,7 +34,7 @@ from ._node import (
     ray_options,
     seconds,
 )
-from ._observe import load_observation
+from ._observe import check_observation, load_observation
 from ._spec import Spec
 from ._suggest import key_path, unknown
 
@@ -176,6 +177,34 @@ class Graph:
         """``{name: x_o}`` of the observed nodes; arrays of shape ``D``, read-only."""
         return {n: node.observed for n, node in self._nodes.items() if node.observed is not None}
 
+    def fit_observation(self, name: str, sample_shape: Iterable[int]) -> np.ndarray:
+        """Fit node ``name``'s observation to its per-sample shape ``D``, once it is known.
+
+        The one rule of :func:`~kestrel_core.check_observation` (case K08): an observation of
+        shape ``D`` is kept; one of shape ``(1, *D)`` is replaced by its only row, with a
+        :class:`UserWarning` naming both shapes (so every later step — the observation saved
+        in the run, the conditions of the estimators — sees ``D``, never ``(1, 1, *D)``);
+        anything else is refused.
+
+        Args:
+            name: an observed node. sample_shape: ``D``, e.g. from a dry run's output.
+
+        Returns:
+            The node's observation, now of shape ``D``.
+
+        Raises:
+            ShapeError: several observations (``(k, *D)``, k > 1) or another shape; the message
+                names the node and both shapes.
+            GraphError: no such node, or it has no observation.
+        """
+        node = self[name]
+        if node.observed is None:
+            raise GraphError(f"graph.{name}: node {name!r} has no observation to fit")
+        fitted = check_observation(name, node.observed, tuple(sample_shape))
+        if fitted.shape != node.observed.shape:
+            self._nodes[name] = dataclasses.replace(node, observed=fitted)
+        return fitted
+
     def __getitem__(self, name: str) -> Node:
         try:
             return self._nodes[name]
@@ -209,11 +238,19 @@ class Graph:
             GraphError: the parents form a cycle.
         """
         rows = []
+        notes: list[str] = []
         for name in self.forward_order:
             node = self._nodes[name]
             left = f"{', '.join(node.parents)} → {name}" if node.parents else name
             if node.observed is not None:
-                left += f"  (observed {tuple(node.observed.shape)})"
+                shape = tuple(node.observed.shape)
+                left += f"  (observed {shape})"
+                if len(shape) > 1 and shape[0] == 1:  # K08: told now, settled by the dry run
+                    notes.append(
+                        f"note: node {name!r}: observation of shape {shape}; if its simulator's "
+                        f"per-sample shape is {shape[1:]}, the leading axis of 1 is dropped "
+                        "(with a warning) when the graph is first simulated (launch, simulate)"
+                    )
             right = f"~ {node.simulator.target_name}"
             if node.evidence:
                 right += f"  ← {', '.join(node.evidence)}"
@@ -232,7 +269,7 @@ class Graph:
         observed = ", ".join(self.observations) or "none"
         latents = ", ".join(self.latents) or "none"
         lines.append(f"Nodes: {len(self._nodes)} | Observed: {observed} | Estimators: {latents}")
-        return "\n".join(lines)
+        return "\n".join(lines + notes)
 
 
 def _join(problems: list[str]) -> str:

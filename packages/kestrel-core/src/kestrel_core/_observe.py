@@ -31,6 +31,7 @@ __all__ = [
     "check_finite_observation",
     "first_nonfinite",
     "as_observation",
+    "fit_given_observation",
     "absolute_observation_spec",
     "user_stacklevel",
     "ObservationWarning",
@@ -138,16 +139,17 @@ def check_finite_observation(
     return obs
 
 
-def as_observation(array: Any, what: str = "observation") -> np.ndarray:
-    """Copy ``array`` to a native-endian, C-contiguous, read-only numeric ndarray.
+def as_observation(array: Any, what: str = "observation", *, node: str | None = None) -> np.ndarray:
+    """Copy ``array`` to a native-endian, C-contiguous, read-only real numeric ndarray.
 
     The one normalisation of run-time inputs (:func:`~kestrel_core._inputs.as_input`): an
     observation from a file and one passed at run time become the same array.
 
     Raises:
-        ConfigError: the array is not numeric or boolean (e.g. an object array).
+        ConfigError: the array is not real numeric or boolean (an object or complex array), or
+            a masked array with masked entries; the message names ``node`` when given.
     """
-    return as_input(array, what)
+    return as_input(array, what, node=node)
 
 
 def load_observation(
@@ -165,9 +167,12 @@ def load_observation(
         The observation without a batch axis, native-endian, C-contiguous, read-only.
 
     Raises:
-        ConfigError: the file does not exist, is not ``.npy``/``.npz``, the key is missing or
-            not given for a multi-key ``.npz`` (the message lists the available keys), the
-            data is not numeric, or it holds NaN or ±inf (:func:`check_finite_observation`).
+        ConfigError: the file does not exist, is not ``.npy``/``.npz`` or cannot be read as a
+            numeric array (an object array saved with pickling, a damaged file: one line
+            naming the node, the file and the key), the key is missing or not given for a
+            multi-key ``.npz`` (the message lists the available keys), the data is not real
+            numeric (complex, object, strings) or a masked array with masked entries, or it
+            holds NaN or ±inf (:func:`check_finite_observation`).
 
     Example:
         >>> import tempfile, os
@@ -175,14 +180,28 @@ def load_observation(
         >>> load_observation("obs.npz['x']", d).shape
         (3,)
     """
-    obs, what = _load(spec, base_dir)
+    obs, what = _load(spec, base_dir, node)
     return check_finite_observation(node, obs, what)
 
 
-def _load(spec: Any, base_dir: str | os.PathLike[str]) -> tuple[np.ndarray, str]:
+def _unreadable(node: str | None, what: str, err: BaseException) -> ConfigError:
+    """The one-line error of an observation file numpy cannot read as a numeric array."""
+    prefix = "" if node is None else f"node {node!r}: "
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if "allow_pickle" in reason:
+        reason = "it holds Python objects (an object array, e.g. with None), not numbers"
+    return ConfigError(
+        f"{prefix}{what} cannot be read as a numeric array ({reason}); expected a numeric "
+        "array saved with numpy.save / numpy.savez"
+    )
+
+
+def _load(
+    spec: Any, base_dir: str | os.PathLike[str], node: str | None = None
+) -> tuple[np.ndarray, str]:
     """The observation of :func:`load_observation`, unchecked, and what it is (for messages)."""
     if not isinstance(spec, (str, os.PathLike)):
-        return as_observation(spec), "observation"
+        return as_observation(spec, node=node), "observation"
     text = os.fspath(spec).strip()
     match = _KEYED.match(text)
     path, key = (match["path"].strip(), match["key"]) if match else (text, None)
@@ -195,10 +214,18 @@ def _load(spec: Any, base_dir: str | os.PathLike[str]) -> tuple[np.ndarray, str]
                 f"observation {text!r}: a .npy file holds one array; remove [{key!r}]"
             )
         what = f"observation {full}"
-        return as_observation(np.load(full, allow_pickle=False), what), what
+        try:
+            raw = np.load(full, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as err:
+            raise _unreadable(node, what, err) from None
+        return as_observation(raw, what, node=node), what
     if not full.endswith(".npz"):
         raise ConfigError(f"observation {text!r}: expected a .npy or .npz file")
-    with np.load(full, allow_pickle=False) as data:
+    try:
+        archive = np.load(full, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as err:
+        raise _unreadable(node, f"observation {full}", err) from None
+    with archive as data:
         keys = list(data.files)
         if key is None:
             if len(keys) != 1:
@@ -212,7 +239,11 @@ def _load(spec: Any, base_dir: str | os.PathLike[str]) -> tuple[np.ndarray, str]
                 f"observation {text!r}: no key {key!r} in {full} (available: {', '.join(keys) or 'none'})"
             )
         what = f"observation {full}['{key}']"
-        return as_observation(data[key], what), what
+        try:
+            raw = data[key]
+        except (ValueError, OSError, EOFError) as err:
+            raise _unreadable(node, what, err) from None
+        return as_observation(raw, what, node=node), what
 
 
 def check_observation(node: Any, obs: Any, sample_shape: tuple[int, ...]) -> np.ndarray:
@@ -256,6 +287,22 @@ def check_observation(node: Any, obs: Any, sample_shape: tuple[int, ...]) -> np.
     raise ShapeError(
         f"node {name!r}: observation has shape {arr.shape}, but the simulator's per-sample shape is {want}"
     )
+
+
+def fit_given_observation(graph: Any, name: str, obs: Any) -> np.ndarray:
+    """An observation given for node ``name`` at run time, checked like every other one.
+
+    The graph's own observation of the node fixes its shape ``D``: the given one must have it
+    (one of shape ``(1, *D)`` is used as ``D`` with a warning, :func:`check_observation`, case
+    K08). For a node without an observation of its own only finiteness is checked.
+
+    Raises:
+        ShapeError: another shape than ``D``. ConfigError: a NaN or ±inf (node, index, value).
+    """
+    own = graph.observations.get(name)
+    if own is None:
+        return check_finite_observation(name, obs)
+    return check_observation(name, obs, tuple(own.shape))
 
 
 def absolute_observation_spec(spec: str, base_dir: str | os.PathLike[str]) -> str:

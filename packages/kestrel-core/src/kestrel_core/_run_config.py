@@ -29,8 +29,8 @@ import numpy as np
 
 from ._config import RunConfig, load_config
 from ._config_diff import MISSING, Change, array_digest, config_changes, text_digest
-from ._errors import ConfigError
-from ._observe import _KEYED
+from ._errors import ConfigError, KestrelError
+from ._observe import _KEYED, load_observation
 
 __all__ = [
     "RUN_CONFIG_FILE",
@@ -83,12 +83,26 @@ def _observation_spec(name: str, source: str | None, suffix: str) -> str:
     return f"{OBSERVATIONS_DIR}/{name}{ext}{suffix if ext == '.npz' else ''}"
 
 
+def _holds(source: str, suffix: str, observed: np.ndarray) -> bool:
+    """Whether the file ``source`` (with its ``['key']`` suffix) still holds an array of the
+    loaded observation's shape — not so when it is gone, or when the loaded one lost a leading
+    axis of 1 (case K08, :meth:`~kestrel_core.Graph.fit_observation`)."""
+    if not os.path.isfile(source):
+        return False
+    try:
+        return np.shape(load_observation(source + suffix)) == np.shape(observed)
+    except KestrelError:
+        return False
+
+
 def save_observations(config: RunConfig, run_root: str | os.PathLike[str]) -> dict[str, str]:
     """Copy each observation of ``config`` into ``RUN/observations/``.
 
     A file observation is copied as it is (an ``.npz`` keeps its other arrays, e.g. the
-    ``<node>_true`` values ``kestrel plot`` marks); an in-memory one, or one whose file is
-    gone, is saved from the loaded array as ``<node>.npy``. A file already in place is kept.
+    ``<node>_true`` values ``kestrel plot`` marks); an in-memory one, one whose file is
+    gone, or one whose loaded array has another shape than the file's (a ``(1, *D)`` file
+    fitted to ``D`` by the dry run, case K08) is saved from the loaded array as
+    ``<node>.npy``. A file already in place is kept.
 
     Args:
         config: the run's config (observations already loaded).
@@ -103,7 +117,7 @@ def save_observations(config: RunConfig, run_root: str | os.PathLike[str]) -> di
     root = os.path.abspath(os.fspath(run_root))
     specs: dict[str, str] = {}
     for name, (source, suffix) in _observation_sources(config).items():
-        if source is not None and not os.path.isfile(source):
+        if source is not None and not _holds(source, suffix, config.graph.nodes[name].observed):
             source, suffix = None, ""
         spec = _observation_spec(name, source, suffix)
         target = os.path.join(root, *spec.split("[")[0].strip().split("/"))
@@ -197,7 +211,12 @@ def run_config_changes(
     changes = config_changes(
         portable_config(old, run_root), portable_config(new, run_root), ignore=_IGNORED
     )
-    before, after = observation_digests(old), observation_digests(new)
+    before = observation_digests(old)
+    mine = old.graph.observations
+    after = {  # a (1, *D) observation is the run's D one (K08: fitted at the launch's dry run)
+        name: array_digest(obs[0] if name in mine and obs.shape == (1, *mine[name].shape) else obs)
+        for name, obs in new.graph.observations.items()
+    }
     for name in list(before) + [n for n in after if n not in before]:
         if before.get(name) != after.get(name):
             changes.append(Change(f"graph.{name}.observed", _data(old, name), _data(new, name)))

@@ -36,6 +36,7 @@ __all__ = [
     "OBSERVED_MODES",
     "OBSERVATION_FILE",
     "observation_digest",
+    "digest_form",
     "sample_folder",
     "sample_files",
     "latest_sample_file",
@@ -55,12 +56,37 @@ _SAMPLE_FILE = re.compile(r"^(\d{6,})\.npz$")
 _DIGEST = re.compile(rf"^[0-9a-f]{{{DIGEST_CHARS}}}$")
 
 
+def digest_form(array: Any) -> np.ndarray:
+    """An observation as it is digested: real values as float64, C-contiguous.
+
+    Observations enter with the dtype they were given in (an estimator casts its conditions to
+    the dtype it was trained on), so ``[1, -2, 3]`` as int, float16, float32 or float64 is one
+    observation: bool, int and float arrays are compared as float64 (where that keeps every
+    value exactly; an int too large for float64 keeps its dtype). A float64 array is digested
+    as it is, so the digests of float64 observations do not depend on this step.
+
+    Example:
+        >>> digest_form(np.array([1, -2, 3], np.int32)).dtype
+        dtype('float64')
+    """
+    arr = np.ascontiguousarray(array)
+    if arr.dtype.kind in "biuf" and arr.dtype != np.float64:
+        wide = np.ascontiguousarray(arr, dtype=np.float64)
+        if np.array_equal(wide, arr) and np.array_equal(wide.astype(arr.dtype), arr):
+            return wide
+    if not arr.dtype.isnative:
+        arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+    return arr
+
+
 def observation_digest(observations: Mapping[str, Any]) -> str:
     """A short, stable name for a set of observations.
 
-    The SHA-256 of each node's name, dtype, shape and C-order bytes, nodes in sorted order;
-    the first 12 hex characters. Equal arrays give equal digests in every process; a change of
-    one value, the dtype or the shape gives another.
+    The SHA-256 of each node's name, dtype, shape and C-order bytes (of :func:`digest_form`:
+    real values as float64), nodes in sorted order; the first 12 hex characters. Equal arrays
+    give equal digests in every process, whatever dtype and byte order they were given in (int
+    and float32 ``[1, -2, 3]`` are the float64 one); a change of one value or the shape gives
+    another.
 
     Args:
         observations: node → ``x_o``, array-like of shape ``D`` (no batch axis).
@@ -76,12 +102,14 @@ def observation_digest(observations: Mapping[str, Any]) -> str:
         True
         >>> observation_digest({"x": np.zeros(3)}) == observation_digest({"x": np.zeros(4)})
         False
+        >>> observation_digest({"x": np.zeros(3, int)}) == observation_digest({"x": np.zeros(3)})
+        True
     """
     if not observations:
         raise ConfigError("observation digest: no observed node")
     sha = hashlib.sha256()
     for name in sorted(observations):
-        arr = np.ascontiguousarray(observations[name])
+        arr = digest_form(observations[name])
         header = f"{name}\0{arr.dtype.str}\0{arr.shape}\0".encode()
         sha.update(len(header).to_bytes(8, "little") + header)
         sha.update(arr.tobytes())
@@ -213,7 +241,7 @@ def write_sample_file(
         folder = sample_folder(samples, mode, observations)
         obs_file = os.path.join(folder, OBSERVATION_FILE)
         if not os.path.isfile(obs_file):
-            save_npz(obs_file, {k: np.asarray(observations[k]) for k in sorted(observations)})
+            save_npz(obs_file, {k: digest_form(observations[k]) for k in sorted(observations)})
     else:
         folder = sample_folder(samples, mode)
     existing = [

@@ -20,7 +20,7 @@ import ray
 
 from kestrel_core import ConfigError, Graph, GraphError, KestrelError, OutputTypeError, ShapeError
 from kestrel_core._inputs import as_input
-from kestrel_core._observe import check_finite_observation
+from kestrel_core._observe import fit_given_observation
 
 from ._refs import Column, RefTrace
 
@@ -57,15 +57,19 @@ def observation_columns(graph: Graph, observations: Mapping[str, Any]) -> dict[s
 
     Raises:
         GraphError: an observation names a node the graph does not have.
-        ConfigError: an observation is not numeric, or holds NaN or ±inf (node, index, value).
+        ConfigError: an observation is not real numeric (complex, masked, object), or holds
+            NaN or ±inf (node, index, value).
+        ShapeError: an observation of another shape than the graph's own for that node (one
+            of shape ``(1, *D)`` is used as ``D``, with a warning: case K08).
     """
     out = {}
     for name, value in observations.items():
         if name not in graph:
             raise GraphError(f"observation for unknown node {name!r}; nodes: {list(graph.nodes)}")
-        what = f"observation {name!r}"
-        array = check_finite_observation(name, as_input(value, what, copy=False))
-        out[name] = put_rows(array[None], what, ConfigError)
+        array = fit_given_observation(
+            graph, name, as_input(value, "observation", copy=False, node=name)
+        )
+        out[name] = put_rows(array[None], f"observation {name!r}", ConfigError)
     return out
 
 

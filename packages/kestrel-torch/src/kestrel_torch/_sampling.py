@@ -26,11 +26,11 @@ import numpy as np
 import torch
 
 from kestrel_core import EstimatorContext, Record
-from kestrel_core._inputs import as_input
+from kestrel_core._inputs import COMPLEX_HINT, as_input
 from kestrel_core._observe import ObservationWarning, check_finite_observation
 
 from ._errors import EstimatorError
-from ._guards import Finding, describe, embed_checked
+from ._guards import Finding, describe, edge_findings, embed_checked
 from ._model import NPEModel
 
 __all__ = ["Conditions", "draw", "log_density", "prior_draws"]
@@ -106,20 +106,26 @@ class Conditions:
 
         Raises:
             EstimatorError: a per-row shape other than the template's, a leading dimension
-                other than 1 or ``n``, a non-numeric array, or a NaN or ±inf (the message
+                other than 1 or ``n``, a non-numeric or complex array, a masked array with masked
+                entries, or a NaN or ±inf (the message
                 names the node, the condition, the index and the value).
         """
         node = self.context.node
         template = self.templates.get(name)
         shape = tuple(template.shape[1:]) if template is not None else None
+        # the one rule for arrays entering a run (native byte order, C-contiguous, real numeric,
+        # no masked entries)
+        what = f"node {node!r}: condition {name!r}"
         if isinstance(value, torch.Tensor):
             tensor = value.detach()
+            if tensor.is_complex():
+                raise EstimatorError(f"{what} has complex dtype {tensor.dtype}; {COMPLEX_HINT}")
         else:
+            if isinstance(value, np.ma.MaskedArray):  # before np.asarray drops the mask
+                value = as_input(value, what, copy=False, error=EstimatorError)
             array = np.asarray(value)
             if array.ndim and array.shape[0] > 1 and array.strides[0] == 0:
                 array = array[:1]  # a broadcast view: keep one row, expand on the device
-            # the one rule for arrays entering a run (native byte order, C-contiguous, numeric)
-            what = f"node {node!r}: condition {name!r}"
             array = as_input(array, what, copy=False, error=EstimatorError)
             if not array.flags.writeable:
                 array = array.copy()
@@ -187,9 +193,11 @@ def draw(
     if n == 0:
         return {"value": np.empty((0, prior.full_dim)), "log_prob": np.empty(0)}
     s, found = embed_checked(model, conditions.inputs(n, given))
-    if s.shape[0] == 1:
-        conditions.note(found)
     z, log_z = model.head.sample(s, n, gamma, generator)
+    if s.shape[0] == 1:
+        names = getattr(prior, "names", None) or ()
+        labels = [names[d] if d < len(names) else f"parameter {d}" for d in range(z.shape[1])]
+        conditions.note(found + edge_findings(z, labels))
     theta, log_dtheta = prior.from_normal(z.cpu().numpy(), with_logdet=True)
     log_prob = log_z.cpu().numpy() - log_dtheta
     return {

@@ -31,6 +31,8 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
 
+import numpy as np
+
 from kestrel_core import RunConfig
 from kestrel_core._files import write_atomic
 from kestrel_core._observe import ObservationWarning
@@ -100,7 +102,9 @@ def other_observation(
             read again from ``RUN/config.yml`` without them).
 
     Returns:
-        ``[]`` when the observation is the run's own or no estimator trained with proposals;
+        ``[]`` when the observation is the run's own (equal values in any dtype, or the run's
+        own rounded to the lower float precision it was given in) or no estimator trained
+        with proposals;
         else one :class:`ObservationWarning` (not yet issued: :func:`record` does) naming the
         nodes and the remedy, with one finding per such node (``kind: "other_observation"``,
         ``run_observation`` and ``observation``: the two digests, ``nodes``: the observed
@@ -108,9 +112,11 @@ def other_observation(
     """
     own_config = run.load_config((), check_targets=()) if overridden else config
     own = dict(own_config.graph.observations)
-    if not own or not observed or observation_digest(own) == observation_digest(observed):
+    if not own or not observed:
         return []
-    differ = [m for m in observed if m not in own or _digest(observed[m]) != _digest(own[m])]
+    differ = [m for m in observed if m not in own or not _same(own[m], observed[m])]
+    if not differ and set(own) == set(observed):
+        return []
     graph = config.graph
     focused = [m for m in graph.latents if trains_with_proposals(graph.nodes[m].estimator)]
     if not focused:
@@ -136,6 +142,22 @@ def other_observation(
 
 def _digest(value: Any) -> str:
     return observation_digest({"_": value})
+
+
+def _same(own: Any, given: Any) -> bool:
+    """Whether ``given`` is the run's own observation ``own``: equal values in any dtype
+    (:func:`~kestrel_core._samplefiles.digest_form`), or ``own`` rounded to the lower float
+    precision ``given`` holds it in (the run's float64 observation saved as float32)."""
+    if _digest(own) == _digest(given):
+        return True
+    own, given = np.asarray(own), np.asarray(given)
+    return (
+        own.shape == given.shape
+        and own.dtype.kind == "f"
+        and given.dtype.kind == "f"
+        and given.dtype.itemsize < own.dtype.itemsize
+        and bool(np.array_equal(own.astype(given.dtype), given))
+    )
 
 
 @contextlib.contextmanager

@@ -41,7 +41,7 @@ from kestrel_core._boundary import call_estimator
 from kestrel_core._files import read_estimator_file
 from kestrel_core._forward import build_simulator
 from kestrel_core._inputs import as_input
-from kestrel_core._observe import check_finite_observation
+from kestrel_core._observe import fit_given_observation
 from kestrel_core._protocols import ESTIMATOR_FILE
 
 from .._chunks import rows_of, spans
@@ -206,8 +206,8 @@ class LocalGraph:
             return LocalTrace(0)
         known: dict[str, np.ndarray] = {}
         for name, value in {**self.graph.observations, **(observations or {})}.items():
-            array = check_finite_observation(name, as_input(value, f"observation {name!r}"))
-            known[name] = array[None]  # one row, as on Ray
+            array = as_input(value, "observation", node=name)
+            known[name] = fit_given_observation(self.graph, name, array)[None]  # one row, as on Ray
         for name, value in (rows or {}).items():
             known[name] = as_input(value, f"rows of {name!r}", copy=False)
             if known[name].shape[:1] != (n,):

@@ -12,7 +12,9 @@
   every simulator once on two prior draws, in this process, its output checked against the
   node's observation, so a 59-vs-60 simulator or one that raises is blamed by node, ``_target_``
   and the user's file and line before Ray starts. ``dry_run: false`` on a node skips it (and
-  its descendants).
+  its descendants). The per-sample shape it finds settles an observed node's observation
+  (:meth:`~kestrel_core.Graph.fit_observation`, case K08): one of shape ``(1, *D)`` is used —
+  and saved in the run — as ``D``, with a warning, so no later step sees ``(1, 1, *D)``.
 """
 
 from __future__ import annotations
@@ -93,4 +95,11 @@ def preflight(
         raise ConfigError(
             f"{len(problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in problems)
         )
-    return _dry_run(config.graph, outputs=outputs) if dry_run else []
+    if not dry_run:
+        return []
+    outputs = {} if outputs is None else outputs
+    notes = _dry_run(config.graph, outputs=outputs)
+    for name, fields in outputs.items():  # K08: the simulator's shape settles the observation's
+        if config.graph.nodes[name].observed is not None:
+            config.graph.fit_observation(name, fields["value"].shape[1:])
+    return notes
