@@ -4,6 +4,7 @@ warnings, the ``amortized`` option — at the estimator level, on an in-memory s
 from __future__ import annotations
 
 import asyncio
+import copy
 import warnings
 
 import numpy as np
@@ -61,6 +62,14 @@ def flow(store, one_thread):  # noqa: F811 (fixture argument)
     return trained(FlowPosterior, store, max_epochs=5, transforms=1, hidden_features=(32, 32))
 
 
+def fresh(est):
+    """A copy of a fixture's estimator that has warned about nothing yet (an estimator warns
+    once per message, and the tests run in random order)."""
+    est = copy.deepcopy(est)
+    est._conditions._warned.clear()
+    return est
+
+
 def draws(est, x, n=2000):
     return est.sample_posterior(n, {"x": x}, rng=np.random.default_rng(3))["value"]
 
@@ -70,7 +79,7 @@ def draws(est, x, n=2000):
 
 @pytest.mark.parametrize("name", ["gaussian", "flow"])
 def test_k23_constant_feature_is_dropped_and_named(name, request):
-    est = request.getfixturevalue(name)
+    est = fresh(request.getfixturevalue(name))
     with pytest.warns(ObservationWarning, match="constant in the training data") as off:
         at_off = draws(est, X_OFF)
     message = str(off[0].message)
@@ -142,6 +151,7 @@ def test_moments_from_a_checkpoint_without_the_range_load_with_an_unknown_range(
 
 def test_far_observation_warns_with_feature_and_z_score(gaussian):
     x = np.array([[0.3, 4.0, 0.0]])  # x[1] far beyond every training row (|x| ≤ ~1.03)
+    gaussian = fresh(gaussian)
     with pytest.warns(ObservationWarning) as caught:
         draws(gaussian, x, n=10)
     far = [w.message for w in caught if "far outside" in str(w.message)]
@@ -150,7 +160,7 @@ def test_far_observation_warns_with_feature_and_z_score(gaussian):
     (finding,) = far[0].findings
     assert finding["kind"] == "far" and finding["feature"] == 1 and finding["z"] > FAR_Z
     assert finding["value"] == 4.0 and finding["hi"] < 1.1
-    assert gaussian._conditions.findings[-1]["kind"] == "far"  # kept for the status
+    assert any(f["kind"] == "far" for f in gaussian._conditions.findings)  # for the status
 
 
 def test_inside_the_training_data_nothing_is_far(gaussian):
@@ -158,6 +168,31 @@ def test_inside_the_training_data_nothing_is_far(gaussian):
         warnings.simplefilter("always")
         draws(gaussian, np.array([[0.95, -0.97, 0.0]]), n=10)  # near the edge, still inside
     assert not [w for w in caught if "far outside" in str(w.message)]
+
+
+def test_k23_draws_on_the_prior_bounds_are_named(gaussian):
+    # an observation ~10⁵ training σ out: the Gaussian's mean lands far outside the prior,
+    # and every draw sits on a bound of the uniform prior; the draws say so, not only x
+    x = np.array([[0.3, 2000.0, 0.0]])
+    gaussian = fresh(gaussian)
+    with pytest.warns(ObservationWarning) as caught:
+        theta = draws(gaussian, x, n=200)
+    assert np.isclose(np.abs(theta[:, 1]), 1.0).all()  # on a bound of U(−1, 1)
+    edge = [w.message for w in caught if "edge of the prior's support" in str(w.message)]
+    assert len(edge) == 1 and "parameter 1: 100 % beyond 8 prior σ" in str(edge[0])
+    finding = next(f for f in edge[0].findings if f["feature"] == 1)
+    assert finding["kind"] == "edge" and finding["value"] == 1.0 and finding["z"] > 8
+    assert any(f["kind"] == "edge" for f in gaussian._conditions.findings)  # for the status
+
+
+def test_a_posterior_inside_the_prior_has_no_edge_finding(gaussian, flow):
+    for est in (gaussian, flow):
+        est = fresh(est)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            draws(est, X_ON)
+        assert not [w for w in caught if "edge of the prior" in str(w.message)]
+        assert not [f for f in est._conditions.findings if f["kind"] == "edge"]
 
 
 # -- K24 at the estimator -------------------------------------------------------------------------

@@ -42,10 +42,14 @@ from ._model import NPEModel
 from ._moments import RunningMoments, constant_features
 from ._norm import RunningNorm
 
-__all__ = ["FAR_Z", "Finding", "check_observation", "describe"]
+__all__ = ["EDGE_Z", "FAR_Z", "Finding", "check_observation", "describe", "edge_findings"]
 
 #: z-score beyond which a feature outside the training range counts as far from it
 FAR_Z = 5.0
+#: |z| in the prior's standard-normal space beyond which the prior holds ~1e-15 of its mass
+EDGE_Z = 8.0
+#: fraction of draws beyond EDGE_Z that makes an "edge" finding
+EDGE_FRACTION = 0.01
 #: features named in one warning (the farthest first); the rest are counted
 _SHOWN = 5
 
@@ -55,7 +59,10 @@ class Finding:
     """One feature of an observation unlike the training data.
 
     Attributes:
-        kind: ``"constant"`` (constant in training) or ``"far"`` (far outside the training data).
+        kind: ``"constant"`` (constant in training), ``"far"`` (far outside the training data)
+            or ``"edge"`` (the draws for it lie at the edge of the prior's support; then
+            ``feature`` is the parameter's index, ``value`` the fraction of draws there and
+            ``z`` the largest ``|z|`` in the prior's standard-normal space).
         feature: index of the feature in the embedding (or in the flattened input of the
             normalisation layer ``where`` names).
         label: the feature for people: ``"x[2]"`` (identity embedding), ``"embedding feature
@@ -144,7 +151,43 @@ def describe(node: str, findings: Sequence[Finding]) -> list[tuple[str, list[Fin
                 far,
             )
         )
+    edge = [f for f in findings if f.kind == "edge"]
+    if edge:
+        items = ", ".join(
+            f"{f.label}: {100 * f.value:.3g} % beyond {EDGE_Z:g} prior σ (up to {f.z:.3g})"
+            for f in edge[:_SHOWN]
+        )
+        out.append(
+            (
+                f"node {node!r}: draws lie at the edge of the prior's support, where the prior "
+                f"has almost no mass ({items}{_more(edge)}); they sit on the prior's bounds or "
+                "far in its tails. The estimator has not learned a posterior for this "
+                "observation: it is unlike the training data, or training has not converged",
+                edge,
+            )
+        )
     return out
+
+
+def edge_findings(z: torch.Tensor, labels: Sequence[str]) -> list[Finding]:
+    """Parameters for which more than :data:`EDGE_FRACTION` of the draws ``z`` ``(n, D)`` (in
+    the prior's standard-normal space) lie beyond :data:`EDGE_Z`, where the prior holds
+    ~1e-15 of its mass: a uniform prior maps them onto its bound. A posterior never puts
+    mass there; an estimator extrapolating far from its training data does.
+
+    Args:
+        z: float ``(n, D)``. labels: a name per parameter (D).
+    """
+    if z.shape[0] == 0:
+        return []
+    far = z.abs() > EDGE_Z
+    fraction = far.to(torch.float64).mean(0)
+    biggest = z.abs().max(0).values
+    return [
+        Finding("edge", d, labels[d], float(fraction[d]), 0.0, 1.0, z=float(biggest[d]))
+        for d in range(z.shape[1])
+        if float(fraction[d]) > EDGE_FRACTION
+    ]
 
 
 def _count(found: Sequence[Finding], what: str) -> str:
