@@ -83,12 +83,14 @@ def _observation_spec(name: str, source: str | None, suffix: str) -> str:
     return f"{OBSERVATIONS_DIR}/{name}{ext}{suffix if ext == '.npz' else ''}"
 
 
-def _holds(source: str, suffix: str, observed: np.ndarray) -> bool:
+def _holds(source: str, suffix: str, observed: np.ndarray | None) -> bool:
     """Whether the file ``source`` (with its ``['key']`` suffix) still holds an array of the
     loaded observation's shape — not so when it is gone, or when the loaded one lost a leading
     axis of 1 (case K08, :meth:`~kestrel_core.Graph.fit_observation`)."""
     if not os.path.isfile(source):
         return False
+    if observed is None:  # not loaded: nothing to compare, the file is the observation
+        return True
     try:
         return np.shape(load_observation(source + suffix)) == np.shape(observed)
     except KestrelError:
