@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -50,6 +51,9 @@ def no_ray(monkeypatch):
 
 
 def test_samples_per_observation_each_folder_with_its_observation(trained, tmp_path, no_ray):
+    # a copy without samples: the module's other tests sample the shared run, in any order
+    trained = Path(shutil.copytree(trained, tmp_path / "run"))
+    shutil.rmtree(trained / "samples", ignore_errors=True)
     run = RunDir(trained)
     own = np.array([0.4, 0.6])
     default = sample_run(trained, "posterior", n=4, seed=1)
