@@ -159,3 +159,15 @@ def test_launch_exit_status(status, code, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(_launch, "launch", fake)
     assert main(["launch", "-c", "x.yml", "-o", str(tmp_path / "run")]) == code
     assert status in capsys.readouterr().out
+
+
+def test_ctrl_c_while_ray_starts_is_recorded_as_interrupted(tmp_path, monkeypatch):
+    # a Ctrl-C before the launcher exists (ray.init takes seconds) is what the CLI says it is
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunSession, "ray", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        launch(toy(tmp_path), tmp_path / "run", seed=1, progress=False)
+    (entry,) = json.loads((tmp_path / "run" / "run.json").read_text())["launches"]
+    assert entry["status"] == "interrupted" and entry["reason"] == "Ctrl-C before training started"

@@ -84,6 +84,7 @@ def launch(
     session = RunSession.for_launch(config, run_dir, overrides=overrides, seed=seed, mode=mode)
     session.create()
     launcher: Launcher | None = None
+    interrupted = False
     try:
         with driver_logger(session.run, console=progress is not False) as log:
             if session.archived:
@@ -120,5 +121,8 @@ def launch(
                     return result
                 finally:
                     reporter.stop()
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
-        session.end_launch(None if launcher is None else launcher.result)
+        session.end_launch(None if launcher is None else launcher.result, interrupted)

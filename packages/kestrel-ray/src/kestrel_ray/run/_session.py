@@ -202,16 +202,22 @@ class RunSession:
             overrides=self.overrides,
         )
 
-    def end_launch(self, result: Any) -> None:
+    def end_launch(self, result: Any, interrupted: bool = False) -> None:
         """Record how the launch ended in ``RUN/run.json`` (``result``: its :class:`RunResult`,
-        or ``None`` when it failed before one existed)."""
+        or ``None`` when it ended before one existed: ``interrupted`` by Ctrl-C, e.g. while
+        Ray started, else failed)."""
         if self.launch_number is None:
             return
         status = getattr(result, "status", None)
+        if status in (None, "running"):
+            status = "interrupted" if interrupted else "failed"
+        reason = getattr(result, "reason", None)
+        if reason is None and interrupted and result is None:
+            reason = "Ctrl-C before training started"
         self.run.history.end(
             self.launch_number,
-            status=str(status) if status not in (None, "running") else "failed",
-            reason=getattr(result, "reason", None),
+            status=str(status),
+            reason=reason,
             epochs=dict(getattr(result, "epochs", None) or {}),
         )
 
