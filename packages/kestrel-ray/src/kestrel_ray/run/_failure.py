@@ -97,7 +97,7 @@ def _save(launcher: Any, dg: Any, log: logging.Logger, err: BaseException) -> di
         log.warning("failure: weights saved for %s (node → epoch)", weights)
     resumable = rows is not None or _has_snapshot(run)
     log.warning(
-        "failure: %s; continue the run with `kestrel launch -o %s`",
+        "failure: %s; once the cause above is fixed, continue the run with `kestrel launch -o %s`",
         "the buffer snapshot and the saved weights are on disk"
         if resumable
         else "no buffer snapshot on disk (a new launch simulates the buffer again)",
