@@ -8,11 +8,9 @@ takes a ``model.py`` from the folder Python was started from.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 
-import numpy as np
 import pytest
 import yaml
 
@@ -32,49 +30,7 @@ from kestrel_core._run_folder import (
     is_run_folder,
 )
 
-MODEL = """\
-import numpy as np
-
-
-class {name}:
-    def __init__(self, shift=0.0):
-        self.shift = float(shift)
-
-    def simulate_batch(self, n, z):
-        return z + self.shift + {offset}
-"""
-
-CONFIG = """\
-# the user's own comments
-buffer: {{min_samples: 4, max_samples: 8, validation_samples: 2}}
-graph:
-  z:
-    simulator: {{_target_: kestrel_core.Product, priors: [[uniform, 0.0, 1.0], [uniform, 0.0, 1.0]]}}
-    evidence: [x]
-  x:
-    simulator: {{_target_: {module}.{name}}}
-    parents: [z]
-    observed: "data/obs.npy"
-"""
-
-
-def model_folder(folder, module="rfs_model", name="Shift", offset=0.0):
-    """A user's model folder: config.yml (with a comment), the module, data/obs.npy."""
-    (folder / "data").mkdir(parents=True)
-    np.save(folder / "data" / "obs.npy", np.array([0.4, 0.6]))
-    (folder / f"{module}.py").write_text(MODEL.format(name=name, offset=offset))
-    (folder / "config.yml").write_text(CONFIG.format(module=module, name=name))
-    return folder
-
-
-def files(root) -> dict[str, bytes]:
-    out = {}
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as fh:
-                out[os.path.relpath(path, root)] = fh.read()
-    return out
+from .model_folders import files, model_folder, write_model
 
 
 def record(source, run, **kw):
@@ -88,7 +44,7 @@ def record(source, run, **kw):
 
 
 def test_k30_launch_refuses_a_model_folder(tmp_path):
-    m = model_folder(tmp_path / "m")
+    m = model_folder(tmp_path / "m", "rfs_model")
     before = files(m)
     for mode in ("auto", "resume", "restart"):
         with pytest.raises(ConfigError) as err:
@@ -131,7 +87,7 @@ def test_k30_launch_to_a_file_is_a_one_line_error(tmp_path):
 
 
 def test_k30_sample_refuses_a_model_folder(tmp_path):
-    m = model_folder(tmp_path / "m")
+    m = model_folder(tmp_path / "m", "rfs_model")
     with pytest.raises(ConfigError) as err:
         check_run_folder(m)
     assert "not a run directory (no run.json" in str(err.value)
@@ -154,7 +110,7 @@ def test_k30_restart_never_moves_the_code_it_restarts_with(tmp_path):
 def test_k30_the_run_relative_code_folder_wins_over_the_absolute_one(tmp_path):
     """A copied project (model folder and run) uses its own copy of the code, although the
     original's absolute path, recorded in the run, still exists."""
-    m = model_folder(tmp_path / "proj" / "m")
+    m = model_folder(tmp_path / "proj" / "m", "rfs_model")
     record(m / "config.yml", tmp_path / "proj" / "run1")
     saved = yaml.safe_load((tmp_path / "proj" / "run1" / "config.yml").read_text())
     assert saved["paths"]["imports"] == [str(m), "../m"]
@@ -176,7 +132,7 @@ def test_k32_another_model_py_is_a_differing_key(tmp_path):
     assert code_changes(recorded, same) == []
 
     shutil.copytree(m, tmp_path / "m6")  # a copy with its own (edited) model file
-    (tmp_path / "m6" / "rfs_k32_model.py").write_text(MODEL.format(name="Shift", offset=100.0))
+    write_model(tmp_path / "m6" / "rfs_k32_model.py", 100.0)
     other = load_config(tmp_path / "m6" / "config.yml", run_dir=tmp_path / "run1", check_targets=())
     (change,) = code_changes(recorded, other)
     assert change.key == "paths.imports"
@@ -197,7 +153,7 @@ def started_in(tmp_path, monkeypatch):
     or ``python -c``); the decoy is dropped from sys.modules afterwards."""
     decoy = tmp_path / "cwd"
     decoy.mkdir()
-    (decoy / "rfs_decoy_model.py").write_text(MODEL.format(name="Shift", offset=100.0))
+    write_model(decoy / "rfs_decoy_model.py", 100.0)
     monkeypatch.chdir(decoy)
     monkeypatch.setattr(sys, "path", ["", *sys.path])
     yield decoy

@@ -18,49 +18,13 @@ from kestrel_core import ConfigError, load_config
 from kestrel_core._cli import main
 from kestrel_ray import RunDir, sample_run
 from kestrel_ray.run._session import RunSession
-
-MODEL = """\
-class Shift:
-    def __init__(self, offset=0.0):
-        self.offset = float(offset)
-
-    def simulate_batch(self, n, z):
-        return z + self.offset + {extra}
-"""
-
-CONFIG = """\
-# the user's config: comments and a relative observation stay as they are
-buffer: {{min_samples: 16, max_samples: 32, validation_samples: 4}}
-graph:
-  z:
-    simulator: {{_target_: kestrel_core.Product, priors: [[uniform, 0.0, 1.0], [uniform, 0.0, 1.0]]}}
-    evidence: [x]
-    estimator: {{_target_: kestrel_torch.GaussianPosterior, max_epochs: 1}}
-  x:
-    simulator: {{_target_: {module}.Shift}}
-    parents: [z]
-    observed: "data/obs.npy"
-sample:
-  prior: {{n: 5}}
-"""
+from tests.core.model_folders import GAUSSIAN, files, write_model
+from tests.core.model_folders import model_folder as shared_model_folder
 
 
 def model_folder(folder, module="rfs_int_model", extra=0.0):
-    (folder / "data").mkdir(parents=True)
-    np.save(folder / "data" / "obs.npy", np.array([0.4, 0.6]))
-    (folder / f"{module}.py").write_text(MODEL.format(extra=extra))
-    (folder / "config.yml").write_text(CONFIG.format(module=module))
-    return folder
-
-
-def files(root) -> dict[str, bytes]:
-    out = {}
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(folder, name)
-            with open(path, "rb") as fh:
-                out[os.path.relpath(path, root)] = fh.read()
-    return out
+    """A user's model folder whose config a launch can train (a Gaussian estimator)."""
+    return shared_model_folder(folder, module, extra, estimator=GAUSSIAN)
 
 
 def new_run(config, run):
@@ -145,7 +109,7 @@ def test_k32_another_code_folder_is_a_differing_key(tmp_path, capsys):
 
     m6 = tmp_path / "m6"
     shutil.copytree(m, m6)
-    (m6 / "rfs_k32_model.py").write_text(MODEL.format(extra=100.0))
+    write_model(m6 / "rfs_k32_model.py", 100.0)
     expected = f"paths.imports: {m / 'rfs_k32_model.py'} → {m6 / 'rfs_k32_model.py'}"
     with pytest.raises(ConfigError, match="1 key differs") as err:
         RunSession.for_launch(str(m6 / "config.yml"), run, mode="auto")
@@ -172,7 +136,7 @@ def test_k30_a_copied_project_samples_with_its_own_code(tmp_path):
     m = model_folder(tmp_path / "proj" / "m", module="rfs_copy_model")
     run = new_run(m / "config.yml", tmp_path / "proj" / "run1")
     shutil.copytree(tmp_path / "proj", tmp_path / "proj2")
-    (tmp_path / "proj2" / "m" / "rfs_copy_model.py").write_text(MODEL.format(extra=100.0))
+    write_model(tmp_path / "proj2" / "m" / "rfs_copy_model.py", 100.0)
 
     for root, shift in ((run, 0.0), (tmp_path / "proj2" / "run1", 100.0)):
         result = sample_run(root, "prior", n=5, seed=0)
