@@ -153,15 +153,14 @@ def describe(node: str, findings: Sequence[Finding]) -> list[tuple[str, list[Fin
         )
     edge = [f for f in findings if f.kind == "edge"]
     if edge:
-        items = ", ".join(
-            f"{f.label}: {100 * f.value:.3g} % beyond {EDGE_Z:g} prior σ (up to {f.z:.3g})"
-            for f in edge[:_SHOWN]
-        )
+        # no numbers in the text: draws differ from call to call, the warning is given once
+        items = ", ".join(f.label for f in edge[:_SHOWN])
         out.append(
             (
                 f"node {node!r}: draws lie at the edge of the prior's support, where the prior "
-                f"has almost no mass ({items}{_more(edge)}); they sit on the prior's bounds or "
-                "far in its tails. The estimator has not learned a posterior for this "
+                f"has almost no mass (more than {100 * EDGE_FRACTION:g} % of them beyond "
+                f"{EDGE_Z:g} prior σ for {items}{_more(edge)}); they sit on the prior's bounds "
+                "or far in its tails. The estimator has not learned a posterior for this "
                 "observation: it is unlike the training data, or training has not converged",
                 edge,
             )
