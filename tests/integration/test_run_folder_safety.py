@@ -42,10 +42,15 @@ def error_line(capsys) -> str:
 
 
 def test_k30_launch_refuses_a_model_folder(tmp_path, capsys, monkeypatch):
-    import ray
-
     m = model_folder(tmp_path / "m")
     before = files(m)
+    started: list[str] = []  # refused before Ray: the session never asks for it
+
+    def no_ray(self, *args, **kwargs):
+        started.append(str(self.run.root))
+        raise AssertionError("Ray was started")
+
+    monkeypatch.setattr(RunSession, "ray", no_ray)
     monkeypatch.chdir(m)  # `cd m; kestrel launch -o . --seed 0`
     argvs = [
         ["launch", "-o", ".", "--seed", "0"],
@@ -59,7 +64,7 @@ def test_k30_launch_refuses_a_model_folder(tmp_path, capsys, monkeypatch):
         assert f"{m} is not a Kestrel run (no run.json)" in err
         assert f"-o {m / 'run1'}" in err
     assert "--restart would move your files" not in err
-    assert files(m) == before and not ray.is_initialized()
+    assert files(m) == before and not started
 
     # sampling it says how to make a run of it, not to launch into it
     assert main(["sample", "posterior", "-o", "."]) == 1
