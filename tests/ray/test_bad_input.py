@@ -84,7 +84,7 @@ def test_k28_arrays_enter_native_and_contiguous_at_the_one_door(track):
         # a node reads the converted observation like any other block
         out = read(handle.submit("sample", 4, {"c": obs_col}, [4]))
         assert (out["value"][:, 3] == 7.0).all(), kind
-    with pytest.raises(ConfigError, match="observation 'c'.*numeric"):
+    with pytest.raises(ConfigError, match="node 'c': observation.*numeric"):
         observation_columns(g, {"c": np.array(["a", "b"])})
     with pytest.raises(OutputTypeError, match="node 'c': given values.*numeric"):
         given_columns(g, {"c": np.array([["a"]]), "x": native[:1]})
