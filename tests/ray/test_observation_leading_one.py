@@ -69,3 +69,35 @@ def test_k08_several_observations_are_refused_before_ray(tmp_path):
     cfg = config(np.tile(X, (5, 1)))
     with pytest.raises(GraphError, match=r"node 'x'.*\(3,\) per sample.*\(5, 3\)"):
         preflight(cfg, dry_run=True)
+
+
+def test_k17_embedding_forward_fails_in_preflight(tmp_path):
+    from kestrel_core import ConfigError
+
+    raw = {
+        "graph": {
+            "z": {
+                "simulator": {
+                    "_target_": "kestrel_core.Product",
+                    "priors": [["uniform", -5, 5]] * 3,
+                },
+                "evidence": ["x"],
+                "estimator": {
+                    "_target_": "kestrel_torch.GaussianPosterior",
+                    "embedding": {
+                        "_target_": "torch.nn.Linear",
+                        "in_features": 5,
+                        "out_features": 4,
+                    },
+                },
+            },
+            "x": {
+                "simulator": {"_target_": "tests.integration.models.Noisy"},
+                "parents": ["z"],
+                "observed": X.tolist(),
+            },
+        }
+    }
+    cfg = load_config(raw)
+    with pytest.raises(ConfigError, match=r"graph\.z\.estimator\.embedding: .*mat1"):
+        preflight(cfg, dry_run=True)

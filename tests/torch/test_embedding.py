@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 import subprocess
@@ -263,3 +264,65 @@ def test_signal_projection_as_embedding_target_with_scaffold():
     emb.eval()
     assert emb({"x": x}).shape == (16, 2)
     np.testing.assert_array_equal(emb.inputs, ["x", "mu"])
+
+
+# -- K13/K29: a standard torch module gets its inputs in its own dtype ----------------------------
+
+
+def test_k29_standard_torch_module_gets_float32_inputs():
+    spec = {"_target_": "torch.nn.Linear", "in_features": 3, "out_features": 8}
+    emb = build_embedding(spec, ["x"])
+    out = emb({"x": torch.randn(5, 3, dtype=torch.float64)})
+    assert out.shape == (5, 8) and out.dtype == torch.float32
+
+
+def test_k29_float64_and_parameter_free_modules_keep_float64():
+    double = Embedding(torch.nn.Linear(3, 2).double(), ["x"])
+    assert double({"x": torch.randn(4, 3, dtype=torch.float64)}).dtype == torch.float64
+    free = Embedding(torch.nn.Flatten(), ["x"])
+    assert free({"x": torch.randn(4, 3, dtype=torch.float64)}).dtype == torch.float64
+    norm = Embedding(RunningNorm(momentum=0.5), ["x"])  # float64 statistics do not count
+    assert norm({"x": torch.randn(4, 3, dtype=torch.float64)}).dtype == torch.float64
+    mixed = Embedding(torch.nn.Sequential(RunningNorm(momentum=0.5), torch.nn.Linear(3, 2)), ["x"])
+    assert mixed({"x": torch.randn(4, 3, dtype=torch.float64)}).dtype == torch.float32
+    assert mixed.net[0].mean.dtype == torch.float64
+
+
+def test_k29_flow_posterior_trains_with_a_torch_linear_embedding():
+    from kestrel_core import EstimatorContext, InMemoryStore, Product
+    from kestrel_torch import FlowPosterior
+
+    prior = Product([["uniform", -1.0, 1.0]] * 2)
+    est = FlowPosterior(
+        seed=0,
+        max_epochs=1,
+        embedding={"_target_": "torch.nn.Linear", "in_features": 3, "out_features": 8},
+    )
+    est.setup(EstimatorContext(node="theta", prior=prior, evidence=("x",), seed=1))
+    rng = np.random.default_rng(0)
+    theta = prior.sample(256, rng)
+    store = InMemoryStore(min_samples=0, max_samples=256, validation_samples=64)
+    block = {"theta.value": theta, "theta.log_prob": prior.log_prob(theta)}
+    store.append({**block, "x.value": np.c_[theta, theta.sum(1)]}, 256)
+    asyncio.run(est.train(store.view()))
+    x = np.array([[0.1, 0.2, 0.3]])
+    values = est.sample_posterior(20, {"x": x}, rng=np.random.default_rng(1))["value"]
+    assert values.shape == (20, 2) and np.all(np.isfinite(values))
+
+
+# -- K17: the embedding called on the dry run's rows before Ray starts ---------------------------
+
+
+def test_k17_wrong_in_features_fails_in_check_conditions():
+    from kestrel_torch import FlowPosterior
+
+    est = FlowPosterior(
+        embedding={"_target_": "torch.nn.Linear", "in_features": 4, "out_features": 8}
+    )
+    est.check_conditions(("x",), path="graph.theta.estimator")  # builds: no rows, no call
+    with pytest.raises(ConfigError, match=r"graph\.theta\.estimator\.embedding: .*mat1"):
+        est.check_conditions(("x",), path="graph.theta.estimator", rows={"x": np.ones((2, 3))})
+    ok = FlowPosterior(
+        embedding={"_target_": "torch.nn.Linear", "in_features": 3, "out_features": 8}
+    )
+    ok.check_conditions(("x",), path="graph.theta.estimator", rows={"x": np.ones((2, 3))})

@@ -235,3 +235,35 @@ def test_amortized_proposals_are_prior_draws(store):
     proposal = est.sample_proposal(4000, {"x": X_ON}, rng=np.random.default_rng(0))["value"]
     # the prior U(−1, 1)²: σ = 0.577, nowhere near the posterior at X_ON (σ ≈ 0.01)
     np.testing.assert_allclose(proposal.std(0), 2 / np.sqrt(12), rtol=0.05)
+
+
+# -- K23: each observation of a batch -------------------------------------------------------------
+
+
+def test_k23_each_row_of_a_batch_is_checked_and_named(gaussian):
+    est = fresh(gaussian)
+    rows = np.array([[0.3, -0.2, 0.0], [1e4, 0.0, 0.0]])
+    batch = np.repeat(rows, 300, axis=0)  # as batched sampling gives: each row for its draws
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.sample_posterior(600, {"x": batch}, rng=np.random.default_rng(3))
+    texts = [str(w.message) for w in caught if isinstance(w.message, ObservationWarning)]
+    far = [t for t in texts if "far outside" in t]
+    edge = [t for t in texts if "edge of the prior's support" in t]
+    assert len(far) == 1 and "observation row 1:" in far[0] and "x[0] = 1e+04" in far[0]
+    assert len(edge) == 1 and "observation row 1:" in edge[0]
+    assert not [t for t in texts if "observation row 0:" in t and "far outside" in t]
+    assert {f["row"] for f in est._conditions.findings if f["kind"] in ("far", "edge")} == {1}
+    with warnings.catch_warnings(record=True) as again:  # warned once per message
+        warnings.simplefilter("always")
+        est.sample_posterior(600, {"x": batch}, rng=np.random.default_rng(4))
+    assert not [w for w in again if isinstance(w.message, ObservationWarning)]
+
+
+def test_k23_per_row_conditions_are_not_checked(gaussian):
+    est = fresh(gaussian)
+    x = np.random.default_rng(0).normal(size=(50, 3)) * 1e4  # no row repeats
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est.sample_posterior(50, {"x": x}, rng=np.random.default_rng(3))
+    assert not [w for w in caught if isinstance(w.message, ObservationWarning)]

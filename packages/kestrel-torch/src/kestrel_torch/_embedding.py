@@ -26,6 +26,7 @@ from kestrel_core import flat_key, instantiate
 from kestrel_core._instantiate import argument_problems, import_target
 
 from ._errors import ConfigError, EstimatorError, KestrelError
+from ._float64 import KeepFloat64
 
 __all__ = ["Embedding", "build_embedding"]
 
@@ -41,6 +42,16 @@ class Embedding(nn.Module):
         inputs: condition node names, in call order.
         scaffolds: the node's scaffolds; only these may be missing from ``forward``'s inputs
             (they arrive as ``None``).
+
+    A module receives its floating inputs in its own floating dtype (:func:`module_dtype`):
+    float32 for a default torch module such as ``torch.nn.Linear`` (the conditions arrive as
+    float64), float64 for a module the user made float64 (``.double()``); a module without
+    floating parameters or buffers of its own — only float64 statistics of
+    :class:`~kestrel_torch._float64.KeepFloat64` layers such as
+    :class:`~kestrel_torch.RunningNorm`, which do not count — gets the inputs unchanged.
+    Integer and boolean inputs are never cast. A module that normalises float64 data with a
+    :class:`~kestrel_torch.RunningNorm` before float32 layers and wants the statistics of the
+    float64 values keeps its own layers float64, or casts after the norm itself.
 
     The wrapped module is the submodule ``net``, so its parameters, buffers and extra state
     (``get_extra_state``/``set_extra_state``) are part of this module's ``state_dict``, and
@@ -64,7 +75,8 @@ class Embedding(nn.Module):
 
         Returns:
             Tensor ``(B, E)``. The identity returns float64 if any input is float64, else
-            float32; a module's output is returned in its own dtype (a 1-D output becomes
+            float32; a module gets its floating inputs in its own dtype (:func:`module_dtype`;
+            unchanged where it has none) and its output is returned in its own dtype (a 1-D output becomes
             ``(B, 1)``, more than 2 dimensions are flattened).
 
         Raises:
@@ -73,6 +85,12 @@ class Embedding(nn.Module):
         args = [self._lookup(inputs, name) for name in self.inputs]
         if self.net is None:
             return concatenate(args)
+        dtype = module_dtype(self.net)
+        if dtype is not None:
+            args = [
+                a.to(dtype) if a is not None and a.is_floating_point() and a.dtype != dtype else a
+                for a in args
+            ]
         out = self.net(*args)
         if not isinstance(out, torch.Tensor):
             raise EstimatorError(
@@ -96,6 +114,23 @@ class Embedding(nn.Module):
 
     def extra_repr(self) -> str:
         return f"inputs={list(self.inputs)}" + (", identity" if self.net is None else "")
+
+
+def module_dtype(net: nn.Module) -> torch.dtype | None:
+    """The floating dtype of a module's own state: that of its first floating parameter, else of
+    its first floating buffer outside :class:`~kestrel_torch._float64.KeepFloat64` layers
+    (whose float64 statistics keep float64 whatever the module is cast to); ``None`` for a
+    module with neither (parameter-free: its inputs pass unchanged)."""
+    for p in net.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    for m in net.modules():
+        if isinstance(m, KeepFloat64):
+            continue
+        for b in m.buffers(recurse=False):
+            if b is not None and b.is_floating_point():
+                return b.dtype
+    return None
 
 
 def concatenate(tensors: Sequence[torch.Tensor | None]) -> torch.Tensor:

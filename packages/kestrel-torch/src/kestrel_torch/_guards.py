@@ -24,14 +24,17 @@ of the training rows (:class:`~kestrel_torch._moments.RunningMoments`):
   before the range was kept has an unknown range; then the z-score alone decides.
 
 Both run on a broadcast observation (one row of conditions, what every observation-conditioned
-sampling call gives); per-row conditions (n different rows) are not checked.
+sampling call gives), and on each observation of a batch (``kestrel sample --observation`` with
+``(m, *D)`` rows: conditions made of runs of identical rows, each observation repeated for its
+draws), the findings then naming the observation's row (case K23); per-row conditions (n
+different rows, none repeated) are not checked.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -73,6 +76,9 @@ class Finding:
         lo, hi: the range of the training rows (``None`` where unknown).
         differs: for ``constant``: whether the observation holds another value than the constant.
         where: ``"embedding"``, or the path of the normalisation layer inside it.
+        row: for a batch of observations (conditions made of runs of identical rows, as
+            batched sampling gives), the observation's index among the call's runs; ``None``
+            for a broadcast observation.
     """
 
     kind: str
@@ -86,6 +92,7 @@ class Finding:
     hi: float | None = None
     differs: bool = False
     where: str = "embedding"
+    row: int | None = None
 
     def as_dict(self, node: str) -> dict[str, Any]:
         """JSON-ready record with the node's name (non-finite numbers become ``None``)."""
@@ -107,8 +114,21 @@ def describe(node: str, findings: Sequence[Finding]) -> list[tuple[str, list[Fin
 
     Returns:
         ``(message, the findings it reports)`` pairs; each message starts with
-        ``node '<node>':``.
+        ``node '<node>':`` (``node '<node>': observation row <r>:`` for the findings of row r of
+        a batch, one group of messages per row).
     """
+    rows: list[int | None] = []
+    for f in findings:
+        if f.row not in rows:
+            rows.append(f.row)
+    out: list[tuple[str, list[Finding]]] = []
+    for row in rows:
+        head = f"node {node!r}:" if row is None else f"node {node!r}: observation row {row}:"
+        out += _describe_one(head, [f for f in findings if f.row == row])
+    return out
+
+
+def _describe_one(head: str, findings: Sequence[Finding]) -> list[tuple[str, list[Finding]]]:
     out: list[tuple[str, list[Finding]]] = []
     differs = [f for f in findings if f.kind == "constant" and f.differs]
     same = [f for f in findings if f.kind == "constant" and not f.differs]
@@ -120,7 +140,7 @@ def describe(node: str, findings: Sequence[Finding]) -> list[tuple[str, list[Fin
         )
         out.append(
             (
-                f"node {node!r}: {_count(differs, 'feature')} constant in the training data "
+                f"{head} {_count(differs, 'feature')} constant in the training data "
                 f"while the observation differs from it: {items}{_more(differs)}; the simulator "
                 "never produced the observed value. The feature is left out of the "
                 "standardisation (it carries no information): the posterior ignores it",
@@ -131,7 +151,7 @@ def describe(node: str, findings: Sequence[Finding]) -> list[tuple[str, list[Fin
         items = ", ".join(f"{f.label} (always {_num(f.mean)})" for f in same[:_SHOWN])
         out.append(
             (
-                f"node {node!r}: {_count(same, 'feature')} constant in the training data: "
+                f"{head} {_count(same, 'feature')} constant in the training data: "
                 f"{items}{_more(same)}; left out of the standardisation (it carries no "
                 "information)",
                 same,
@@ -145,7 +165,7 @@ def describe(node: str, findings: Sequence[Finding]) -> list[tuple[str, list[Fin
         )
         out.append(
             (
-                f"node {node!r}: the observation lies far outside the training data "
+                f"{head} the observation lies far outside the training data "
                 f"(|z| > {FAR_Z:g} and outside the range of every training row): {items}"
                 f"{_more(far)}; the posterior there is an extrapolation",
                 far,
@@ -157,7 +177,7 @@ def describe(node: str, findings: Sequence[Finding]) -> list[tuple[str, list[Fin
         items = ", ".join(f.label for f in edge[:_SHOWN])
         out.append(
             (
-                f"node {node!r}: draws lie at the edge of the prior's support, where the prior "
+                f"{head} draws lie at the edge of the prior's support, where the prior "
                 f"has almost no mass (more than {100 * EDGE_FRACTION:g} % of them beyond "
                 f"{EDGE_Z:g} prior σ for {items}{_more(edge)}); they sit on the prior's bounds "
                 "or far in its tails. The estimator has not learned a posterior for this "
@@ -310,10 +330,26 @@ def _norm_findings(path: str, norm: RunningNorm, x: torch.Tensor) -> list[Findin
     ]
 
 
+def observation_runs(s: torch.Tensor) -> list[tuple[int, int]]:
+    """The runs ``[start, end)`` of identical consecutive rows of an embedding ``(M, E)`` — the
+    observations of a batch, each repeated for its draws — or ``[]`` when no row repeats
+    (per-row conditions, not checked) or M = 1."""
+    m = int(s.shape[0])
+    if m < 2:
+        return []
+    flat = s.detach().reshape(m, -1)
+    same = (flat[1:] == flat[:-1]) | (torch.isnan(flat[1:]) & torch.isnan(flat[:-1]))
+    cut = (torch.nonzero(~same.all(1)).flatten() + 1).tolist()
+    if len(cut) + 1 == m:
+        return []
+    bounds = [0, *cut, m]
+    return list(zip(bounds[:-1], bounds[1:], strict=True))
+
+
 def embed_checked(
     model: NPEModel, inputs: Mapping[str, torch.Tensor | None]
 ) -> tuple[torch.Tensor, list[Finding]]:
-    """Embed conditions and check a broadcast observation against the training data.
+    """Embed conditions and check the observations they hold against the training data.
 
     Args:
         model: an eval-mode :class:`~kestrel_torch._model.NPEModel` (``embed``, ``embedding``,
@@ -321,8 +357,10 @@ def embed_checked(
         inputs: condition node → tensor ``(M, *D)``, as for ``model.embed``.
 
     Returns:
-        ``(s, findings)``: the embedding ``(M, E)`` and, for M = 1, what
-        :func:`check_observation` finds (empty for M > 1).
+        ``(s, findings)``: the embedding ``(M, E)`` and what :func:`check_observation` finds:
+        for M = 1 on the observation; for a batch of observations (M > 1 rows made of runs of
+        identical rows, :func:`observation_runs`) on each run, the findings carrying the run's
+        index as ``row``; empty for per-row conditions (no row repeats).
     """
     norms = [
         (f"embedding.{path}" if path else "embedding", m)
@@ -339,13 +377,19 @@ def embed_checked(
     finally:
         for hook in hooks:
             hook.remove()
-    if s.shape[0] != 1:
-        return s, []
+    if s.shape[0] == 1:
+        runs: list[tuple[int, int]] = [(0, 1)]
+    else:
+        runs = observation_runs(s)
     found = []
-    for path, norm, x in seen:
-        if isinstance(x, torch.Tensor) and x.shape[:1] == (1,):
-            found += _norm_findings(path, norm, x)
-    return s, found + check_observation(model, s, inputs)
+    for row, (a, _) in enumerate(runs):
+        one: list[Finding] = []
+        for path, norm, x in seen:
+            if isinstance(x, torch.Tensor) and x.shape[:1] in ((1,), (s.shape[0],)):
+                one += _norm_findings(path, norm, x[:1] if x.shape[0] == 1 else x[a : a + 1])
+        one += check_observation(model, s[a : a + 1], inputs)
+        found += one if s.shape[0] == 1 else [replace(f, row=row) for f in one]
+    return s, found
 
 
 def check_observation(

@@ -10,7 +10,8 @@ arrays (or tensors) with a leading dimension of 1 (broadcast) or n; :class:`Cond
 them against the rows the model was built from and puts them on the device without copying a
 broadcast observation n times; a condition holding NaN or ±inf is refused there (case K24).
 
-Every draw checks a broadcast observation against the training data
+Every draw checks a broadcast observation — and each observation of a batch, runs of identical
+condition rows, its findings naming the row (case K23) — against the training data
 (:mod:`~kestrel_torch._guards`: features constant in training, an observation far outside
 it); what it finds is warned about once (an :class:`~kestrel_core._observe.ObservationWarning`
 per kind) and kept in :attr:`Conditions.findings`.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ from kestrel_core._inputs import COMPLEX_HINT, as_input
 from kestrel_core._observe import ObservationWarning, check_finite_observation
 
 from ._errors import EstimatorError
-from ._guards import Finding, describe, edge_findings, embed_checked
+from ._guards import Finding, describe, edge_findings, embed_checked, observation_runs
 from ._model import NPEModel
 
 __all__ = ["Conditions", "draw", "log_density", "prior_draws"]
@@ -187,17 +189,23 @@ def draw(
         EstimatorError: a missing or mis-shaped condition.
 
     Warns:
-        ObservationWarning: a broadcast observation unlike the training data
+        ObservationWarning: a broadcast observation, or an observation of a batch (its row
+            named), unlike the training data
             (:mod:`~kestrel_torch._guards`), once per message for ``conditions``.
     """
     if n == 0:
         return {"value": np.empty((0, prior.full_dim)), "log_prob": np.empty(0)}
     s, found = embed_checked(model, conditions.inputs(n, given))
     z, log_z = model.head.sample(s, n, gamma, generator)
-    if s.shape[0] == 1:
+    runs = [(0, n)] if s.shape[0] == 1 else observation_runs(s)
+    if runs:
         names = getattr(prior, "names", None) or ()
         labels = [names[d] if d < len(names) else f"parameter {d}" for d in range(z.shape[1])]
-        conditions.note(found + edge_findings(z, labels))
+        edges = []
+        for row, (a, b) in enumerate(runs):
+            edge = edge_findings(z[a:b], labels)
+            edges += edge if s.shape[0] == 1 else [replace(f, row=row) for f in edge]
+        conditions.note(found + edges)
     theta, log_dtheta = prior.from_normal(z.cpu().numpy(), with_logdet=True)
     log_prob = log_z.cpu().numpy() - log_dtheta
     return {

@@ -210,6 +210,7 @@ def status_findings(dg: Any, nodes: Sequence[str]) -> list[ObservationWarning]:
         if found:
             items = "; ".join(
                 f"{f.get('kind')} {f.get('label')}"
+                + (f" (observation row {f['row']})" if isinstance(f.get("row"), int) else "")
                 + (f" (z = {f['z']:+.1f})" if isinstance(f.get("z"), float) else "")
                 for f in found
             )

@@ -7,7 +7,10 @@
   keyword (``num_epochs``) or an out-of-range value fails here, naming the key path, rather
   than when the actor starts; an estimator with a ``check_conditions`` method (kestrel-torch's
   build their embedding with it) also checks the config of its conditions there, so an
-  embedding's misspelt keyword or ``_input_`` fails before Ray starts too.
+  embedding's misspelt keyword or ``_input_`` fails before Ray starts too. After a dry run it
+  gets the simulated rows of the node's evidence as well (``rows=``, numpy arrays), and calls
+  the embedding once on them: a wrong ``in_features`` or a forward that raises is a
+  ``ConfigError`` naming ``graph.<node>.estimator.embedding`` before Ray starts (case K17).
 * simulators (a launch) — the dry run of kestrel-core (:func:`kestrel_core._dryrun.dry_run`):
   every simulator once on two prior draws, in this process, its output checked against the
   node's observation, so a 59-vs-60 simulator or one that raises is blamed by node, ``_target_``
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from kestrel_core import ConfigError, KestrelError
@@ -46,8 +50,15 @@ def ray_init_problems(ray_kwargs: dict[str, Any]) -> list[str]:
     ]
 
 
-def estimator_problems(config: Any) -> list[str]:
-    """Problems found by constructing each node's estimator from its config."""
+def estimator_problems(
+    config: Any, outputs: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[str]:
+    """Problems found by constructing each node's estimator from its config.
+
+    With ``outputs`` (the dry run's fields per node), an estimator's ``check_conditions`` also
+    gets ``rows``: node → numpy array ``(k, *D)`` of the dry run's values, so that it can call
+    its embedding on them (case K17); numpy only, the estimator converts.
+    """
     problems = []
     imports = tuple(config.paths.imports or ())
     for name in config.graph.latents:
@@ -62,8 +73,16 @@ def estimator_problems(config: Any) -> list[str]:
         check = getattr(estimator, "check_conditions", None)
         if check is None:
             continue
+        kwargs: dict[str, Any] = {}
+        if outputs is not None:
+            if not _takes_rows(check):
+                continue
+            rows = {c: outputs[c]["value"] for c in conditions(node) if c in outputs}
+            if not all(c in rows for c in node.evidence):
+                continue  # an evidence node the dry run did not check: nothing to call on
+            kwargs["rows"] = rows
         try:
-            check(node.evidence, node.scaffolds, path=path, imports=imports)
+            check(node.evidence, node.scaffolds, path=path, imports=imports, **kwargs)
         except KestrelError as err:
             problems.append(str(err))
     return problems
@@ -89,12 +108,8 @@ def preflight(
         SimulatorError: (dry run) a simulator raised, with the user's frames of the traceback.
     """
     problems = ray_init_problems(dict(config.ray)) + estimator_problems(config)
-    if len(problems) == 1:
-        raise ConfigError(problems[0])
     if problems:
-        raise ConfigError(
-            f"{len(problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in problems)
-        )
+        raise ConfigError(_joined(problems))
     if not dry_run:
         return []
     outputs = {} if outputs is None else outputs
@@ -102,4 +117,26 @@ def preflight(
     for name, fields in outputs.items():  # K08: the simulator's shape settles the observation's
         if config.graph.nodes[name].observed is not None:
             config.graph.fit_observation(name, fields["value"].shape[1:])
+    problems = estimator_problems(config, outputs)  # K17: the embeddings on the dry run's rows
+    if problems:
+        raise ConfigError(_joined(problems))
     return notes
+
+
+def _takes_rows(check: Any) -> bool:
+    try:
+        params = inspect.signature(check).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "rows" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def conditions(node: Any) -> tuple[str, ...]:
+    """A latent node's evidence and scaffolds."""
+    return (*node.evidence, *node.scaffolds)
+
+
+def _joined(problems: list[str]) -> str:
+    if len(problems) == 1:
+        return problems[0]
+    return f"{len(problems)} problems in the config:\n" + "\n".join(f"  {p}" for p in problems)
