@@ -45,6 +45,7 @@ def run(tmp_path):
     }
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "config.yml").write_text(yaml.safe_dump(config))
+    (tmp_path / "run" / "run.json").write_text('{"launches": []}\n')  # a run a launch wrote
     folder = tmp_path / "run" / "samples" / "posterior" / "0123456789ab"
     rng = np.random.default_rng(0)
     # the first file is far off: a plot of the newest file must not see it

@@ -3,9 +3,13 @@
 Built-in sub-commands (kestrel-core, no Ray, no PyTorch)::
 
     kestrel graph    -c CONFIG [key=value ...]                       # print the graph
-    kestrel simulate -c CONFIG -n N -o OUT.npz [--seed S] [key=value ...]
-    kestrel plot     -o RUN [--mode MODE] [--file SAMPLES.npz] [--image IMAGE]   # corner plot
-    kestrel export   -o RUN [--format arviz] [--file SAMPLES.npz] [--to OUT.nc]  # netCDF
+    kestrel simulate -c CONFIG -n N -o OUT.npz [--seed S] [--force] [key=value ...]
+    kestrel plot     -o RUN [--mode MODE] [--file SAMPLES.npz] [--image IMAGE] [--force]
+    kestrel export   -o RUN [--format arviz] [--file SAMPLES.npz] [--to OUT.nc] [--force]
+
+An output file the user names (``simulate -o``, ``--image``, ``--to``) that already exists is
+refused unless it lies inside the run or ``--force`` is given (K30,
+:mod:`kestrel_core._outputs`).
 
 ``key=value`` arguments are OmegaConf dotlist overrides (``graph.x.simulator.sigma=0.2``).
 Errors of the user's making (:class:`~kestrel_core.KestrelError`) print one message to
@@ -125,6 +129,15 @@ def positive_float(text: str) -> float:
     return value
 
 
+def _force_argument(parser: argparse.ArgumentParser, flag: str) -> None:
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace the {flag} file if it exists (without it an existing file outside the "
+        "run is refused)",
+    )
+
+
 def _cmd_graph(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)
     print(cfg.graph.describe())
@@ -134,14 +147,19 @@ def _cmd_graph(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from ._forward import sample_forward
     from ._npz import save_npz
+    from ._outputs import check_output_file
     from ._random import seed_sequence
     from ._trace import flat_key
 
+    output = args.output if args.output.endswith(".npz") else args.output + ".npz"
+    if os.path.isdir(args.output):
+        output = args.output  # a folder: refused as such, not as <folder>.npz
+    output = check_output_file(output, "-o", force=args.force)
     cfg = config_from_args(args)
     seq = seed_sequence(args.seed)
     trace = sample_forward(cfg.graph, args.n, seed=seq)
     arrays = {name: trace[flat_key(name)] for name in cfg.graph.nodes}
-    path = save_npz(args.output, arrays)
+    path = save_npz(output, arrays)
     shapes = ", ".join(f"{name} {tuple(a.shape[1:])}" for name, a in arrays.items())
     print(f"kestrel simulate: {args.n} samples (seed {seq.entropy}) → {path}: {shapes}")
     return 0
@@ -160,7 +178,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         )
         sample_file, image = None, image or sample_file
     try:
-        paths = plot_run(args.output, args.mode, image, sample_file=sample_file)
+        paths = plot_run(args.output, args.mode, image, sample_file=sample_file, force=args.force)
     except MissingExtra as err:
         print(err, file=sys.stderr)
         return 2
@@ -174,7 +192,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from ._plot import MissingExtra
 
     try:
-        path = export_run(args.output, args.format, args.to, sample_file=args.file)
+        path = export_run(
+            args.output, args.format, args.to, sample_file=args.file, force=args.force
+        )
     except MissingExtra as err:
         print(err, file=sys.stderr)
         return 2
@@ -220,6 +240,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     p.add_argument(
         "--seed", type=non_negative_int, default=None, help="seed (default: fresh entropy, printed)"
     )
+    _force_argument(p, "-o")
     p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser(
@@ -243,11 +264,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
         "--file",
         default=None,
         metavar="PATH",
-        help="the sample file (.npz) to draw (default: the newest of MODE)",
+        help="one of the run's sample files of MODE (RUN/samples/MODE/…/NNNNNN.npz) to draw "
+        "(default: the newest)",
     )
     p.add_argument(
         "--image", default=None, metavar="IMAGE", help="image file (default: RUN/plots/<mode>.png)"
     )
+    _force_argument(p, "--image")
     p.set_defaults(func=_cmd_plot)
 
     p = sub.add_parser(
@@ -259,10 +282,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     )
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
     p.add_argument("--format", default="arviz", choices=("arviz",), help="(default: %(default)s)")
-    p.add_argument("--file", default=None, metavar="PATH", help="the sample file (.npz) to export")
+    p.add_argument(
+        "--file",
+        default=None,
+        metavar="PATH",
+        help="one of the run's posterior sample files (RUN/samples/posterior/…/NNNNNN.npz)",
+    )
     p.add_argument(
         "--to", default=None, metavar="OUT", help="output file (default: RUN/export/posterior.nc)"
     )
+    _force_argument(p, "--to")
     p.set_defaults(func=_cmd_export)
 
     unavailable: dict[str, str] = {}

@@ -81,6 +81,7 @@ def export_run(
     output: str | None = None,
     *,
     sample_file: str | None = None,
+    force: bool = False,
 ) -> str:
     """Write a run's posterior samples in ``fmt``.
 
@@ -88,20 +89,27 @@ def export_run(
         run_dir: the run directory.
         fmt: ``"arviz"`` (netCDF, see the module docstring).
         output: the file (default ``RUN/export/posterior.nc``).
-        sample_file: export this ``.npz`` instead of the newest posterior one.
+        sample_file: export this ``.npz`` (one of the run's posterior sample files) instead
+            of the newest one.
+        force: replace a file outside the run that already exists (K30: refused otherwise).
 
     Returns:
         The path written.
 
     Raises:
         MissingExtra: arviz (or its netCDF backend) is not installed.
-        ConfigError: unknown format, not a run directory, or no posterior samples.
+        ConfigError: unknown format, not a run directory, ``sample_file`` not one of its
+            posterior sample files, no posterior samples, or an ``output`` that may not be
+            written (:func:`~kestrel_core._outputs.check_output_file`).
     """
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
+    from ._outputs import check_output_file
+
     run = read_run_samples(run_dir, "posterior", sample_file)
-    idata = _inference_data(run)
     path = output or os.path.join(os.path.abspath(os.fspath(run_dir)), "export", "posterior.nc")
+    path = check_output_file(path, "--to", run_dir=run_dir, force=force)
+    idata = _inference_data(run)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     try:
         idata.to_netcdf(path)

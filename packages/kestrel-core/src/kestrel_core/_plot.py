@@ -204,6 +204,7 @@ def plot_run(
     output: str | None = None,
     *,
     sample_file: str | None = None,
+    force: bool = False,
 ) -> list[str]:
     """Draw one sample file of a run: its corner plot, and for ``ppd``/``prior`` the
     predictive bands of each observed node in it.
@@ -213,35 +214,50 @@ def plot_run(
         mode: which samples (``posterior`` by default); the newest file of that mode is drawn.
         output: the corner plot's image file (default ``RUN/plots/<mode>.png``); band plots go
             beside it as ``<stem>_<node><ext>``.
-        sample_file: draw this ``.npz`` instead of the newest one.
+        sample_file: draw this ``.npz`` (one of the run's sample files of ``mode``) instead of
+            the newest one.
+        force: replace image files outside the run that already exist (K30: refused
+            otherwise); a name without a suffix gets ``.png``.
 
     Returns:
         The image files written, the corner plot first (when the file has parameters).
 
     Raises:
         MissingExtra: matplotlib or corner is not installed.
-        ConfigError: not a run directory, no samples, or ``names`` that do not fit.
+        ConfigError: not a run directory, ``sample_file`` not one of its sample files, no
+            samples, ``names`` that do not fit, or an image file that may not be written
+            (:func:`~kestrel_core._outputs.check_output_file`).
     """
+    from ._outputs import check_output_file
+
     run = read_run_samples(run_dir, mode, sample_file)
+    path = output or os.path.join(os.path.abspath(os.fspath(run_dir)), "plots", f"{mode}.png")
+    if os.path.isdir(path):
+        check_output_file(path, "--image")  # a folder: one line, before a name is made up
+    stem, ext = os.path.splitext(path)
+    if not ext:  # what matplotlib writes for a name without a suffix
+        ext = ".png"
+        path = stem + ext
+    corner_plot = bool(_parameter_columns(run)[1].size)
+    bands = [n for n in run.arrays if n in run.observed] if mode in ("ppd", "prior") else []
+    targets = ([path] if corner_plot else []) + [f"{stem}_{node}{ext}" for node in bands]
+    for target in targets:  # every file, before any is written
+        check_output_file(target, "--image", run_dir=run_dir, force=force)
     plt = _pyplot()
     _corner()
-    path = output or os.path.join(os.path.abspath(os.fspath(run_dir)), "plots", f"{mode}.png")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    stem, ext = os.path.splitext(path)
     written: list[str] = []
-    if _parameter_columns(run)[1].size:
+    if corner_plot:
         fig = corner_figure(run)
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
-    if mode in ("ppd", "prior"):
-        for node in run.arrays:
-            if node in run.observed:
-                fig = data_figure(run, node)
-                out = f"{stem}_{node}{ext or '.png'}"
-                fig.savefig(out, dpi=110)
-                plt.close(fig)
-                written.append(out)
+    for node in bands:
+        fig = data_figure(run, node)
+        out = f"{stem}_{node}{ext}"
+        fig.savefig(out, dpi=110)
+        plt.close(fig)
+        written.append(out)
     if not written:
         raise KestrelError(f"{run.path}: nothing to plot (nodes: {', '.join(run.arrays)})")
     return written

@@ -32,6 +32,7 @@ __all__ = [
     "latest_sample_file",
     "read_sample_file",
     "read_run_samples",
+    "check_sample_file",
     "node_labels",
 ]
 
@@ -161,6 +162,47 @@ def _refuse_batch(path: str, graph: Mapping[str, Any], run_dir: str) -> None:
             )
 
 
+def check_sample_file(
+    path: str, run_dir: str, mode: str, config: Mapping[str, Any] | None = None
+) -> str:
+    """Check that ``path`` is one of this run's sample files of ``mode`` (``NNNNNN.npz`` under
+    ``samples/<mode>/`` or one of its observation folders), not the observation beside them,
+    the user's data or another run's samples: ``kestrel plot --file`` and ``export --file``
+    draw only what the run sampled (K30).
+
+    Returns:
+        ``path`` made absolute.
+
+    Raises:
+        ConfigError: one line naming the file and the folder its sample files are in.
+    """
+    from ._outputs import inside
+
+    full = os.path.abspath(path)
+    samples = samples_dir(run_dir, config)
+    real = os.path.realpath(full)
+    folder = os.path.realpath(os.path.join(samples, mode))
+    parent = os.path.dirname(real)
+    if samplefiles._SAMPLE_FILE.match(os.path.basename(real)) and (
+        parent == folder
+        or (
+            os.path.dirname(parent) == folder
+            and samplefiles._DIGEST.match(os.path.basename(parent))
+        )
+    ):
+        return full
+    for other in ("prior", "posterior", "proposal", "ppd"):
+        if other != mode and inside(real, os.path.join(samples, other)):
+            raise ConfigError(
+                f"--file {full} is a {other} sample file of this run, not a {mode} one; "
+                "it is refused"
+            )
+    raise ConfigError(
+        f"--file {full} is not one of this run's {mode} sample files "
+        f"({os.path.join(samples, mode)}/…/NNNNNN.npz); it is refused"
+    )
+
+
 def read_run_samples(
     run_dir: str | os.PathLike[str], mode: str = "posterior", path: str | None = None
 ) -> RunSamples:
@@ -168,14 +210,21 @@ def read_run_samples(
     names, observation and true values that go with it.
 
     Raises:
-        ConfigError: not a run directory, no samples, or a node's ``names`` do not match its
-            dimension in the file.
+        ConfigError: not a run directory (:func:`~kestrel_core._run_folder.check_run_folder`),
+            ``path`` not one of its sample files of ``mode`` (:func:`check_sample_file`), no
+            samples, or a node's ``names`` do not match its dimension in the file.
     """
     from ._names import check_names, check_names_size
+    from ._run_folder import check_run_folder
 
     run_dir = os.path.abspath(os.fspath(run_dir))
+    check_run_folder(run_dir)  # a run a launch wrote, never a model folder
     config = run_config(run_dir)
-    path = os.path.abspath(path) if path else latest_sample_file(run_dir, mode)
+    path = (
+        check_sample_file(path, run_dir, mode, config)
+        if path
+        else latest_sample_file(run_dir, mode)
+    )
     arrays = read_sample_file(path)
     graph = config.get("graph") or {}
     _refuse_batch(path, graph, run_dir)
