@@ -21,8 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from kestrel_core import ConfigError
+from kestrel_core._store._buffer_file import BUFFER_FILE
 
-__all__ = ["Budget", "BUDGET_FILE", "read_budget", "write_budget", "restore_counts"]
+__all__ = [
+    "Budget",
+    "BUDGET_FILE",
+    "read_budget",
+    "write_budget",
+    "restore_counts",
+    "check_initial_budget",
+]
 
 #: the budget's counters beside the buffer snapshot
 BUDGET_FILE = "budget.json"
@@ -94,6 +102,27 @@ class Budget:
     def as_status(self) -> dict[str, Any]:
         """``{"total", "used", "invalid", "left"}`` for ``status.json``."""
         return {"total": self.total, "used": self.used, "invalid": self.invalid, "left": self.left}
+
+
+def check_initial_budget(config: Any, snapshots: str, fresh: bool = False) -> None:
+    """Before Ray starts: a launch that simulates its initial buffer must fit its budget.
+
+    Args:
+        config: the run's :class:`kestrel_core.RunConfig` (``buffer`` and ``budget``).
+        snapshots: the run's snapshot folder (a ``buffer.npz`` there: a resume restores it,
+            and its budget is checked once its counters are restored).
+        fresh: the launch ignores what the folder holds (a restart).
+
+    Raises:
+        ConfigError: as :meth:`Budget.check_initial`.
+    """
+    buffer = config.buffer
+    if buffer is None or buffer.initial_samples_path:
+        return
+    if not fresh and os.path.exists(os.path.join(snapshots, BUFFER_FILE)):
+        return
+    budget = Budget(config.budget.simulations, stop_early=config.budget.stop_early)
+    budget.check_initial(buffer.min_samples + buffer.validation_samples)
 
 
 def read_budget(folder: str) -> tuple[int, int, int | None] | None:

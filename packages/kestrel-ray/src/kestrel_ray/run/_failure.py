@@ -95,15 +95,27 @@ def _save(launcher: Any, dg: Any, log: logging.Logger, err: BaseException) -> di
         )
     if weights:
         log.warning("failure: weights saved for %s (node → epoch)", weights)
-    resumable = rows is not None or _has_snapshot(run)
     log.warning(
         "failure: %s; once the cause above is fixed, continue the run with `kestrel launch -o %s`",
-        "the buffer snapshot and the saved weights are on disk"
-        if resumable
-        else "no buffer snapshot on disk (a new launch simulates the buffer again)",
+        _on_disk(rows is not None or _has_snapshot(run), launcher.session.saved_nodes()),
         run.root,
     )
     return {"buffer": rows, "weights": weights, "gone": gone}
+
+
+def _on_disk(snapshot: bool, saved: list[str]) -> str:
+    """What a continued launch finds on disk: the buffer snapshot, and which nodes' weights."""
+    buffer = (
+        "the buffer snapshot is on disk"
+        if snapshot
+        else "no buffer snapshot on disk (a new launch simulates the buffer again)"
+    )
+    weights = (
+        f"saved weights of {', '.join(repr(n) for n in saved)}"
+        if saved
+        else "no saved weights (a new launch trains from scratch)"
+    )
+    return f"{buffer}; {weights}"
 
 
 def _estimator_status(dg: Any, latents: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from ._budget import check_initial_budget
 from ._failure import save_on_failure
 from ._launcher import Launcher
 from ._logging import driver_logger
@@ -82,6 +83,8 @@ def launch(
     """
     t_start = time.monotonic()  # RUN/profile.json counts from here
     session = RunSession.for_launch(config, run_dir, overrides=overrides, seed=seed, mode=mode)
+    # a budget smaller than the initial simulation: said before anything is written or started
+    check_initial_budget(session.config, session.run.snapshots, fresh=session.mode == "restart")
     session.create()
     launcher: Launcher | None = None
     interrupted = False

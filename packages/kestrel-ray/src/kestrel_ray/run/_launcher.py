@@ -24,7 +24,6 @@ keeps them dead, so training never reads them (a round without a valid row is an
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,10 +31,9 @@ from typing import Any
 import ray
 
 from kestrel_core import ConfigError, KestrelError, StoreError
-from kestrel_core._store._buffer_file import BUFFER_FILE
 
 from .._errors import RunError, describe_failure, unwrap_error
-from ._budget import Budget, restore_counts, write_budget
+from ._budget import Budget, check_initial_budget, restore_counts, write_budget
 from ._capacity import rounds_in_flight, store_capacity
 from ._endsample import sample_at_end
 from ._initial import append_initial_samples
@@ -139,9 +137,7 @@ class Launcher:
             "none" if self.budget.total is None else f"{self.budget.total} simulations",
         )
         try:
-            fresh = not os.path.exists(os.path.join(self.session.run.snapshots, BUFFER_FILE))
-            if fresh and not self.buffer.initial_samples_path:  # before any actor starts
-                self.budget.check_initial(self.buffer.min_samples + self.buffer.validation_samples)
+            check_initial_budget(self.cfg, self.session.run.snapshots)  # (launch: before Ray)
             with self.session.deployed(buffer=True, node_logs=True) as dg:
                 self.dg = dg
                 self.result.placement = self.session.placement
@@ -191,6 +187,7 @@ class Launcher:
         self._enter(Phase.INITIAL_SIMULATION)
         total = self.buffer.min_samples + self.buffer.validation_samples
         loaded = self.resume.restore_buffer(self.dg)
+        self.session.keep_config()  # the buffer fits the new config: a failure keeps it
         if loaded:
             self._restore_budget()
         self.resume.start_journal(self.dg)
@@ -340,8 +337,24 @@ class Launcher:
                 ", ".join(repr(n) for n in untrained),
             )
             return
+        run = self.session.run
+        untrained = [n for n in untrained if not run.has_weights(n)]
+        if untrained:  # completed without one epoch (max_epochs: 0): nothing to sample from
+            self.log.info(
+                "sampling: skipped; no trained model for %s (training ended before the first "
+                "epoch: max_epochs %s)",
+                ", ".join(repr(n) for n in untrained),
+                {n: self._max_epochs(n) for n in untrained},
+            )
+            return
         paths = sample_at_end(self.dg, self.cfg, self.session.run, status, self.log)
         self.result.samples.update(paths)
+
+    def _max_epochs(self, node: str) -> Any:
+        if node in self.max_epochs:
+            return self.max_epochs[node]
+        kwargs = getattr(self.cfg.graph[node].estimator, "kwargs", None)
+        return kwargs.get("max_epochs") if isinstance(kwargs, dict) else None
 
     # -- appends and reports -------------------------------------------------------------------
     def _append(self, trace: Any, what: str, *, wait: bool = True) -> Any:

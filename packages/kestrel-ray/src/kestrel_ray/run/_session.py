@@ -101,6 +101,7 @@ class RunSession:
         self.archived: str | None = None
         self.on_failure: Callable[[BaseException], Any] | None = None
         self.launch_number: int | None = None
+        self._kept: dict[str, bytes | None] | None = None  # see create(), keep_config()
 
     @classmethod
     def for_launch(
@@ -184,12 +185,18 @@ class RunSession:
         created, the observations copied into ``RUN/observations/`` and ``RUN/config.yml``
         written (relocatable; unchanged text is not rewritten).
 
+        A resume keeps the bytes of the ``config.yml`` and ``observations/`` they replace
+        until :meth:`keep_config` (the run's buffer restored under the new config): a launch
+        that fails before then puts them back (:meth:`end_launch`), so that a refused resume
+        leaves the run as it was.
+
         Raises:
             OSError: a file cannot be moved or written.
         """
         if self.mode == "restart" and os.path.isdir(self.run.root):
             self.archived = self.run.archive()
         self.run.makedirs()
+        self._kept = self._config_files() if self.mode == "resume" else None
         digest = self.run.write_config(self.config)
         first = self.run.history.first_seed() if self.mode == "resume" else None
         if first is not None:  # a resumed run keeps its first seed (each launch: its own stream)
@@ -202,15 +209,82 @@ class RunSession:
             overrides=self.overrides,
         )
 
+    def _config_files(self) -> dict[str, bytes | None]:
+        """path → bytes of ``RUN/config.yml`` and every file under ``RUN/observations/``."""
+        files: dict[str, bytes | None] = {self.run.config_file: None}
+        paths = [self.run.config_file]
+        for folder, _, names in os.walk(self.run.observations):
+            paths += [os.path.join(folder, name) for name in names]
+        for path in paths:
+            try:
+                with open(path, "rb") as fh:
+                    files[path] = fh.read()
+            except FileNotFoundError:
+                pass
+        return files
+
+    def keep_config(self) -> None:
+        """The launch now depends on the config :meth:`create` wrote (the run's buffer was
+        restored under it): a failure from here on keeps it."""
+        self._kept = None
+
+    def restore_config(self) -> list[str]:
+        """Put back the ``config.yml`` and ``observations/`` files :meth:`create` replaced
+        (a resume that failed before :meth:`keep_config`); files it added are removed.
+
+        Returns:
+            The paths put back or removed (empty when nothing changed).
+        """
+        kept, self._kept = self._kept, None
+        if kept is None:
+            return []
+        changed = []
+        for path, data in self._config_files().items():
+            old = kept.get(path)
+            if data == old:
+                continue
+            if old is None:
+                os.remove(path)
+            else:
+                tmp = path + ".restore.tmp"
+                with open(tmp, "wb") as fh:
+                    fh.write(old)
+                os.replace(tmp, path)
+            changed.append(path)
+        for path, old in kept.items():  # removed since (not written by write_config today)
+            if old is not None and not os.path.exists(path):
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as fh:
+                    fh.write(old)
+                changed.append(path)
+        return changed
+
     def end_launch(self, result: Any, interrupted: bool = False) -> None:
         """Record how the launch ended in ``RUN/run.json`` (``result``: its :class:`RunResult`,
         or ``None`` when it ended before one existed: ``interrupted`` by Ctrl-C, e.g. while
-        Ray started, else failed)."""
+        Ray started, else failed).
+
+        A resume that failed before its buffer was restored (:meth:`keep_config`) gets its
+        previous ``config.yml`` and observations back (:meth:`restore_config`)."""
         if self.launch_number is None:
             return
         status = getattr(result, "status", None)
         if status in (None, "running"):
             status = "interrupted" if interrupted else "failed"
+        if str(status) == "failed":
+            try:
+                restored = self.restore_config()
+            except OSError as err:
+                logging.getLogger(LOGGER_NAME).warning(
+                    "run %s: the previous config.yml could not be put back: %s", self.run.root, err
+                )
+            else:
+                if restored:
+                    logging.getLogger(LOGGER_NAME).warning(
+                        "run %s: config.yml and observations/ put back as they were before this "
+                        "launch",
+                        self.run.root,
+                    )
         reason = getattr(result, "reason", None)
         if reason is None and interrupted and result is None:
             reason = "Ctrl-C before training started"
