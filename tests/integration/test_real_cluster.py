@@ -221,3 +221,34 @@ def test_without_a_token_joining_fails_in_one_line(cluster, tmp_path):
     err = [line for line in done.stderr.strip().splitlines() if "kestrel" in line]
     assert err and rc.address in err[-1] and "no token found" in err[-1], done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_without_an_address_a_private_local_ray_starts_not_the_running_cluster(cluster):
+    # a `ray start` with Ray's default folders leaves its address in <tmp>/ray/ray_current_cluster,
+    # where a bare ray.init() looks and joins; this cluster's address is put there (RAY_TMPDIR
+    # moves <tmp>). Kestrel without --address / RAY_ADDRESS must start its own Ray instead
+    rc, _, _ = cluster
+    tmp = Path(tempfile.mkdtemp(prefix="kl", dir="/tmp"))  # short: Ray's sockets go in there
+    (tmp / "ray").mkdir()
+    (tmp / "ray" / "ray_current_cluster").write_text(rc.address)
+    env = {**rc.driver_env(), "RAY_TMPDIR": str(tmp)}
+    code = (
+        "import ray; from kestrel_ray import init_ray; init_ray(num_cpus=1); "
+        "print(ray.get_runtime_context().gcs_address); "
+        "print(sorted(r for n in ray.nodes() for r in n['Resources'] if r.startswith('kestrel')))"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tempfile.gettempdir(),
+            timeout=180,
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    address, resources = done.stdout.strip().splitlines()[-2:]
+    assert address != rc.address and not address.endswith(f":{rc.port}"), done.stdout
+    assert resources == "[]", resources  # neither kestrel_head nor kestrel_worker: not joined

@@ -206,7 +206,9 @@ def init_ray(address: str | None = None, *, source: str | None = None, **kwargs:
     """Start a local Ray (embedded in this process) or join a cluster; idempotent.
 
     ``address`` (or the ``RAY_ADDRESS`` environment variable) joins an existing cluster; without
-    either, a local Ray starts without dashboard and with Ray's own logging at WARNING. Usage
+    either, a private local Ray starts without dashboard and with Ray's own logging at WARNING
+    — never a cluster that ``ray start`` left running on this machine, which a bare
+    ``ray.init()`` would join. Usage
     statistics are switched off (``RAY_USAGE_STATS_ENABLED=0``) unless the environment already
     says otherwise. If Ray is already initialised in this process, nothing happens (a second
     ``launch`` in the same process reuses it). A local Ray uses token authentication
@@ -243,7 +245,9 @@ def init_ray(address: str | None = None, *, source: str | None = None, **kwargs:
             _use_token_auth()  # what Ray ≥ 2.59 does by default, said explicitly: no warning
         opts["include_dashboard"] = False
         opts.update(kwargs)
-        return ray.init(**opts)
+        # "local": a new Ray of this process's own; without it ray.init joins the latest cluster
+        # a `ray start` on this machine left in /tmp/ray (another user's, a test suite's)
+        return ray.init(address="local", **opts)
     check_address(address, source)
     token = token_source()
     mode_set = os.environ.get("RAY_AUTH_MODE")
