@@ -147,15 +147,9 @@ def test_k05_shape_change_between_blocks_refused(tmp_path, no_leaked_actors):
     assert json.loads((run / "status.json").read_text())["status"] == "failed"
 
 
-def test_k06_restored_buffer_checked_against_schema(tmp_path, no_leaked_actors):
-    """A buffer saved with x of (3,) per sample (what an unchecked Wide left behind) is not
-    restored into a run whose x has (2,): named, with the remedy, before any training."""
-    run = tmp_path / "run"
-    cfg = fragile(tmp_path)
-    cfg["graph"]["x"]["simulator"] = {"_target_": WIDE}
-    with pytest.raises(StoreError, match="per-sample shape"):  # refused now (K05)
-        launch(cfg, run, seed=1, progress=False)
-    # …but a run an unchecked launch left has its rows of shape (3,) in buffer.npz
+def write_wide_buffer(run) -> None:
+    """``RUN/buffer/snapshots/buffer.npz`` with 80 rows whose x has (3,) per sample (what an
+    unchecked simulator like Wide left behind), 16 of them validation rows."""
     ids = np.arange(80)
     rng = np.random.default_rng(0)
     write_buffer_file(
@@ -171,6 +165,18 @@ def test_k06_restored_buffer_checked_against_schema(tmp_path, no_leaked_actors):
             next_id=80,
         ),
     )
+
+
+def test_k06_restored_buffer_checked_against_schema(tmp_path, no_leaked_actors):
+    """A buffer saved with x of (3,) per sample (what an unchecked Wide left behind) is not
+    restored into a run whose x has (2,): named, with the remedy, before any training."""
+    run = tmp_path / "run"
+    cfg = fragile(tmp_path)
+    cfg["graph"]["x"]["simulator"] = {"_target_": WIDE}
+    with pytest.raises(StoreError, match="per-sample shape"):  # refused now (K05)
+        launch(cfg, run, seed=1, progress=False)
+    # …but a run an unchecked launch left has its rows of shape (3,) in buffer.npz
+    write_wide_buffer(run)
     saved = (run / "buffer" / "snapshots" / "buffer.npz").read_bytes()
     with pytest.raises(ConfigError) as info:
         launch(

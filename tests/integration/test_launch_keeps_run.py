@@ -15,14 +15,13 @@ import numpy as np
 import pytest
 import yaml
 
-from kestrel_core import ConfigError, Status
+from kestrel_core import ConfigError
 from kestrel_core._cli import main
-from kestrel_core._store import BufferSnapshot, write_buffer_file
 from kestrel_ray import launch
 from kestrel_ray.run._failure import _on_disk
 from kestrel_ray.run._session import RunSession
 
-from .test_blame import fragile
+from .test_blame import fragile, write_wide_buffer
 
 FRAGILE = "tests.core.blame_models.Fragile"
 
@@ -47,21 +46,7 @@ def test_refused_resume_leaves_config_and_observations_byte_identical(tmp_path, 
     session = RunSession.for_launch(cfg, run, seed=1)  # a run as a first launch leaves it
     session.create()
     session.end_launch(None)
-    ids = np.arange(80)
-    rng = np.random.default_rng(0)
-    write_buffer_file(
-        run / "buffer" / "snapshots",
-        BufferSnapshot(
-            arrays={
-                "theta.value": rng.uniform(0, 1, (80, 2)),
-                "theta.log_prob": np.zeros(80),
-                "x.value": rng.uniform(0, 1, (80, 3)),
-            },
-            ids=ids,
-            statuses=np.where(ids < 16, Status.VALIDATION, Status.TRAINING).astype(np.int8),
-            next_id=80,
-        ),
-    )
+    write_wide_buffer(run)
     before = config_files(run)
     other = tmp_path / "obs2.npy"
     np.save(other, np.array([0.25, 0.75]))

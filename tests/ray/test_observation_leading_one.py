@@ -21,26 +21,29 @@ from kestrel_ray.run._rundir import RunDir
 X = np.array([1.0, -2.0, 3.0])
 
 
-def config(observed):
-    return load_config(
-        {
-            "graph": {
-                "z": {
-                    "simulator": {
-                        "_target_": "kestrel_core.Product",
-                        "priors": [["uniform", -5, 5]] * 3,
-                    },
-                    "evidence": ["x"],
-                    "estimator": {"_target_": "kestrel_torch.GaussianPosterior", "max_epochs": 2},
+def raw_config(observed) -> dict:
+    """Example 01's shape: z ~ U(−5, 5)³ with a Gaussian estimator, x = z + noise observed."""
+    return {
+        "graph": {
+            "z": {
+                "simulator": {
+                    "_target_": "kestrel_core.Product",
+                    "priors": [["uniform", -5, 5]] * 3,
                 },
-                "x": {
-                    "simulator": {"_target_": "tests.integration.models.Noisy"},
-                    "parents": ["z"],
-                    "observed": observed,
-                },
-            }
+                "evidence": ["x"],
+                "estimator": {"_target_": "kestrel_torch.GaussianPosterior", "max_epochs": 2},
+            },
+            "x": {
+                "simulator": {"_target_": "tests.integration.models.Noisy"},
+                "parents": ["z"],
+                "observed": observed,
+            },
         }
-    )
+    }
+
+
+def config(observed):
+    return load_config(raw_config(observed))
 
 
 @pytest.mark.parametrize("in_memory", [False, True], ids=["file", "in-memory"])
@@ -74,29 +77,11 @@ def test_k08_several_observations_are_refused_before_ray(tmp_path):
 def test_k17_embedding_forward_fails_in_preflight(tmp_path):
     from kestrel_core import ConfigError
 
-    raw = {
-        "graph": {
-            "z": {
-                "simulator": {
-                    "_target_": "kestrel_core.Product",
-                    "priors": [["uniform", -5, 5]] * 3,
-                },
-                "evidence": ["x"],
-                "estimator": {
-                    "_target_": "kestrel_torch.GaussianPosterior",
-                    "embedding": {
-                        "_target_": "torch.nn.Linear",
-                        "in_features": 5,
-                        "out_features": 4,
-                    },
-                },
-            },
-            "x": {
-                "simulator": {"_target_": "tests.integration.models.Noisy"},
-                "parents": ["z"],
-                "observed": X.tolist(),
-            },
-        }
+    raw = raw_config(X.tolist())
+    raw["graph"]["z"]["estimator"]["embedding"] = {
+        "_target_": "torch.nn.Linear",
+        "in_features": 5,  # x has 3
+        "out_features": 4,
     }
     cfg = load_config(raw)
     with pytest.raises(ConfigError, match=r"graph\.z\.estimator\.embedding: .*mat1"):
