@@ -281,6 +281,13 @@ def check_observation(node: Any, obs: Any, sample_shape: tuple[int, ...]) -> np.
                 stacklevel=user_stacklevel(),
             )
             return check_finite_observation(name, arr[0])
+        if not want:  # a scalar per sample: the simulator or the observation may be the odd one
+            raise ShapeError(
+                f"node {name!r}: the simulator returns a scalar, shape (), per sample, but the "
+                f"observation has shape {arr.shape}: either the simulator should return "
+                f"{arr.shape} per sample, or {arr.shape[0]} observations were given where one "
+                "is expected"
+            )
         raise ShapeError(
             f"node {name!r}: {arr.shape[0]} observations given, one expected (per-sample shape {want})"
         )
