@@ -19,6 +19,7 @@ import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -28,7 +29,7 @@ from kestrel_core._instantiate import argument_problems, import_target
 from ._errors import ConfigError, EstimatorError, KestrelError
 from ._float64 import KeepFloat64
 
-__all__ = ["Embedding", "build_embedding"]
+__all__ = ["Embedding", "build_embedding", "check_embedding"]
 
 
 class Embedding(nn.Module):
@@ -273,3 +274,49 @@ def _reject_nested_inputs(cfg: Any, path: str) -> None:
     elif isinstance(cfg, Sequence) and not isinstance(cfg, (str, bytes)):
         for i, value in enumerate(cfg):
             _reject_nested_inputs(value, f"{path}[{i}]")
+
+
+def check_embedding(
+    spec: Any,
+    evidence: Sequence[str],
+    scaffolds: Sequence[str] = (),
+    path: str = "estimator",
+    imports: Iterable[str] = (),
+    rows: Mapping[str, Any] | None = None,
+) -> None:
+    """Build an estimator's ``embedding`` option once for a node with these conditions, and
+    drop it.
+
+    Args:
+        spec: the ``embedding`` option. evidence, scaffolds: the node's condition names.
+        path: the estimator's key path, for messages (``graph.theta.estimator``).
+        imports: the config's ``paths.imports``, searched first for the ``_target_``.
+        rows: node → numpy array ``(k, *D)`` of simulated rows (the dry run's outputs); when
+            every evidence node has rows, the built embedding is called once on them (a
+            scaffold without rows arrives as ``None``), in training mode, on the CPU, without
+            gradients (case K17: a wrong ``in_features``, a forward that raises).
+
+    Raises:
+        ConfigError: an ``_input_`` that is neither evidence nor scaffold, an embedding class
+            that does not build with its keyword arguments (a misspelt one named, the original
+            error text kept), or a forward pass on ``rows`` that fails (``<path>.embedding:
+            ...`` with the original error text).
+    """
+    where = f"{path}.embedding"
+    embedding = build_embedding(spec, evidence, scaffolds, path=where, imports=imports)
+    if rows is None or any(c not in rows for c in evidence):
+        return
+    inputs: dict[str, torch.Tensor | None] = {}
+    for c in (*evidence, *scaffolds):
+        value = rows.get(c)
+        inputs[c] = None if value is None else torch.from_numpy(np.array(value, copy=True))
+    try:
+        with torch.no_grad():
+            embedding.train()(inputs)
+    except Exception as err:
+        shapes = {c: tuple(t.shape) for c, t in inputs.items() if t is not None}
+        k = int(np.shape(rows[evidence[0]])[0]) if evidence else 0
+        raise ConfigError(
+            f"{where}: calling the embedding on {k} dry-run rows (inputs {shapes}) failed: "
+            f"{type(err).__name__}: {err}"
+        ) from err

@@ -32,8 +32,8 @@ from kestrel_core import (
 
 from ._batch import Batch
 from ._binding import Binding
-from ._embedding import build_embedding
-from ._errors import ConfigError, EstimatorError
+from ._embedding import check_embedding
+from ._errors import EstimatorError
 from ._fit import FitState, fit, train_step
 from ._head import PosteriorHead
 from ._loader import CachedDataLoader
@@ -109,45 +109,10 @@ class StepwiseEstimator(Checkpointing):
         imports: Iterable[str] = (),
         rows: Mapping[str, np.ndarray] | None = None,
     ) -> None:
-        """Build the ``embedding`` option once for a node with these conditions and drop it:
-        the checks :meth:`setup` would make in the node's actor, made where the config is
-        loaded (a launch's preflight, before Ray starts).
-
-        Args:
-            evidence, scaffolds: the node's condition names. path: the estimator's key path,
-                for messages (``graph.theta.estimator``). imports: the config's
-                ``paths.imports``, searched first for the embedding's ``_target_``.
-            rows: node → numpy array ``(k, *D)`` of simulated rows (the dry run's outputs);
-                when every evidence node has rows, the built embedding is called once on them
-                (a scaffold without rows arrives as ``None``), in training mode, on the CPU,
-                without gradients (case K17: a wrong ``in_features``, a forward that raises).
-
-        Raises:
-            ConfigError: an ``_input_`` that is neither evidence nor scaffold, an embedding
-                class that does not build with its keyword arguments (a misspelt one named,
-                the original error text kept), or a forward pass on ``rows`` that fails
-                (``<path>.embedding: ...`` with the original error text).
-        """
-        where = f"{path}.embedding"
-        embedding = build_embedding(
-            self.options.embedding, evidence, scaffolds, path=where, imports=imports
-        )
-        if rows is None or any(c not in rows for c in evidence):
-            return
-        inputs: dict[str, torch.Tensor | None] = {}
-        for c in (*evidence, *scaffolds):
-            value = rows.get(c)
-            inputs[c] = None if value is None else torch.from_numpy(np.array(value, copy=True))
-        try:
-            with torch.no_grad():
-                embedding.train()(inputs)
-        except Exception as err:
-            shapes = {c: tuple(t.shape) for c, t in inputs.items() if t is not None}
-            k = int(np.shape(rows[evidence[0]])[0]) if evidence else 0
-            raise ConfigError(
-                f"{where}: calling the embedding on {k} dry-run rows (inputs {shapes}) failed: "
-                f"{type(err).__name__}: {err}"
-            ) from err
+        """The checks :meth:`setup` would make of the ``embedding`` option in the node's actor,
+        made where the config is loaded (a launch's preflight, before Ray starts): see
+        :func:`~kestrel_torch._embedding.check_embedding` (arguments and errors)."""
+        check_embedding(self.options.embedding, evidence, scaffolds, path, imports, rows)
 
     # -- setup -------------------------------------------------------------------------------
     def setup(self, context: EstimatorContext) -> None:
