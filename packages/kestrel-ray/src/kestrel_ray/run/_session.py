@@ -35,6 +35,7 @@ from .._init import init_ray
 from .._wrapper import NodeWrapper
 from ._capacity import bytes_per_sample, check_capacity, store_capacity
 from ._code import code_runtime_env
+from ._config_backup import config_files, restore
 from ._logging import LOGGER_NAME
 from ._nodelog import NodeLogSink, RunNodeWrapper
 from ._plan import launch_plan
@@ -196,7 +197,7 @@ class RunSession:
         if self.mode == "restart" and os.path.isdir(self.run.root):
             self.archived = self.run.archive()
         self.run.makedirs()
-        self._kept = self._config_files() if self.mode == "resume" else None
+        self._kept = config_files(self.run) if self.mode == "resume" else None
         digest = self.run.write_config(self.config)
         first = self.run.history.first_seed() if self.mode == "resume" else None
         if first is not None:  # a resumed run keeps its first seed (each launch: its own stream)
@@ -209,55 +210,16 @@ class RunSession:
             overrides=self.overrides,
         )
 
-    def _config_files(self) -> dict[str, bytes | None]:
-        """path → bytes of ``RUN/config.yml`` and every file under ``RUN/observations/``."""
-        files: dict[str, bytes | None] = {self.run.config_file: None}
-        paths = [self.run.config_file]
-        for folder, _, names in os.walk(self.run.observations):
-            paths += [os.path.join(folder, name) for name in names]
-        for path in paths:
-            try:
-                with open(path, "rb") as fh:
-                    files[path] = fh.read()
-            except FileNotFoundError:
-                pass
-        return files
-
     def keep_config(self) -> None:
         """The launch now depends on the config :meth:`create` wrote (the run's buffer was
         restored under it): a failure from here on keeps it."""
         self._kept = None
 
     def restore_config(self) -> list[str]:
-        """Put back the ``config.yml`` and ``observations/`` files :meth:`create` replaced
-        (a resume that failed before :meth:`keep_config`); files it added are removed.
-
-        Returns:
-            The paths put back or removed (empty when nothing changed).
-        """
+        """Put back the ``config.yml`` and ``observations/`` files :meth:`create` replaced (a
+        resume that failed before :meth:`keep_config`); see :func:`._config_backup.restore`."""
         kept, self._kept = self._kept, None
-        if kept is None:
-            return []
-        changed = []
-        for path, data in self._config_files().items():
-            old = kept.get(path)
-            if data == old:
-                continue
-            if old is None:
-                os.remove(path)
-            else:
-                tmp = path + ".restore.tmp"
-                with open(tmp, "wb") as fh:
-                    fh.write(old)
-                os.replace(tmp, path)
-            changed.append(path)
-        for path, old in kept.items():  # removed since (not written by write_config today)
-            if old is not None and not os.path.exists(path):
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as fh:
-                    fh.write(old)
-                changed.append(path)
-        return changed
+        return [] if kept is None else restore(kept, config_files(self.run))
 
     def end_launch(self, result: Any, interrupted: bool = False) -> None:
         """Record how the launch ended in ``RUN/run.json`` (``result``: its :class:`RunResult`,
