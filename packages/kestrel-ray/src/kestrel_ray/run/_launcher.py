@@ -40,10 +40,11 @@ from ._initial import append_initial_samples
 from ._logging import FILE_ONLY
 from ._profile import LaunchProfile, summary, write_profile
 from ._progress import ProgressState
+from ._ray import cluster_nodes
 from ._result import RunResult
 from ._resume import Resume, add_epochs
 from ._rounds import Resimulation
-from ._session import RunSession, cluster_nodes
+from ._session import RunSession
 from ._skipped import count_errors
 from ._states import Phase, RunStatus
 from ._status import launch_progress, launch_status

@@ -9,7 +9,7 @@
    silently: :func:`~kestrel_ray.run._plan.launch_plan` decides which config is used;
    :meth:`RunSession.create` prepares the directory and records the launch in ``run.json``;
 2. :meth:`RunSession.ray` starts (or joins) Ray for the command, and shuts it down afterwards
-   only if it started it;
+   only if it started it (:func:`~kestrel_ray.run._ray.ray_for_run`);
 3. :meth:`RunSession.deployed` deploys the run's graph (a launch's actors' logs and metrics are
    written into the run directory by the driver) and kills every actor when the command ends;
 4. :meth:`RunSession.load_weights` / :meth:`RunSession.save_weights` move the estimators' files
@@ -24,22 +24,19 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
-import ray
-
 from kestrel_core import ConfigError, EstimatorError, RunConfig, seed_sequence
 from kestrel_core._dryrun import expected_keys
 from kestrel_core._run_config import observation_digests
 
 from .._deployed import DeployedGraph
-from .._init import init_ray
 from .._wrapper import NodeWrapper
 from ._capacity import bytes_per_sample, check_capacity, store_capacity
-from ._code import code_runtime_env
 from ._config_backup import config_files, restore
 from ._logging import LOGGER_NAME
 from ._nodelog import NodeLogSink, RunNodeWrapper
 from ._plan import launch_plan
 from ._preflight import preflight
+from ._ray import cluster_nodes, ray_for_run
 from ._resume import launch_seed
 from ._rundir import RunDir
 
@@ -376,79 +373,3 @@ class RunSession:
                 node, {"epoch": int(polled if epoch is None else epoch), "seed": self.seed}
             )
         return folders
-
-
-@contextlib.contextmanager
-def ray_for_run(
-    address: str | None,
-    ray_kwargs: Mapping[str, Any],
-    log: logging.Logger | None = None,
-    *,
-    imports: Sequence[str] = (),
-    run_dir: str | None = None,
-) -> Iterator[bool]:
-    """Ray for the duration of a run; yields whether this run started it.
-
-    Joining a cluster ships the run's code with Ray's runtime environment
-    (:func:`~kestrel_ray.run._code.code_runtime_env`); a local Ray imports it from where it is.
-
-    Args:
-        address: cluster address (``None``: ``RAY_ADDRESS`` or a local Ray).
-        ray_kwargs: the config's ``ray`` section (``ray.init`` keyword arguments; an
-            ``address`` there is used when ``address`` is ``None``).
-        log: where to note what happened.
-        imports: the config's ``paths.imports`` (the first is the config's folder).
-        run_dir: the run directory (never shipped).
-
-    Raises:
-        ClusterError: Ray could not be joined (see :func:`~kestrel_ray.init_ray`).
-    """
-    kwargs = dict(ray_kwargs)
-    source = "--address" if address else "ray.address (config)"
-    address = address or kwargs.pop("address", None)
-    kwargs.pop("address", None)
-    started = not ray.is_initialized()
-    if started:
-        if address or os.environ.get("RAY_ADDRESS"):
-            runtime_env, warnings = code_runtime_env(
-                imports, run_dir, kwargs.pop("runtime_env", None)
-            )
-            if runtime_env:
-                kwargs["runtime_env"] = runtime_env
-            for message in warnings:
-                if log is not None:
-                    log.warning("%s", message)
-        init_ray(address, source=source, **kwargs)
-        if log is not None:
-            joined = address or os.environ.get("RAY_ADDRESS")
-            log.info(
-                "ray: %s (%s)",
-                f"joined {joined}" if joined else "started a local Ray",
-                _resources(),
-            )
-    elif log is not None:
-        log.info("ray: using the Ray already running in this process (%s)", _resources())
-    try:
-        yield started
-    finally:
-        if started:
-            ray.shutdown()
-
-
-def _resources() -> str:
-    res = ray.cluster_resources()
-    keys = ["CPU", "GPU"] + sorted(
-        k
-        for k in res
-        if k not in ("CPU", "GPU", "memory", "object_store_memory") and not k.startswith("node:")
-    )
-    return ", ".join(f"{k} {res[k]:g}" for k in keys if k in res)
-
-
-def cluster_nodes() -> dict[str, dict[str, float]]:
-    """``{Ray node id: its resources}`` of the live nodes of the cluster."""
-    return {
-        n["NodeID"]: {k: v for k, v in n.get("Resources", {}).items() if not k.startswith("node:")}
-        for n in ray.nodes()
-        if n.get("Alive", True)
-    }
