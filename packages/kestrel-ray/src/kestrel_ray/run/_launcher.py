@@ -19,7 +19,8 @@ between actors and the store):
    this launch made a better model), draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples.
 
 Rows with a NaN or ±inf in any key are counted per node and appended marked invalid: the store
-keeps them dead, so training never reads them (a round without a valid row is an error)."""
+keeps them dead, so training never reads them (a round without a valid row is an error).
+The polls and their reports (``status.json``, progress, ``profile.json``): :mod:`._reporting`."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from typing import Any
 
 import ray
 
-from kestrel_core import ConfigError, KestrelError, StoreError
+from kestrel_core import ConfigError, KestrelError
 
 from .._errors import RunError, describe_failure, unwrap_error
 from ._budget import Budget, check_initial_budget, restore_counts, write_budget
@@ -38,16 +39,16 @@ from ._capacity import rounds_in_flight, store_capacity
 from ._endsample import sample_at_end
 from ._initial import append_initial_samples
 from ._logging import FILE_ONLY
-from ._profile import LaunchProfile, summary, write_profile
+from ._profile import LaunchProfile
 from ._progress import ProgressState
 from ._ray import cluster_nodes
+from ._reporting import LaunchReports
 from ._result import RunResult
 from ._resume import Resume, add_epochs
 from ._rounds import Resimulation
 from ._session import RunSession
 from ._skipped import count_errors
 from ._states import Phase, RunStatus
-from ._status import launch_progress, launch_status
 from ._stop import StopControl
 
 __all__ = ["Launcher", "INITIAL_CHUNK"]
@@ -55,10 +56,9 @@ __all__ = ["Launcher", "INITIAL_CHUNK"]
 #: rows per call of the initial prior simulation
 INITIAL_CHUNK = 4096
 _POLL = 0.05  # seconds: how long one ray.wait on the training calls may block
-_STATUS_EVERY = 0.5  # seconds between progress polls
 
 
-class Launcher:
+class Launcher(LaunchReports):
     """One launch: its phases in order, the training loop one :meth:`_step` at a time.
 
     Args:
@@ -174,9 +174,6 @@ class Launcher:
         self._write_status()
         self.log.error("launch %s: %s", status, reason.splitlines()[0] if reason else "")
         self._write_profile({})  # the driver's parts (the actors may be gone)
-
-    def _write_status(self) -> None:
-        self.session.run.write_status(launch_status(self))
 
     # -- phases --------------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -320,16 +317,6 @@ class Launcher:
         if any(r.errors.values()):
             self.log.info("simulations that raised (skipped, on_error: skip): %s", r.errors)
 
-    def _write_profile(self, statuses: dict[str, Any]) -> None:
-        """``RUN/profile.json`` (:mod:`._profile`) and its one-line summary; errors logged."""
-        try:
-            profile = self.profile.build(statuses, list(self.cfg.graph.latents))
-            path = write_profile(self.session.run.root, profile)
-        except (OSError, KeyError, TypeError, ValueError) as err:
-            self.log.warning("profile: not written: %s", err)
-            return
-        self.log.info("%s → %s", summary(profile), path)
-
     def _sample(self, status: RunStatus) -> None:
         untrained = [n for n in self.cfg.graph.latents if not self.result.epochs.get(n)]
         if untrained and status is not RunStatus.COMPLETED:
@@ -357,7 +344,7 @@ class Launcher:
         kwargs = getattr(self.cfg.graph[node].estimator, "kwargs", None)
         return kwargs.get("max_epochs") if isinstance(kwargs, dict) else None
 
-    # -- appends and reports -------------------------------------------------------------------
+    # -- appends -------------------------------------------------------------------------------
     def _append(self, trace: Any, what: str, *, wait: bool = True) -> Any:
         """Append a trace (its non-finite rows counted; the store keeps them dead); ``wait=False``
         returns the append's ref (finish it with :meth:`_finish_append`)."""
@@ -389,28 +376,3 @@ class Launcher:
             self.log.warning("buffer: %s", note)
         self.result.simulated += done.kept  # the valid rows: what entered the buffer
         return done.kept
-
-    def _poll_status(self, timeout: float = 2.0) -> dict[str, Any]:
-        try:
-            status = self.dg.status(timeout=timeout)
-        except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError, StoreError):
-            return {}
-        self.stats = dict(status.get("_store") or {})
-        return status
-
-    def _report(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self._last_report < _STATUS_EVERY:
-            return
-        self._last_report = now
-        status = self._poll_status() if self.dg is not None else {}
-        nodes = {
-            m: dict((status.get(m) or {}).get("estimator") or self._node_status.get(m) or {})
-            for m in self.cfg.graph.latents
-        }
-        self._node_status.update({m: v for m, v in nodes.items() if v})
-        for m, st in nodes.items():
-            if st.get("epoch") is not None:
-                self.result.epochs[m] = int(st["epoch"])
-        if self.on_progress is not None:
-            self.on_progress(launch_progress(self, nodes, now))
