@@ -6,8 +6,9 @@ Shape symbols: n draws, N values, F all parameters of the latent node, D its fre
 parts of this package, one module each: the frozen options (``_options``), node checks, device
 and seeds (``_binding``), embedding + head (``_model``, with the head interface in ``_head``),
 buffer rows and the NPE loss (``_rows``, ``_loss``), the epoch loop (``_fit``), sampling and
-conditions (``_sampling``), checkpoints as bytes or files (``_checkpoint``). A concrete
-estimator names its options class and builds its head; nothing else.
+conditions (``_sampling``), the sampling and density methods (``_inference``), checkpoints as
+bytes or files (``_persist``, ``_checkpoint``). A concrete estimator names its options class and
+builds its head; nothing else.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -24,10 +25,8 @@ from kestrel_core import (
     TRAINABLE,
     BufferView,
     EstimatorContext,
-    Record,
     Rounds,
     Status,
-    check_count,
 )
 
 from ._batch import Batch
@@ -36,18 +35,18 @@ from ._embedding import check_embedding
 from ._errors import EstimatorError
 from ._fit import FitState, fit, train_step
 from ._head import PosteriorHead
+from ._inference import Inference
 from ._loader import CachedDataLoader
-from ._model import NPEModel, build_model
+from ._model import build_model
 from ._options import EstimatorOptions
 from ._pacing import DeferredDiscards, Pacing, ProposalRounds
 from ._persist import Checkpointing
-from ._rng import CallRng, call_generator
-from ._sampling import Conditions, draw, log_density, prior_draws
+from ._sampling import Conditions
 
 __all__ = ["StepwiseEstimator"]
 
 
-class StepwiseEstimator(Checkpointing):
+class StepwiseEstimator(Checkpointing, Inference):
     """Base of Kestrel's estimators: neural posterior estimation (NPE) trained step by step.
 
     A subclass sets :attr:`options_class` and implements :meth:`make_head`. The estimator works
@@ -129,11 +128,6 @@ class StepwiseEstimator(Checkpointing):
         if self._binding is None:
             raise EstimatorError(f"{type(self).__name__}: call setup(context) first")
         return self._binding
-
-    @property
-    def prior(self) -> Any:
-        """The latent node's prior (a :class:`kestrel_core.Product`)."""
-        return self._bound().context.prior
 
     @property
     def total_epochs(self) -> int:
@@ -291,120 +285,3 @@ class StepwiseEstimator(Checkpointing):
             "error": self._error,
             "observation_checks": list(self._conditions.findings) if self._conditions else [],
         }
-
-    # -- sampling ----------------------------------------------------------------------------
-    def sample_prior(self, n: int, rng: CallRng = None) -> Record:
-        """``n`` prior draws from ``rng`` (else the sampling stream): float64 value, log_prob.
-
-        Raises:
-            TypeError, ValueError: ``n`` is not a non-negative integer.
-        """
-        n = check_count(n)
-        return prior_draws(self.prior, n, self._bound().rng if rng is None else rng)
-
-    def sample_posterior(
-        self, n: int, conditions: Mapping[str, Any], rng: CallRng = None
-    ) -> Record:
-        """``n`` draws from the posterior given ``conditions``.
-
-        Args:
-            n: number of draws.
-            conditions: evidence node → array ``(n, *D)`` or ``(1, *D)`` (broadcast); other
-                nodes are ignored, scaffolds are never used at inference.
-            rng: the call's generator (else the sampling stream); never from option ``seed``.
-
-        Returns:
-            ``{"value": float64 (n, F), "log_prob": float64 (n,)}``; ``log_prob`` is the
-            θ-space log density of the distribution the value was drawn from.
-
-        Raises:
-            EstimatorError: no trained model yet, or a missing/mis-shaped condition.
-        """
-        n = check_count(n)
-        if self._fit.best is None:
-            raise EstimatorError(
-                f"node {self._bound().context.node!r}: sample_posterior needs a trained "
-                "model; train at least one epoch or load a checkpoint first"
-            )
-        return self._draw(n, conditions, 1.0, rng)
-
-    def sample_proposal(
-        self, n: int, conditions: Mapping[str, Any], rng: CallRng = None, round: int | None = None
-    ) -> Record:
-        """``n`` draws from the γ-tempered posterior ∝ prior · likelihood^γ (prior draws early on).
-
-        Prior draws are returned before the first epoch, while ``total_epochs < prior_epochs``
-        and for ``gamma = 0``. Args, returns and raises as :meth:`sample_posterior`, plus:
-
-        Args:
-            round: the resimulation round (:meth:`train`'s ``rounds``): draw from the model
-                fixed for it; ``None``, or a round not fixed (training ended before it): the
-                current best model.
-        """
-        n = check_count(n)
-        if round is not None and self._proposals.has(round):
-            model = self._proposals.model(round)
-            if model is None:
-                return self.sample_prior(n, rng)
-            return self._draw(n, conditions, self.options.gamma, rng, model)
-        if self._prior_proposal():
-            return self.sample_prior(n, rng)
-        return self._draw(n, conditions, self.options.gamma, rng)
-
-    def _prior_proposal(self) -> bool:
-        opts = self.options
-        return self._fit.best is None or self._fit.epochs < opts.prior_epochs or opts.gamma == 0
-
-    def _fix_proposal(self, k: int) -> None:
-        """Round ``k`` draws from the best model as it is now (``None``: from the prior)."""
-        self._proposals.fix(k, None if self._prior_proposal() else self._fit.best)
-
-    def _best_model(self) -> NPEModel | None:
-        return cast("NPEModel | None", self._fit.best)
-
-    def _draw(
-        self,
-        n: int,
-        conditions: Mapping[str, Any],
-        gamma: float,
-        rng: CallRng,
-        model: Any = None,
-    ) -> Record:
-        model, b = model if model is not None else self._best_model(), self._bound()
-        assert model is not None and self._conditions is not None  # checked by the callers
-        generator = b.sample_generator if rng is None else call_generator(rng, b.device)
-        record = draw(model, b.context.prior, n, self._conditions, conditions, gamma, generator)
-        if n:
-            self._clipped = model.head.clipped
-        return record
-
-    def log_prob(self, theta: Any, conditions: Mapping[str, Any]) -> np.ndarray:
-        """Log density of the posterior at ``theta`` given ``conditions``.
-
-        Uses the best model, like the sampling methods; deterministic.
-
-        Args:
-            theta: array ``(N, F)`` inside the prior's support.
-            conditions: evidence node → array ``(N, *D)`` or ``(1, *D)``.
-
-        Returns:
-            float64 ``(N,)``, θ-space.
-
-        Raises:
-            EstimatorError: no trained model, or a missing/mis-shaped condition.
-            OutOfSupportError: ``theta`` outside the prior's support.
-        """
-        context = self._bound().context
-        model = self._best_model()
-        if model is None or self._conditions is None:
-            raise EstimatorError(
-                f"node {context.node!r}: log_prob needs a trained model; "
-                "train at least one epoch or load a checkpoint first"
-            )
-        theta = np.asarray(theta, dtype=np.float64)
-        if theta.ndim != 2:
-            raise EstimatorError(
-                f"node {context.node!r}: log_prob expects theta of shape (N, "
-                f"{context.prior.full_dim}), got {theta.shape}"
-            )
-        return log_density(model, context.prior, theta, self._conditions, conditions)
