@@ -88,6 +88,17 @@ def test_k30_simulate_refuses_to_overwrite_the_configs_observation(model, capsys
     assert files(model) == before
 
 
+def test_k30_simulate_refuses_a_name_with_another_suffix(model, capsys):
+    """``-o x.npy`` or ``-o model.py`` wrote ``x.npy.npz`` / ``model.py.npz`` beside the
+    user's files: an .npz archive is never written under another suffix."""
+    before = files(model)
+    for name in ("sims.npy", "model.py"):
+        out = model / name
+        assert main(["simulate", "-c", str(model / "config.yml"), "-n", "5", "-o", str(out)]) == 1
+        _one_line_error(capsys, out, "name it " + str(model / name.split(".")[0]) + ".npz")
+    assert files(model) == before
+
+
 def test_k30_simulate_force_replaces_an_existing_file(tmp_path, capsys):
     from pathlib import Path
 

@@ -53,7 +53,7 @@ from typing import Any
 
 from .__about__ import __version__
 from ._blame import attached_traceback, user_traceback
-from ._errors import KestrelError
+from ._errors import ConfigError, KestrelError
 
 __all__ = ["main", "build_parser", "add_config_arguments", "config_from_args", "LAYER_COMMANDS"]
 
@@ -151,9 +151,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from ._random import seed_sequence
     from ._trace import flat_key
 
-    output = args.output if args.output.endswith(".npz") else args.output + ".npz"
-    if os.path.isdir(args.output):
-        output = args.output  # a folder: refused as such, not as <folder>.npz
+    output = _npz_name(args.output)
     output = check_output_file(output, "-o", force=args.force)
     cfg = config_from_args(args)
     seq = seed_sequence(args.seed)
@@ -163,6 +161,26 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     shapes = ", ".join(f"{name} {tuple(a.shape[1:])}" for name, a in arrays.items())
     print(f"kestrel simulate: {args.n} samples (seed {seq.entropy}) → {path}: {shapes}")
     return 0
+
+
+def _npz_name(name: str) -> str:
+    """``-o`` of ``kestrel simulate``: ``OUT.npz`` as given, ``OUT`` → ``OUT.npz``; a folder is
+    returned as is (refused as a folder by the output check).
+
+    Raises:
+        ConfigError: another suffix (``x.npy``, ``model.py``): the file would be an .npz archive
+            under a name that says otherwise, or ``<name>.npz`` beside it.
+    """
+    if os.path.isdir(name) or name.endswith(".npz"):
+        return name
+    suffix = os.path.splitext(name)[1]
+    if suffix:
+        stem = name[: -len(suffix)]
+        raise ConfigError(
+            f"-o {name}: kestrel simulate writes an .npz archive (one array per node), not a "
+            f"{suffix} file; name it {stem}.npz"
+        )
+    return name + ".npz"
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
