@@ -127,6 +127,17 @@ def test_k24_object_array_observation_file_is_one_line_naming_node_and_file(tmp_
         load_observation("bad.npy", tmp_path, node="x")
 
 
+@pytest.mark.parametrize("name", ["obs.npy", "obs.npz"])
+def test_k24_a_text_file_named_npy_is_not_called_an_object_array(tmp_path, name):
+    """A CSV renamed ``.npy`` was reported as "holds Python objects (an object array)"."""
+    (tmp_path / name).write_text("0.1,0.2,0.3\n")
+    with pytest.raises(ConfigError) as err:
+        load_observation(name, tmp_path, node="x")
+    text = str(err.value)
+    assert "not a numpy" in text and "numpy.loadtxt" in text and "\n" not in text
+    assert "Python objects" not in text
+
+
 # -- digests ------------------------------------------------------------------------------------
 
 

@@ -184,11 +184,37 @@ def load_observation(
     return check_finite_observation(node, obs, what)
 
 
-def _unreadable(node: str | None, what: str, err: BaseException) -> ConfigError:
+_MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK"}
+
+
+def _not_numpy(path: str | None) -> str | None:
+    """Why ``path`` is no numpy file at all (a text or CSV file renamed ``.npy``), or ``None``."""
+    magic = _MAGIC.get(os.path.splitext(path or "")[1])
+    if path is None or magic is None:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(magic))
+    except OSError:
+        return None
+    if head == magic:
+        return None
+    return (
+        f"it is not a numpy {os.path.splitext(path)[1]} file (no numpy header; a text or CSV "
+        "file? read it with numpy.loadtxt and write it with numpy.save)"
+    )
+
+
+def _unreadable(
+    node: str | None, what: str, err: BaseException, path: str | None = None
+) -> ConfigError:
     """The one-line error of an observation file numpy cannot read as a numeric array."""
     prefix = "" if node is None else f"node {node!r}: "
     reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    if "allow_pickle" in reason:
+    header = _not_numpy(path)
+    if header is not None:
+        reason = header
+    elif "allow_pickle" in reason:
         reason = "it holds Python objects (an object array, e.g. with None), not numbers"
     return ConfigError(
         f"{prefix}{what} cannot be read as a numeric array ({reason}); expected a numeric "
@@ -217,14 +243,14 @@ def _load(
         try:
             raw = np.load(full, allow_pickle=False)
         except (ValueError, OSError, EOFError) as err:
-            raise _unreadable(node, what, err) from None
+            raise _unreadable(node, what, err, full) from None
         return as_observation(raw, what, node=node), what
     if not full.endswith(".npz"):
         raise ConfigError(f"observation {text!r}: expected a .npy or .npz file")
     try:
         archive = np.load(full, allow_pickle=False)
     except (ValueError, OSError, EOFError) as err:
-        raise _unreadable(node, f"observation {full}", err) from None
+        raise _unreadable(node, f"observation {full}", err, full) from None
     with archive as data:
         keys = list(data.files)
         if key is None:
