@@ -330,7 +330,14 @@ def test_buffer_section_is_optional_but_its_counts_are_required(tmp_path):
         (
             "sample",
             {"posterior": {"n": 1.5}},
-            "sample.posterior.n: expected an integer ≥ 0, found 1.5",
+            "sample.posterior.n: expected an integer ≥ 1 (the number of samples to draw; leave "
+            "it out to draw none), found 1.5",
+        ),
+        (
+            "sample",
+            {"posterior": {"n": 0}},
+            "sample.posterior.n: expected an integer ≥ 1 (the number of samples to draw; leave "
+            "it out to draw none), found 0",
         ),
         (
             "sample",

@@ -180,8 +180,11 @@ def _sample_problems(sample: Any, nodes: list[str], problems: list[str]) -> None
         if mode not in SAMPLE_MODES or not _keys(entry, SAMPLE_KEYS, where, problems):
             continue
         n = entry.get("n")
-        if n is not None and not _is_int(n):
-            problems.append(f"{where}.n: expected an integer ≥ 0, found {n!r}")
+        if n is not None and not _is_int(n, 1):
+            problems.append(
+                f"{where}.n: expected an integer ≥ 1 (the number of samples to draw; leave it "
+                f"out to draw none), found {n!r}"
+            )
         for key in ("exclude_keys", "add_keys"):
             names = name_list(entry.get(key))
             if names is None:
