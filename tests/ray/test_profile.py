@@ -92,3 +92,13 @@ def test_rows_name_every_part():
         "**wall**",
     ):
         assert part in text, part
+
+
+def test_an_estimator_that_did_not_train_has_no_steps_per_second():
+    """A resumed launch with nothing left to train printed ``None steps/s``."""
+    quiet = statuses()
+    quiet["z"]["estimator"] = {"epoch": 10, "timings": {"cache_fill": {"seconds": 0.0, "count": 1}}}
+    built = LaunchProfile(t_start=0.0).build(quiet, ["z"])
+    assert built["estimators"]["z"]["steps_per_s"] is None
+    assert "None" not in summary(built) and "steps/s" not in summary(built)
+    assert "None" not in "\n".join(profile_rows(built))

@@ -151,7 +151,8 @@ def summary(profile: dict[str, Any]) -> str:
     for node, est in profile["estimators"].items():
         top = sorted(est["parts"].items(), key=lambda kv: -kv[1]["seconds"])[:4]
         inner = ", ".join(f"{k} {v['seconds']:.1f} s" for k, v in top)
-        line += f"; {node}: {inner}, {est['steps_per_s']} steps/s"
+        rate = est["steps_per_s"]
+        line += f"; {node}: {inner or 'no training'}" + (f", {rate} steps/s" if rate else "")
     for node, replicas in profile["actors"].items():
         busy = [r["busy_share"] for r in replicas if "simulate" in r["busy"]]
         if busy:
@@ -168,7 +169,8 @@ def profile_rows(profile: dict[str, Any]) -> list[str]:
     for node, est in profile["estimators"].items():
         for k, v in est["parts"].items():
             rows.append(f"| {node}: {k} | {v['seconds']:.2f} | {100 * v['share']:.1f} % |")
-        rows.append(f"| {node}: steps/s (steps alone) | {est['steps_per_s']} | |")
+        rate = est["steps_per_s"]
+        rows.append(f"| {node}: steps/s (steps alone) | {'—' if rate is None else rate} | |")
     for node, replicas in profile["actors"].items():
         for r in replicas:
             for k, v in r["busy"].items():
