@@ -224,9 +224,7 @@ def test_evidence_depending_on_its_latent_is_an_inference_cycle():
         .add_node("theta", PRIOR, estimator="m.Est", evidence=["s"])
         .add_node("s", gm.Shift, parents=["theta"])
     )
-    with pytest.raises(
-        GraphError, match=r"cycle in inference \(evidence\) order: theta -> s -> theta"
-    ):
+    with pytest.raises(GraphError, match=r"inference order has the cycle theta -> s -> theta"):
         g.validate()
 
 
@@ -240,8 +238,9 @@ def test_k17_forgotten_observation_is_named_not_only_a_cycle():
     with pytest.raises(GraphError) as err:
         g.validate()
     assert "theta -> x -> theta" in str(err.value)
-    assert "evidence 'x' of node 'theta' has no observation (set graph.x.observed)" in str(
-        err.value
+    # the cause first, the cycle after it (the tester read "cycle" as the problem)
+    assert str(err.value).startswith(
+        "graph: evidence 'x' of node 'theta' has no observation (set graph.x.observed)"
     )
 
 

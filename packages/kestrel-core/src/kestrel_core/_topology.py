@@ -149,8 +149,13 @@ def inference_order(nodes: Mapping[str, Any]) -> list[str]:
                 if b in nodes[a].evidence and nodes[b].observed is None
             }
         )
-        hint = f"; {'; '.join(unobserved)}" if unobserved else ""
-        raise GraphError(f"graph: cycle in inference (evidence) order: {' -> '.join(cycle)}{hint}")
+        path = " -> ".join(cycle)
+        if unobserved:  # the usual cause: a forgotten `observed:`, named first
+            raise GraphError(
+                f"graph: {'; '.join(unobserved)}: an estimator's evidence must be observed "
+                f"(without it, inference order has the cycle {path})"
+            )
+        raise GraphError(f"graph: cycle in inference (evidence) order: {path}")
     return _toposort(list(deps), deps, "inference (evidence) order")
 
 
