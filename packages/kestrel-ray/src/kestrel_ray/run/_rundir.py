@@ -194,7 +194,10 @@ class RunDir:
         return load_run_config(self.root, overrides, check_targets=check_targets)
 
     def archive(self) -> str:
-        """Move everything in the run directory to ``RUN/previous/N/`` (N = 1, 2, …).
+        """Move everything in the run directory to ``RUN/previous/N/`` (N = 1, 2, …), except
+        hidden entries not Kestrel's own: a run may be started in a folder holding only hidden
+        files (``.git``, ``.gitkeep``), and a restart leaves those where the user put them.
+        Kestrel's own hidden files (unfinished atomic writes, ``.tmp-*``) move with the run.
 
         Returns:
             The folder the old contents went to.
@@ -213,7 +216,8 @@ class RunDir:
         target = os.path.join(previous, str(max(numbers, default=0) + 1))
         os.makedirs(target)
         for name in _listdir(self.root):
-            if name != PREVIOUS_DIR:
+            users = name.startswith(".") and not name.startswith(".tmp-")
+            if name != PREVIOUS_DIR and not users:
                 shutil.move(os.path.join(self.root, name), os.path.join(target, name))
         return target
 
