@@ -147,19 +147,24 @@ def _cmd_graph(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from ._forward import sample_forward
     from ._npz import save_npz
+    from ._onerror import SkipLog, print_report
     from ._outputs import check_output_file
     from ._random import seed_sequence
+    from ._reproducible import warn_unreproducible
     from ._trace import flat_key
 
     output = _npz_name(args.output)
     output = check_output_file(output, "-o", force=args.force)
     cfg = config_from_args(args)
     seq = seed_sequence(args.seed)
-    trace = sample_forward(cfg.graph, args.n, seed=seq)
+    trace = sample_forward(cfg.graph, args.n, seed=seq, skipped=(skipped := SkipLog()))
     arrays = {name: trace[flat_key(name)] for name in cfg.graph.nodes}
+    warn_unreproducible(cfg.graph, arrays)  # --seed must reproduce the file
     path = save_npz(output, arrays)
     shapes = ", ".join(f"{name} {tuple(a.shape[1:])}" for name, a in arrays.items())
-    print(f"kestrel simulate: {args.n} samples (seed {seq.entropy}) → {path}: {shapes}")
+    n = len(trace[flat_key(next(iter(cfg.graph.nodes)))])  # without the skipped samples
+    print(f"kestrel simulate: {n} samples (seed {seq.entropy}) → {path}: {shapes}")
+    print_report("kestrel simulate", skipped, args.n, arrays)
     return 0
 
 
@@ -250,7 +255,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
         "simulate",
         help="forward-simulate the graph in this process",
         description="Draw N joint samples in this process and write one array per "
-        "node, shape (N, ...), to an .npz file.",
+        "node, shape (N, ...), to an .npz file. Samples whose simulation raised in a node with "
+        "on_error: skip are dropped (counted per node); samples holding NaN or inf are kept "
+        "(a note counts them per node).",
     )
     add_config_arguments(p)
     p.add_argument("-n", type=positive_int, required=True, metavar="N", help="number of samples")

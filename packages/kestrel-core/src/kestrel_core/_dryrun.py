@@ -12,6 +12,11 @@ traceback; the exception is chained for ``--debug``). A node with ``dry_run: fal
 simulator too expensive to call here) and its descendants are not dry-run. With
 ``on_error: skip`` samples that raise are expected; the others are checked.
 
+Each simulator is also called once more (one sample, two at most) with a generator seeded as
+its dry-run call was: one whose output differs ignores its ``rng`` (``--seed`` would not
+reproduce a run) and gets a :class:`~kestrel_core._errors.ReproducibilityWarning`
+(:mod:`kestrel_core._reproducible`).
+
 What the dry run found also fixes the run's key schema: :func:`expected_keys` turns its outputs
 (and the observations of nodes it did not run) into the per-sample shape of every key, which
 the launch gives its store, so a simulator whose shape changes on Ray is refused at its first
@@ -22,6 +27,8 @@ Shape symbols: n draws, D a node's per-sample shape.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from ._blame import attached_traceback, user_traceback
@@ -31,6 +38,7 @@ from ._forward import build_simulator
 from ._graph import Graph, Node
 from ._onerror import simulate_or_skip
 from ._random import seed_sequence
+from ._reproducible import ReproducibilityWarning, unreproducible, unreproducible_message
 from ._store._meta import Expected
 from ._trace import flat_key
 
@@ -132,6 +140,10 @@ def dry_run(
         problem = observation_problem(node, attempt.value)
         if problem:
             raise GraphError(problem)
+        reference = None if attempt.raised.any() else attempt.value
+        if unreproducible(name, simulator, parents, child, reference):
+            message = unreproducible_message(name, node.simulator.target_name)
+            warnings.warn(ReproducibilityWarning(message), stacklevel=2)
         fields = {"value": attempt.value}
         log_prob = getattr(simulator, "log_prob", None)
         if callable(log_prob):

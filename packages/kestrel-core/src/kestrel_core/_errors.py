@@ -16,6 +16,7 @@ __all__ = [
     "StoreError",
     "EstimatorError",
     "StoreWarning",
+    "ReproducibilityWarning",
     "CountError",
     "OutputTypeError",
     "OutOfSupportError",
@@ -49,6 +50,10 @@ class StoreError(KestrelError):
 
 class StoreWarning(UserWarning):
     """A store operation works but wastes data (e.g. an append larger than the buffer)."""
+
+
+class ReproducibilityWarning(UserWarning):
+    """A simulator gives different outputs for identically seeded generators (``--seed``)."""
 
 
 class EstimatorError(KestrelError):
