@@ -7,9 +7,8 @@ Built-in sub-commands (kestrel-core, no Ray, no PyTorch)::
     kestrel plot     -o RUN [--mode MODE] [--file SAMPLES.npz] [--image IMAGE] [--force]
     kestrel export   -o RUN [--format arviz] [--file SAMPLES.npz] [--to OUT.nc] [--force]
 
-An output file the user names (``simulate -o``, ``--image``, ``--to``) that already exists is
-refused unless it lies inside the run or ``--force`` is given (K30,
-:mod:`kestrel_core._outputs`).
+An output file the user names (``simulate -o``, ``--image``, ``--to``) that exists is refused
+unless it lies inside the run or ``--force`` is given (K30, :mod:`kestrel_core._outputs`).
 
 ``key=value`` arguments are OmegaConf dotlist overrides (``graph.x.simulator.sigma=0.2``).
 Errors of the user's making (:class:`~kestrel_core.KestrelError`) print one message to
@@ -53,6 +52,7 @@ from typing import Any
 
 from .__about__ import __version__
 from ._blame import attached_traceback, user_traceback
+from ._cli_warnings import clean_warnings
 from ._errors import ConfigError, KestrelError
 
 __all__ = ["main", "build_parser", "add_config_arguments", "config_from_args", "LAYER_COMMANDS"]
@@ -153,8 +153,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     from ._reproducible import warn_unreproducible
     from ._trace import flat_key
 
-    output = _npz_name(args.output)
-    output = check_output_file(output, "-o", force=args.force)
+    output = check_output_file(_npz_name(args.output), "-o", force=args.force)
     cfg = config_from_args(args)
     seq = seed_sequence(args.seed)
     trace = sample_forward(cfg.graph, args.n, seed=seq, skipped=(skipped := SkipLog()))
@@ -340,6 +339,7 @@ def _command(argv: Sequence[str]) -> str | None:
     return next((a for a in argv if not a.startswith("-")), None)
 
 
+@clean_warnings
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``kestrel`` command; returns the exit status.
 
