@@ -29,7 +29,13 @@ from ._handles import NodeHandle
 from ._multiplex import MultiplexNodeWrapper
 from ._resources import actor_options, check_resources
 
-__all__ = ["check_deployable", "start_node_actors", "kill_actors", "import_paths"]
+__all__ = [
+    "check_deployable",
+    "check_graph_config",
+    "start_node_actors",
+    "kill_actors",
+    "import_paths",
+]
 
 
 def check_deployable(graph: Graph) -> None:
@@ -40,9 +46,21 @@ def check_deployable(graph: Graph) -> None:
         ConfigError: an estimator node has ``num_actors > 1`` or a ``timeout``, or a resource
             request can never be met ("node 'x' requests 2 GPUs; the cluster has 0").
     """
-    graph.validate()
+    check_graph_config(graph)
     nodes = graph.nodes
-    for name, node in nodes.items():
+    check_resources([(name, node.num_actors, actor_options(node)) for name, node in nodes.items()])
+
+
+def check_graph_config(graph: Graph) -> None:
+    """The checks of :func:`check_deployable` that need no cluster (a launch makes them before
+    it writes anything).
+
+    Raises:
+        GraphError: the graph is invalid.
+        ConfigError: an estimator node has ``num_actors > 1`` or a ``timeout``.
+    """
+    graph.validate()
+    for name, node in graph.nodes.items():
         if node.estimator is not None and node.timeout is not None:
             raise ConfigError(
                 f"graph.{name}.timeout: node {name!r} has an estimator, whose actor is never "
@@ -54,7 +72,6 @@ def check_deployable(graph: Graph) -> None:
                 f"num_actors={node.num_actors}; estimator nodes cannot be "
                 "multiplexed (set num_actors: 1)"
             )
-    check_resources([(name, node.num_actors, actor_options(node)) for name, node in nodes.items()])
 
 
 def start_node_actors(

@@ -27,7 +27,7 @@ from typing import Any
 
 from ._errors import ClusterError
 
-__all__ = ["init_ray", "token_source", "check_address"]
+__all__ = ["init_ray", "token_source", "check_address", "check_address_format"]
 
 #: seconds to wait for the head's address to accept a connection and answer as a Ray head
 CONNECT_TIMEOUT = 5.0
@@ -61,23 +61,13 @@ def _readable(path: Path) -> bool:
         return False
 
 
-def check_address(address: str, source: str) -> None:
-    """Refuse, in one line, a cluster address that cannot work.
-
-    Args:
-        address: ``"host:port"``, ``"auto"``, ``"ray://…"`` or ``"http://…"``.
-        source: where it came from, for the message (``"--address"`` or ``"RAY_ADDRESS"``).
-
-    The ``host:port`` checked is the one ``ray.init`` connects to (``127.0.0.1`` and
-    ``localhost`` stand for this machine's address, as in Ray). Within :data:`CONNECT_TIMEOUT`
-    seconds it must accept a TCP connection and answer a Ray head's first request (the GCS's
-    ``GetClusterId``, over gRPC; a head that wants a token answers ``UNAUTHENTICATED``, which
-    counts as an answer: the token is checked when Ray joins). Not checked beyond TCP with
-    ``RAY_USE_TLS`` set.
+def check_address_format(address: str, source: str) -> None:
+    """Refuse, in one line, a cluster address whose form cannot work (no connection tried):
+    a ``ray://`` (Ray Client) or ``http(s)://`` address, or one that is not ``host:port`` or
+    ``auto``. A launch checks this before it writes anything.
 
     Raises:
-        ClusterError: a ``ray://`` (Ray Client) or ``http(s)://`` address; a ``host:port``
-            where nothing accepts a TCP connection, or whatever does is not a Ray head.
+        ClusterError: naming the address, where it came from and the form expected.
     """
     where = f"{address!r} (from {source})"
     if address.startswith("ray://"):
@@ -98,6 +88,31 @@ def check_address(address: str, source: str) -> None:
         raise ClusterError(
             f"cannot read the Ray address {where}; expected host:port, e.g. 10.0.0.1:6379"
         )
+
+
+def check_address(address: str, source: str) -> None:
+    """Refuse, in one line, a cluster address that cannot work.
+
+    Args:
+        address: ``"host:port"``, ``"auto"``, ``"ray://…"`` or ``"http://…"``.
+        source: where it came from, for the message (``"--address"`` or ``"RAY_ADDRESS"``).
+
+    The ``host:port`` checked is the one ``ray.init`` connects to (``127.0.0.1`` and
+    ``localhost`` stand for this machine's address, as in Ray). Within :data:`CONNECT_TIMEOUT`
+    seconds it must accept a TCP connection and answer a Ray head's first request (the GCS's
+    ``GetClusterId``, over gRPC; a head that wants a token answers ``UNAUTHENTICATED``, which
+    counts as an answer: the token is checked when Ray joins). Not checked beyond TCP with
+    ``RAY_USE_TLS`` set.
+
+    Raises:
+        ClusterError: a ``ray://`` (Ray Client) or ``http(s)://`` address; a ``host:port``
+            where nothing accepts a TCP connection, or whatever does is not a Ray head.
+    """
+    check_address_format(address, source)
+    if address == "auto":
+        return
+    where = f"{address!r} (from {source})"
+    host, _, port = address.rpartition(":")
     host = _bootstrap_host(host)
     deadline = time.monotonic() + CONNECT_TIMEOUT
     try:

@@ -27,9 +27,18 @@ from typing import Any
 
 from kestrel_core._files import write_atomic
 
-__all__ = ["RunHistory", "RUN_FILE"]
+__all__ = ["RunHistory", "RUN_FILE", "failure_reason"]
 
 RUN_FILE = "run.json"
+
+
+def failure_reason(error: BaseException | None) -> str:
+    """A failed launch's ``reason`` when it has none of its own: the exception's first line,
+    with its type."""
+    if error is None:
+        return "the launch ended before training started (no error was reported)"
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else '(no message)'}"
 
 
 def _now() -> str:

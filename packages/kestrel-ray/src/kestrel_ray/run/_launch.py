@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from .._init import check_address_format
 from ._budget import check_initial_budget
 from ._failure import save_on_failure
 from ._launcher import Launcher
@@ -75,8 +76,11 @@ def launch(
         ``"timeout"``).
 
     Raises:
-        ConfigError, GraphError: the config is invalid (before Ray starts); in ``"auto"`` mode,
-            the config differs from the run's own (the message names the keys, old → new).
+        ConfigError, GraphError: the config or an argument is invalid (before anything is
+            written); in ``"auto"`` mode, the config differs from the run's own (the message
+            names the keys, old → new).
+        ClusterError: ``address`` (or ``ray.address``, ``RAY_ADDRESS``) is not ``host:port``
+            (before anything is written), or no Ray cluster answers there.
         RunError: a node failed during the run (status ``"failed"`` in ``status.json``; every
             actor of the run was killed).
         KeyboardInterrupt: a second Ctrl-C (status ``"aborted"``).
@@ -85,9 +89,11 @@ def launch(
     session = RunSession.for_launch(config, run_dir, overrides=overrides, seed=seed, mode=mode)
     # a budget smaller than the initial simulation: said before anything is written or started
     check_initial_budget(session.config, session.run.snapshots, fresh=session.mode == "restart")
+    _check_address(address, session.config.ray)
     session.create()
     launcher: Launcher | None = None
     interrupted = False
+    error: BaseException | None = None
     try:
         with driver_logger(session.run, console=progress is not False) as log:
             if session.archived:
@@ -124,8 +130,28 @@ def launch(
                     return result
                 finally:
                     reporter.stop()
-    except KeyboardInterrupt:
-        interrupted = True
+    except BaseException as err:
+        interrupted = isinstance(err, KeyboardInterrupt)
+        error = err
         raise
     finally:
-        session.end_launch(None if launcher is None else launcher.result, interrupted)
+        session.end_launch(None if launcher is None else launcher.result, interrupted, error)
+
+
+def _check_address(address: str | None, ray_kwargs: Any) -> None:
+    """The form of the address Ray would join (``--address``, else the config's
+    ``ray.address``, else ``RAY_ADDRESS``), checked before the run is written; none is used
+    when Ray already runs in this process."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    configured = dict(ray_kwargs or {}).get("address")
+    for value, source in (
+        (address, "--address"),
+        (configured, "ray.address (config)"),
+        (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS"),
+    ):
+        if value:
+            check_address_format(str(value), source)
+            return

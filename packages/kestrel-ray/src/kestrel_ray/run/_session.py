@@ -28,10 +28,12 @@ from kestrel_core import ConfigError, EstimatorError, RunConfig, seed_sequence
 from kestrel_core._dryrun import expected_keys
 from kestrel_core._run_config import observation_digests
 
+from .._actors import check_graph_config
 from .._deployed import DeployedGraph
 from .._wrapper import NodeWrapper
 from ._capacity import bytes_per_sample, check_capacity, store_capacity
 from ._config_backup import config_files, restore
+from ._history import failure_reason
 from ._logging import LOGGER_NAME
 from ._nodelog import NodeLogSink, RunNodeWrapper
 from ._plan import launch_plan
@@ -138,6 +140,7 @@ class RunSession:
                 "graph: no node has an estimator; kestrel launch trains estimators (use "
                 "`kestrel simulate` for forward simulation only)"
             )
+        check_graph_config(cfg.graph)  # what deploying would refuse, before anything is written
         outputs: dict[str, dict[str, Any]] = {}
         # every simulator on two prior draws, before Ray starts
         preflight(cfg, dry_run=True, outputs=outputs)
@@ -218,10 +221,13 @@ class RunSession:
         kept, self._kept = self._kept, None
         return [] if kept is None else restore(kept, config_files(self.run))
 
-    def end_launch(self, result: Any, interrupted: bool = False) -> None:
+    def end_launch(
+        self, result: Any, interrupted: bool = False, error: BaseException | None = None
+    ) -> None:
         """Record how the launch ended in ``RUN/run.json`` (``result``: its :class:`RunResult`,
         or ``None`` when it ended before one existed: ``interrupted`` by Ctrl-C, e.g. while
-        Ray started, else failed).
+        Ray started, else failed; ``error``: the exception it ended with, the reason of a
+        failure that has none).
 
         A resume that failed before its buffer was restored (:meth:`keep_config`) gets its
         previous ``config.yml`` and observations back (:meth:`restore_config`)."""
@@ -247,6 +253,8 @@ class RunSession:
         reason = getattr(result, "reason", None)
         if reason is None and interrupted and result is None:
             reason = "Ctrl-C before training started"
+        if reason is None and str(status) == "failed":
+            reason = failure_reason(error)
         self.run.history.end(
             self.launch_number,
             status=str(status),

@@ -1,0 +1,67 @@
+"""A launch refuses a config or argument error before it writes anything (K17), and a failed
+launch always records its reason in run.json."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kestrel_core import ConfigError
+from kestrel_core._store import BUFFER_FILE
+from kestrel_ray import RunDir, launch
+from kestrel_ray._errors import ClusterError
+from kestrel_ray.run._session import RunSession
+
+from .test_launch import toy
+from .test_rundir import contents
+
+
+def a_run(tmp_path, rows: bool = True) -> RunDir:
+    """A run written by a launch that ended at once; with ``rows``, a saved buffer file."""
+    run = RunDir(tmp_path / "run")
+    session = RunSession.for_launch(toy(tmp_path), run.root, seed=4)
+    session.create()
+    session.end_launch(None)
+    if rows:
+        (tmp_path / "run" / "buffer" / "snapshots" / BUFFER_FILE).write_bytes(b"rows")
+    return run
+
+
+@pytest.mark.parametrize(
+    ("overrides", "address", "error", "match"),
+    [
+        (["graph.z.timeout=5"], None, ConfigError, "a timeout applies to simulator nodes"),
+        (["graph.z.num_actors=2"], None, ConfigError, "cannot be multiplexed"),
+        ([], "http://127.0.0.1:1", ClusterError, "is a URL"),
+        ([], "nohost", ClusterError, "cannot read the Ray address"),
+        (["ray.address=ray://h:1"], None, ClusterError, "Ray Client"),
+    ],
+)
+def test_k17_config_and_argument_errors_write_nothing(
+    overrides, address, error, match, tmp_path, monkeypatch
+):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    new = tmp_path / "new"
+    with pytest.raises(error, match=match):
+        launch(toy(tmp_path), new, overrides=overrides, address=address, progress=False)
+    assert not new.exists()  # a new run: no folder at all
+    run = a_run(tmp_path, rows=False)
+    before = contents(run.root)
+    with pytest.raises(error, match=match):
+        launch(None, run.root, overrides=overrides, address=address, mode="resume")
+    assert contents(run.root) == before  # an existing run: nothing changed
+
+
+def test_a_failed_launch_always_records_a_reason(tmp_path, monkeypatch):
+    def fails(self, *args, **kwargs):
+        raise ClusterError("no Ray cluster at '127.0.0.1:1' (from --address): refused")
+
+    monkeypatch.setattr(RunSession, "ray", fails)
+    with pytest.raises(ClusterError):
+        launch(toy(tmp_path), tmp_path / "run", seed=1, progress=False)
+    (entry,) = json.loads((tmp_path / "run" / "run.json").read_text())["launches"]
+    assert entry["status"] == "failed"
+    assert (
+        entry["reason"] == "ClusterError: no Ray cluster at '127.0.0.1:1' (from --address): refused"
+    )
