@@ -66,7 +66,7 @@ def launch_command(subparsers: Any) -> None:
         default=None,
         metavar="N",
         help="train N epochs more than the saved weights have (max_epochs is a total over the "
-        "run's launches)",
+        "run's launches; not with a max_epochs override)",
     )
     p.add_argument(
         "--simulations",

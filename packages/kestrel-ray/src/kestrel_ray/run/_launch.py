@@ -16,6 +16,7 @@ from typing import Any
 from .._init import check_address_format
 from ._budget import check_initial_budget
 from ._failure import save_on_failure
+from ._launch_notes import check_epochs_overrides
 from ._launcher import Launcher
 from ._logging import driver_logger
 from ._progress import make_progress
@@ -65,7 +66,8 @@ def launch(
             ``RUN/previous/N/`` and start afresh with ``config``, or the run's own config when
             it is ``None``). Ignored for a new run directory.
         epochs: train every estimator this many epochs more than its saved weights have
-            (``max_epochs`` counts the epochs of every launch); ``None``: the config's.
+            (``max_epochs`` counts the epochs of every launch); ``None``: the config's. Refused
+            together with a ``graph.<node>.estimator.max_epochs`` override.
         deterministic: train under the deterministic round schedule (with a ``seed``: the same
             buffers, weights and samples under any machine load; training waits for each
             round, see :class:`kestrel_core.Rounds`); ``None``: the config's ``deterministic``
@@ -78,7 +80,7 @@ def launch(
     Raises:
         ConfigError, GraphError: the config or an argument is invalid (before anything is
             written); in ``"auto"`` mode, the config differs from the run's own (the message
-            names the keys, old → new).
+            names the keys, old → new); ``epochs`` with a ``max_epochs`` override.
         ClusterError: ``address`` (or ``ray.address``, ``RAY_ADDRESS``) is not ``host:port``
             (before anything is written), or no Ray cluster answers there.
         RunError: a node failed during the run (status ``"failed"`` in ``status.json``; every
@@ -86,6 +88,8 @@ def launch(
         KeyboardInterrupt: a second Ctrl-C (status ``"aborted"``).
     """
     t_start = time.monotonic()  # RUN/profile.json counts from here
+    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
+    check_epochs_overrides(overrides, epochs)  # every argument check before anything is written
     session = RunSession.for_launch(config, run_dir, overrides=overrides, seed=seed, mode=mode)
     # a budget smaller than the initial simulation: said before anything is written or started
     check_initial_budget(session.config, session.run.snapshots, fresh=session.mode == "restart")
