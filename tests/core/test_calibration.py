@@ -7,6 +7,7 @@ calibrated; the same draws scaled narrower are overconfident, wider underconfide
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -148,3 +149,34 @@ def test_figure(tmp_path):
     path = calibration_figure(report, tmp_path / "checks" / "calibration.png")
     assert (tmp_path / "checks" / "calibration.png").stat().st_size > 10_000
     assert path.endswith("calibration.png")
+
+
+def test_a_fixed_component_is_left_out_of_ranks_and_tarp(tmp_path):
+    # a `fixed` prior entry: one constant in every truth and draw, no density of its own
+    theta, samples, lp_truth, lp_draws = gaussian_case(1.0, m=200, draws=100)
+    refs = np.random.default_rng(4).normal(size=theta.shape) * 3
+    base = calibration_report(theta, samples, lp_truth, lp_draws, names=["a", "b"], references=refs)
+    with_fixed = calibration_report(
+        np.insert(theta, 1, 2.0, axis=1),
+        np.insert(samples, 1, 2.0, axis=2),
+        lp_truth,
+        lp_draws,
+        names=["a", "fix", "b"],
+        references=np.insert(refs, 1, 2.0, axis=1),
+    )
+    assert with_fixed["fixed"] == [{"name": "fix", "value": 2.0}] and base["fixed"] == []
+    assert with_fixed["ranks"]["names"] == ["a", "b"]
+    assert with_fixed["ranks"]["verdict"] == ["calibrated", "calibrated"]
+    for key in ("ranks", "tarp", "verdict", "coverage", "max_deviation"):
+        assert with_fixed[key] == base[key], key
+    assert json.loads(json.dumps(with_fixed)) == with_fixed
+    # a component that varies in the truths (or the draws) is not fixed
+    varying = np.insert(samples, 1, 2.0, axis=2)
+    varying[0, 0, 1] = 2.5
+    report = calibration_report(np.insert(theta, 1, 2.0, axis=1), varying, lp_truth, lp_draws)
+    assert report["fixed"] == [] and len(report["ranks"]["names"]) == 3
+    if importlib.util.find_spec("matplotlib") is not None:
+        from kestrel_core._calibration_plot import calibration_figure
+
+        calibration_figure(with_fixed, tmp_path / "calibration.png")
+        assert (tmp_path / "calibration.png").stat().st_size > 10_000

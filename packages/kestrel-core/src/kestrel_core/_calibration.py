@@ -16,6 +16,10 @@ Given ``m`` pairs ``(θ*_i, x*_i)`` simulated from the model and ``L`` posterior
 * **TARP** (Lemos et al. 2023, "Sampling-based accuracy testing of posterior estimators"):
   coverage of balls around random reference points (:func:`tarp_coverage`), needing no density.
 
+Components that are one constant in every truth and draw (a ``fixed`` prior entry) have no
+posterior to calibrate: :func:`calibration_report` lists them as ``fixed`` and leaves them out
+of the SBC ranks and TARP (the HPD densities never include them).
+
 Each curve is judged against a binomial band (:func:`binomial_band`): with ``m`` independent
 truths, the coverage at level ``c`` of a calibrated posterior is Binomial(m, c) / m. The band is
 simultaneous over the levels (Bonferroni), so a calibrated posterior stays inside it with at
@@ -45,6 +49,7 @@ __all__ = [
     "binomial_band",
     "verdict",
     "rank_bins",
+    "constant_components",
     "calibration_report",
 ]
 
@@ -275,6 +280,25 @@ def rank_bins(m: int) -> int:
     return int(min(20, max(2, m // 10)))
 
 
+def constant_components(truth: Any, samples: Any) -> list[int]:
+    """The flattened components that are one constant in every truth and every draw (a
+    ``fixed`` prior entry): they have no posterior to calibrate (every SBC rank 0, no spread
+    for TARP) and are left out of the figures.
+
+    Args:
+        truth: ``(m, *D)``. samples: ``(m, L, *D)``.
+
+    Returns:
+        The indices ``j`` of the constant components, in order.
+    """
+    t, s = _as_draws(truth, samples)
+    if t.shape[0] == 0:
+        return []
+    first = t[0]
+    same = np.all(t == first, axis=0) & np.all(s == first, axis=(0, 1))
+    return [int(j) for j in np.flatnonzero(same)]
+
+
 def calibration_report(
     truth: Any,
     samples: Any,
@@ -298,7 +322,8 @@ def calibration_report(
 
     Returns:
         ``{"levels", "coverage", "max_deviation", "verdict", "n", "samples", "band": {"lower",
-        "upper", "confidence"}, "ranks": {"names", "bins", "histogram" (d × bins), "values"
+        "upper", "confidence"}, "fixed": [{"name", "value"}] (the constant components,
+        :func:`constant_components`, left out of the ranks and TARP), "ranks": {"names", "bins", "histogram" (d × bins), "values"
         (d × m), "coverage" (d × k), "max_deviation" (d), "verdict" (d)}, "tarp": {"coverage",
         "max_deviation", "verdict"}}``.
 
@@ -310,6 +335,10 @@ def calibration_report(
     if m < 1:
         raise ValueError("calibration_report: no simulations")
     labels = list(names) if names is not None and len(names) == d else [f"θ[{i}]" for i in range(d)]
+    fixed = constant_components(t, s)
+    truth_0 = t[0].copy()
+    free = [j for j in range(d) if j not in set(fixed)]
+    t, s = t[:, free], s[:, :, free]
     lower, upper = binomial_band(m, levels, confidence)
     cred = hpd_credibility(log_prob_truth, log_prob_samples)
     coverage = expected_coverage(cred, levels)
@@ -317,8 +346,10 @@ def calibration_report(
     marginal = central_coverage(ranks, n_draws, levels)
     bins = rank_bins(m)
     edges = np.linspace(0, n_draws + 1, bins + 1)
-    histogram = [np.histogram(ranks[:, j], bins=edges)[0].tolist() for j in range(d)]
-    tarp = tarp_coverage(t, s, levels, rng, references)
+    histogram = [np.histogram(ranks[:, j], bins=edges)[0].tolist() for j in range(len(free))]
+    if references is not None and fixed and np.size(references) == m * d:
+        references = np.asarray(references, dtype=np.float64).reshape(m, d)[:, free]
+    tarp = tarp_coverage(t, s, levels, rng, references) if free else np.full(len(levels), np.nan)
     return {
         "levels": [float(c) for c in levels],
         "coverage": _rounded(coverage),
@@ -331,8 +362,9 @@ def calibration_report(
             "upper": _rounded(upper),
             "confidence": float(confidence),
         },
+        "fixed": [{"name": labels[j], "value": float(truth_0[j])} for j in fixed],
         "ranks": {
-            "names": labels,
+            "names": [labels[j] for j in free],
             "bins": bins,
             "histogram": histogram,
             "values": ranks.T.tolist(),

@@ -79,6 +79,9 @@ def calibration_figure(report: Mapping[str, Any], path: str | os.PathLike[str]) 
         fontsize=10,
     )
     ax.legend(loc="upper left", fontsize=8)
+    if report.get("fixed"):
+        fixed = ", ".join(f"{f['name']} = {f['value']:g}" for f in report["fixed"])
+        ax.set_xlabel(f"credibility level\n(fixed, left out: {fixed})")
     n, bins = int(report["n"]), int(ranks["bins"])
     expected = n / bins
     lo, hi = binomial_band(n, [1 / bins], 0.99)
