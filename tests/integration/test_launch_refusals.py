@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import ray
 
 from kestrel_core import ConfigError
 from kestrel_core._store import BUFFER_FILE
@@ -42,6 +43,8 @@ def test_k17_config_and_argument_errors_write_nothing(
     overrides, address, error, match, tmp_path, monkeypatch
 ):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    # an address is ignored by a Ray already running in this process (another test's)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     new = tmp_path / "new"
     with pytest.raises(error, match=match):
         launch(toy(tmp_path), new, overrides=overrides, address=address, progress=False)

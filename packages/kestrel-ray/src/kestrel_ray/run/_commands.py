@@ -50,7 +50,8 @@ def launch_command(subparsers: Any) -> None:
         action="store_const",
         const="resume",
         default="auto",
-        help="continue RUN with its own config.yml plus the key=value overrides (-c is ignored)",
+        help="continue RUN with its own config.yml plus the key=value overrides (a -c CONFIG that "
+        "differs is ignored, with a warning naming the keys)",
     )
     intent.add_argument(
         "--restart",

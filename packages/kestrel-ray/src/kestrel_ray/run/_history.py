@@ -14,7 +14,10 @@
 overrides) or ``restart`` (the old contents moved to ``RUN/previous/N/``). ``config_sha256`` is
 the sha256 of the canonical YAML of the config the launch wrote to ``RUN/config.yml``
 (:func:`kestrel_core._run_config.config_digest`), ``observations`` the digest of each
-observation's values. An entry stays ``"running"`` until the launch ends.
+observation's values. An entry stays ``"running"`` until the launch ends; a failed one
+always has a ``reason``. ``notes`` (only when there are any) keeps the warnings the launch gave
+before it started (:mod:`._launch_notes`: a ``-c`` config ignored by ``--resume``, overrides
+that change what the restored rows mean).
 """
 
 from __future__ import annotations

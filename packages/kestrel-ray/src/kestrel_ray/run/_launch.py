@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -62,7 +63,8 @@ def launch(
             of seconds between log lines, or an object with ``start``/``update``/``stop``.
         mode: on an existing run: ``"auto"`` (resume when ``config`` is ``None`` or equals
             the run's config, else raise), ``"resume"`` (the run's own config plus
-            ``overrides``; ``config`` is ignored) or ``"restart"`` (move the old contents to
+            ``overrides``; a ``config`` that differs is ignored, with a warning naming the
+            keys) or ``"restart"`` (move the old contents to
             ``RUN/previous/N/`` and start afresh with ``config``, or the run's own config when
             it is ``None``). Ignored for a new run directory.
         epochs: train every estimator this many epochs more than its saved weights have
@@ -108,6 +110,10 @@ def launch(
                 )
             elif session.config_from_run:
                 log.info("run %s: continuing with its config.yml", session.run.root)
+            for note in session.notes:  # a config ignored, rows simulated under other values
+                log.warning("%s", note)
+                if progress is False:  # no console lines: a warning is still said
+                    print(f"warning: {note}", file=sys.stderr)
             reporter = make_progress(progress, log)
             watch = LaunchWatch(reporter.update)  # also counts restarts, writes checkpoints
             # the stop handlers go in after ray.init, which installs its own SIGTERM handler

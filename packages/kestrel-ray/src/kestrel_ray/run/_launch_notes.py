@@ -1,16 +1,103 @@
-"""What a launch on an existing run says or refuses before it starts.
+"""What a launch on an existing run says before it starts: the notes of a resume.
 
-* **epochs**: ``--epochs N`` (``N`` more than the saved weights have) together with a
+* **rows changed** (case K31): ``--resume`` with overrides that change what a buffer row means
+  — a node's ``simulator`` section (the prior's ``priors`` too), its ``parents``, a node added
+  or removed, the code the targets import — restores rows simulated under the old values;
+  the launch warns in one line naming the keys (old → new) and the remedy (``--restart``).
+  Estimator, ``sample``, ``buffer`` and ``budget`` keys change no row and say nothing; neither
+  does ``observed``: a row is a draw of the model, whatever the observation it was proposed for.
+* **config ignored** (case K32): ``--resume`` with a ``-c CONFIG`` that differs from the run's
+  ``config.yml`` uses the run's own; the launch says so, naming the keys that differ.
+* **epochs** : ``--epochs N`` (``N`` more than the saved weights have) together with a
   ``max_epochs`` override (a total) is refused, naming both.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from typing import Any
 
-from kestrel_core import ConfigError
+from kestrel_core import ConfigError, KestrelError, load_config
+from kestrel_core._config_diff import Change, describe_changes
+from kestrel_core._run_code import code_changes
+from kestrel_core._run_config import run_config_changes
 
-__all__ = ["check_epochs_overrides"]
+__all__ = ["row_key", "rows_changed_note", "ignored_config_note", "check_epochs_overrides"]
+
+
+def row_key(key: str) -> bool:
+    """Whether a changed config key changes what a buffer row means: ``graph.<node>`` itself
+    (added or removed), ``graph.<node>.simulator…``, ``graph.<node>.parents…``, or
+    ``paths.imports`` (the code the targets come from)."""
+    if key == "paths.imports":
+        return True
+    parts = key.split(".")
+    if parts[0] != "graph" or len(parts) < 2:
+        return False
+    if len(parts) == 2:
+        return True
+    return parts[2].split("[")[0] in ("simulator", "parents")
+
+
+def _has_rows(run: Any) -> bool:
+    """Whether the run kept rows a resume restores (a buffer snapshot or journal files)."""
+    for folder in (run.snapshots, run.journal):
+        try:
+            if any(not name.startswith(".") for name in os.listdir(folder)):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _changes(run: Any, recorded: Any, cfg: Any) -> list[Change]:
+    return run_config_changes(recorded, cfg, run.root) + code_changes(recorded, cfg)
+
+
+def rows_changed_note(run: Any, cfg: Any) -> str | None:
+    """The warning of a resume whose config changes the keys that make its saved rows
+    (``None``: none changed, or the run has no saved rows)."""
+    if not _has_rows(run):
+        return None
+    try:
+        recorded = run.load_config(check_targets=())
+    except KestrelError:
+        return None
+    changes = [c for c in _changes(run, recorded, cfg) if row_key(c.key)]
+    if not changes:
+        return None
+    return (
+        f"resume: the overrides change what a simulation is (old → new: "
+        f"{describe_changes(changes)}), but the buffer and validation rows restored from "
+        f"{run.root} were simulated with the old values, and training and the best-model "
+        f"choice would mix both; to simulate afresh with the new values, use "
+        f"`kestrel launch -o {run.root} --restart` with the same overrides"
+    )
+
+
+def ignored_config_note(config: Any, run: Any, cfg: Any, overrides: Sequence[str]) -> str | None:
+    """The note of ``--resume`` with a config given: ignored, naming the keys by which it
+    differs from the run's (``None``: it equals the run's config, overrides applied alike)."""
+    if config is None:
+        return None
+    how = (
+        f"to use it, give its changes as key=value overrides with --resume, or start afresh "
+        f"with `kestrel launch -c CONFIG -o {run.root} --restart`"
+    )
+    try:
+        given = load_config(config, list(overrides), run_dir=run.root, check_targets=())
+    except KestrelError as err:
+        return f"--resume: the config given is ignored (it cannot be read: {err}); {how}"
+    changes = _changes(run, cfg, given)
+    if not changes:
+        return None
+    keys = "key" if len(changes) == 1 else "keys"
+    return (
+        f"--resume: the config given is ignored (it differs from {run.config_file} in "
+        f"{len(changes)} {keys}, old → new: {describe_changes(changes, limit=4)}); "
+        f"{run.root} continues with its own config.yml; {how}"
+    )
 
 
 def _override_key(item: str) -> str:

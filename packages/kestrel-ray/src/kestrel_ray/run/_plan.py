@@ -12,7 +12,8 @@ exists, no config      the run's own ``config.yml`` plus overrides of estimator 
                        other key is an error naming it, as for another config
 exists, same config    the config given, which equals the run's — ``resume``
 exists, other config   an error naming the keys that differ (old → new) and the choices:
-``mode="resume"``      the run's own ``config.yml`` plus overrides (the config given is ignored)
+``mode="resume"``      the run's own ``config.yml`` plus overrides (the config given is ignored,
+                       with a warning naming the keys: :mod:`._launch_notes`)
 ``mode="restart"``     old contents moved to ``RUN/previous/N/``; the config given (or, without
                        one, the run's own) plus overrides — ``restart``
 =====================  =================================================================

@@ -34,6 +34,7 @@ from .._wrapper import NodeWrapper
 from ._capacity import bytes_per_sample, check_capacity, store_capacity
 from ._config_backup import config_files, restore
 from ._history import failure_reason
+from ._launch_notes import ignored_config_note, rows_changed_note
 from ._logging import LOGGER_NAME
 from ._nodelog import NodeLogSink, RunNodeWrapper
 from ._plan import launch_plan
@@ -101,6 +102,7 @@ class RunSession:
         self.archived: str | None = None
         self.on_failure: Callable[[BaseException], Any] | None = None
         self.launch_number: int | None = None
+        self.notes: list[str] = []  # warnings of the launch, logged and kept in run.json
         self._kept: dict[str, bytes | None] | None = None  # see create(), keep_config()
 
     @classmethod
@@ -141,12 +143,18 @@ class RunSession:
                 "`kestrel simulate` for forward simulation only)"
             )
         check_graph_config(cfg.graph)  # what deploying would refuse, before anything is written
+        notes = []
+        if how == "resume":
+            if mode == "resume":
+                notes.append(ignored_config_note(config, run, cfg, overrides))
+            notes.append(rows_changed_note(run, cfg))
         outputs: dict[str, dict[str, Any]] = {}
         # every simulator on two prior draws, before Ray starts
         preflight(cfg, dry_run=True, outputs=outputs)
         session = cls(
             run, cfg, seed=seed, config_from_run=how == "resume", mode=how, overrides=overrides
         )
+        session.notes = [note for note in notes if note]
         session.sample_bytes = bytes_per_sample(outputs)
         session.expected = expected_keys(cfg.graph, outputs)
         return session
@@ -208,6 +216,7 @@ class RunSession:
             config_sha256=digest,
             observations=observation_digests(self.config),
             overrides=self.overrides,
+            **({"notes": self.notes} if self.notes else {}),
         )
 
     def keep_config(self) -> None:
