@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -110,3 +112,18 @@ def test_check_calibration_reports_the_undertrained_posterior(trained, capsys):
     assert prior.report["from"] == "prior" and prior.n == 30
     with pytest.raises(ConfigError, match="--from 'posterior'"):
         check_calibration(trained, source="posterior")
+
+
+def test_batched_findings_on_ray_are_numbered_by_observation(trained, monkeypatch):
+    monkeypatch.setattr("kestrel_ray.run._batch.CALL_ROWS", 7)  # calls of 7 rows: 3 calls
+    batch = np.array([[0.4, 0.6], [0.1, 0.9], [500.0, 0.6]])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = sample_run(trained, "posterior", n=5, seed=4, observation=batch, ray=True)
+    assert result.ray and result.batch == 3
+    text = [str(w.message) for w in caught]
+    assert [t for t in text if "other observations (observation rows 1, 2 of 3;" in t], text
+    assert [t for t in text if "far x[0] (observation row 2)" in t], text
+    meta = json.loads((Path(result.path).with_suffix(".json")).read_text())
+    far = {f["row"] for f in meta["observation_checks"] if f["kind"] == "far"}
+    assert far == {2}

@@ -196,3 +196,75 @@ def test_findings_reported_by_estimators_on_ray_become_warnings():
             raise TimeoutError
 
     assert status_findings(Gone(), ["theta"]) == []
+
+
+FAR = np.array([50.0, -0.2, 0.5])  # x[0] far outside the training data
+
+
+def _kinds(path: str) -> set[tuple[str, int | None]]:
+    meta = json.loads(Path(path).with_suffix(".json").read_text())
+    return {(f["kind"], f.get("row")) for f in meta[STATUS_KEY]}
+
+
+def test_batched_observations_are_checked_and_recorded_per_row(tmp_path, weights, monkeypatch):
+    # 3 observations (the run's own, another, one far outside), 5 draws each, in graph calls
+    # of 7 rows: the guards number the observations of each call, the file by observation
+    monkeypatch.setattr("kestrel_ray.run._batch.CALL_ROWS", 7)
+    root = make_run(tmp_path, weights)
+    np.save(tmp_path / "batch.npy", np.array([X_OWN, [-0.5, 0.6, 0.5], FAR]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = sample_run(root, "posterior", n=5, observation=str(tmp_path / "batch.npy"))
+    messages = [str(w.message) for w in caught if issubclass(w.category, ObservationWarning)]
+    other = [m for m in messages if "trained with proposals" in m]
+    assert len(other) == 1 and "other observations (observation rows 1, 2 of 3;" in other[0]
+    assert [m for m in messages if "observation row 2: the observation lies far" in m]
+    assert [m for m in messages if "observation rows 0, 1, 2: 1 feature is constant" in m]
+    assert not [m for m in messages if "row 0: the observation lies far" in m]
+    kinds = _kinds(result.path)
+    assert {k for k in kinds if k[0] != "edge"} == {
+        ("other_observation", 1),
+        ("other_observation", 2),
+        ("far", 2),
+        ("constant", 0),
+        ("constant", 1),
+        ("constant", 2),
+    }
+    status = RunDir(root).read_status()[STATUS_KEY][f"posterior/{result.observation}"]
+    assert status["file"].endswith("000000.npz") and len(status["findings"]) >= 6
+
+
+def test_equal_batched_observations_in_several_calls_are_each_recorded(
+    tmp_path, weights, monkeypatch
+):
+    monkeypatch.setattr("kestrel_ray.run._batch.CALL_ROWS", 7)
+    root = make_run(tmp_path, weights)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = sample_run(root, "posterior", n=5, observation=np.tile(FAR, (4, 1)))
+    # the estimator warns once per message: the equal observations of later calls come from
+    # its status (what its latest draw found), so every row is named and recorded
+    far = [str(w.message) for w in caught if "far" in str(w.message)]
+    assert far[0].startswith("node 'theta': observation rows 0, 1: the observation lies far")
+    assert any("far x[0] (observation rows 2, 3)" in t for t in far[1:]), far
+    assert {row for kind, row in _kinds(result.path) if kind == "far"} == {0, 1, 2, 3}
+
+
+def test_rows_reported_by_estimators_on_ray_are_numbered_by_observation():
+    from kestrel_ray.run._guards import merge_rows, renumber, status_findings
+
+    far = {"node": "theta", "kind": "far", "label": "x[0]", "z": 12.5, "feature": 0, "row": 1}
+
+    class Deployed:
+        def status(self):
+            return {"theta": {"estimator": {STATUS_KEY: [far]}}}
+
+    (note,) = status_findings(Deployed(), ["theta"])
+    moved = renumber(note, [[3], [4, 5]])  # run 1 of this call: observations 4 and 5
+    assert "(observation rows 4, 5)" in str(moved) and "row 1)" not in str(moved)
+    assert [f["row"] for f in moved.findings] == [4, 5]
+    one = ObservationWarning("node 'theta': observation row 0: far", [{"kind": "far", "row": 0}])
+    two = ObservationWarning("node 'theta': observation row 1: far", [{"kind": "far", "row": 1}])
+    (joined,) = merge_rows([renumber(one, [[7]]), renumber(two, [[2], [8]])])
+    assert str(joined) == "node 'theta': observation rows 7, 8: far"
+    assert [f["row"] for f in joined.findings] == [7, 8]

@@ -46,7 +46,8 @@ class Finding:
         where: ``"embedding"``, or the path of the normalisation layer inside it.
         row: for a batch of observations (conditions made of runs of identical rows, as
             batched sampling gives), the observation's index among the call's runs; ``None``
-            for a broadcast observation.
+            for a broadcast observation. A batch drawn in several calls is numbered again by
+            observation index by its caller (``kestrel_ray.run._guards.renumber``).
     """
 
     kind: str

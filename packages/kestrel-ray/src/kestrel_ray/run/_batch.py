@@ -15,7 +15,8 @@ through the graph like ``m · n`` samples of one call (an estimator takes condit
 the file: ``RUN/samples/<mode>/<digest>/NNNNNN.npz`` (arrays ``(m, n, *D)``) with
 ``observation.npz`` holding the ``(m, *D)`` observations (their digest names the folder). A
 batched file does not become the mode's ``LATEST`` (``kestrel plot`` draws single-observation
-files).
+files). Each observation is checked as a single one would be (:mod:`._guards`): findings and
+warnings name its row.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from kestrel_core import ConfigError, KestrelError, RunConfig, ShapeError, check
 from kestrel_core._samplefiles import OBSERVED_MODES
 
 from .._plan import inference_plan, resimulation_plan
+from ._guards import capture, issue, merge_rows, renumber, status_findings
 from ._observations import given_observations, read_observation
 
 __all__ = [
@@ -66,6 +68,12 @@ class Batch:
         """Every observed node's value as filed beside the samples: ``own`` with the shared and
         the batched (``(m, *D)``) observations over it."""
         return {**own, **self.shared, **self.rows}
+
+    def each(self, own: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Every observed node's value for each of the ``m`` observations (row ``i`` of the
+        batched nodes)."""
+        base = {**own, **self.shared}
+        return [{**base, **{k: v[i] for k, v in self.rows.items()}} for i in range(self.m)]
 
 
 def read_batch(config: RunConfig, mode: str, given: Any) -> Batch | None:
@@ -164,6 +172,7 @@ def run_batch(
     rows: Mapping[str, np.ndarray],
     keys: Callable[[Any], Sequence[str]] | Sequence[str],
     shared: Mapping[str, Any] | None = None,
+    notes: list[Any] | None = None,
 ) -> dict[str, np.ndarray]:
     """``n`` samples of ``plan`` for each of ``m`` rows of conditions, in batched calls.
 
@@ -175,6 +184,10 @@ def run_batch(
         rows: node → ``(m, *D)``, the conditions of each of the m (same m for every node).
         keys: the flat keys to read, or a function of the first call's trace giving them.
         shared: node → ``D`` conditions shared by every row (over the graph's observations).
+        notes: receives what the estimators' observation guards found (their
+            ``ObservationWarning`` instances; on Ray the ``observation_checks`` of their status
+            after each call), each row numbered by its index among the ``m``
+            (:func:`~._guards.renumber`); ``None``: the warnings are issued so numbered.
 
     Returns:
         flat key → ``(m, n, *D_key)``.
@@ -191,17 +204,29 @@ def run_batch(
     window = max(1, min(CALL_ROWS, CALL_BYTES // max(row_bytes, 1)))
     parts: dict[str, list[np.ndarray]] = {}
     names: Sequence[str] | None = None if callable(keys) else list(keys)
+    found: list[Any] = []  # the guards' warnings, rows numbered by observation
     total = m * n
     for a in range(0, total, window):
         b = min(total, a + window)
         which = np.arange(a, b) // n
-        trace = _call(dg, b - a, plan, shared, {k: np.asarray(v)[which] for k, v in rows.items()})
+        with capture() as caught:
+            trace = _call(
+                dg, b - a, plan, shared, {k: np.asarray(v)[which] for k, v in rows.items()}
+            )
+        if notes is not None:  # and what the warnings of this process left out (given once)
+            caught += status_findings(dg, [k for k, _ in plan if k in dg.graph.latents], caught)
+        runs = _runs(rows, int(which[0]), int(which[-1]))
+        found += [renumber(note, runs) for note in caught]
         if names is None:
             names = list(keys(trace))  # type: ignore[operator]  # callable checked above
         arrays = dg.to_arrays(trace, names)
         for key in names:
             parts.setdefault(key, []).append(np.asarray(arrays[key]))
     assert names is not None
+    if notes is None:
+        issue(merge_rows(found))
+    else:
+        notes.extend(merge_rows(found))
     out = {}
     for key in names:
         joined = parts[key][0] if len(parts[key]) == 1 else np.concatenate(parts[key])
@@ -209,8 +234,28 @@ def run_batch(
     return out
 
 
+def _runs(rows: Mapping[str, Any], first: int, last: int) -> list[list[int]]:
+    """Observations ``first … last`` grouped as the estimators' guards see them in one call:
+    consecutive equal observations make one run of identical rows of conditions."""
+    out: list[list[int]] = []
+    for i in range(first, last + 1):
+        if out and all(
+            np.asarray(v[i]).tobytes() == np.asarray(v[out[-1][-1]]).tobytes()
+            for v in rows.values()
+        ):
+            out[-1].append(i)
+        else:
+            out.append([i])
+    return out
+
+
 def draw_batch(
-    dg: Any, mode: str, n: int, batch: Batch, nodes: Callable[[Sequence[str]], Sequence[str]]
+    dg: Any,
+    mode: str,
+    n: int,
+    batch: Batch,
+    nodes: Callable[[Sequence[str]], Sequence[str]],
+    notes: list[Any] | None = None,
 ) -> dict[str, np.ndarray]:
     """``n`` samples of ``mode`` for each observation of ``batch``.
 
@@ -220,6 +265,7 @@ def draw_batch(
             observation. batch: the observations.
         nodes: the nodes to return, given the nodes the call produced (``kestrel sample``:
             :func:`~._sampling.select_nodes`).
+        notes: as for :func:`run_batch`.
 
     Returns:
         node → ``(m, n, *D)``.
@@ -229,5 +275,5 @@ def draw_batch(
     def keys(trace: Any) -> list[str]:
         return [flat_key(m, "value") for m in nodes(trace.nodes())]
 
-    arrays = run_batch(dg, plan, n, batch.rows, keys, batch.shared)
+    arrays = run_batch(dg, plan, n, batch.rows, keys, batch.shared, notes)
     return {key.rsplit(".", 1)[0]: a for key, a in arrays.items()}

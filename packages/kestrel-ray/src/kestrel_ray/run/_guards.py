@@ -14,6 +14,10 @@ Two sources of findings (JSON-ready dicts with ``node`` and ``kind``):
   process (held back by :func:`capture`), or the ``observation_checks`` an estimator's status
   reports (on Ray, :func:`status_findings`).
 
+A batched call (``(m, *D)`` observations, :mod:`._batch`) is checked per observation: the
+findings carry ``row``, the observation's index among the ``m`` (:func:`renumber`: the
+estimators number the observations of one graph call), and the warnings name the rows.
+
 Each is an :class:`~kestrel_core._observe.ObservationWarning` carrying its findings.
 :func:`record` keeps the findings with the sample file they concern — ``NNNNNN.json`` beside
 ``NNNNNN.npz`` (written only when something was found) and ``status.json``'s
@@ -27,6 +31,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
@@ -43,6 +48,9 @@ from ._rundir import RunDir
 __all__ = [
     "trains_with_proposals",
     "other_observation",
+    "renumber",
+    "merge_rows",
+    "rows_text",
     "capture",
     "status_findings",
     "record",
@@ -90,8 +98,35 @@ def trains_with_proposals(spec: Any) -> bool:
     return True
 
 
+def _focused(config: RunConfig) -> list[str]:
+    graph = config.graph
+    return [m for m in graph.latents if trains_with_proposals(graph.nodes[m].estimator)]
+
+
+def _differ(own: Mapping[str, Any], observed: Mapping[str, Any]) -> list[str] | None:
+    """The observed nodes whose value is not the run's own; ``None``: the run's observation."""
+    differ = [m for m in observed if m not in own or not _same(own[m], observed[m])]
+    return None if not differ and set(own) == set(observed) else differ
+
+
+def _message(focused: Sequence[str], run_digest: str, where: str) -> str:
+    names = ", ".join(repr(m) for m in focused)
+    keys = ", ".join(f"graph.{m}.estimator.amortized" for m in focused)
+    return (
+        f"node{'s' if len(focused) > 1 else ''} {names}: trained with proposals focused on "
+        f"the run's observation ({run_digest}); sampled here at {where}, where its "
+        "training data are the few prior draws that came near: the posterior may be "
+        "biased or too narrow. For an estimator meant for many observations set "
+        f"amortized: true ({keys}: prior draws only), or launch a run for this observation"
+    )
+
+
 def other_observation(
-    run: RunDir, config: RunConfig, observed: Mapping[str, Any], overridden: bool
+    run: RunDir,
+    config: RunConfig,
+    observed: Mapping[str, Any],
+    overridden: bool,
+    rows: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[ObservationWarning]:
     """The warning for a run trained with proposals sampled at another observation.
 
@@ -100,44 +135,97 @@ def other_observation(
         observed: every observed node → the ``x_o`` the draws are conditioned on.
         overridden: whether the call had config overrides (then the run's own observation is
             read again from ``RUN/config.yml`` without them).
+        rows: for a batched call (:mod:`._batch`), each observation's ``observed`` (row ``i``
+            of every batched node); each is checked, and the warning names the rows.
 
     Returns:
-        ``[]`` when the observation is the run's own (equal values in any dtype, or the run's
-        own rounded to the lower float precision it was given in) or no estimator trained
-        with proposals;
+        ``[]`` when the observation (every row of a batch) is the run's own (equal values in
+        any dtype, or the run's own rounded to the lower float precision it was given in) or
+        no estimator trained with proposals;
         else one :class:`ObservationWarning` (not yet issued: :func:`record` does) naming the
-        nodes and the remedy, with one finding per such node (``kind: "other_observation"``,
-        ``run_observation`` and ``observation``: the two digests, ``nodes``: the observed
-        nodes whose value differs).
+        nodes and the remedy, with one finding per such node (per node and row of a batch:
+        ``row`` the observation's index) (``kind: "other_observation"``, ``run_observation``
+        and ``observation``: the two digests, ``nodes``: the observed nodes whose value
+        differs).
     """
     own_config = run.load_config((), check_targets=()) if overridden else config
     own = dict(own_config.graph.observations)
     if not own or not observed:
         return []
-    differ = [m for m in observed if m not in own or not _same(own[m], observed[m])]
-    if not differ and set(own) == set(observed):
-        return []
-    graph = config.graph
-    focused = [m for m in graph.latents if trains_with_proposals(graph.nodes[m].estimator)]
+    focused = _focused(config)
     if not focused:
         return []
-    base = {
-        "kind": "other_observation",
-        "nodes": differ,
-        "run_observation": observation_digest(own),
-        "observation": observation_digest(observed),
-    }
-    names = ", ".join(repr(m) for m in focused)
-    keys = ", ".join(f"graph.{m}.estimator.amortized" for m in focused)
-    message = (
-        f"node{'s' if len(focused) > 1 else ''} {names}: trained with proposals focused on "
-        f"the run's observation ({base['run_observation']}); sampled here at another "
-        f"observation ({base['observation']}; differs in {', '.join(differ)}), where its "
-        "training data are the few prior draws that came near: the posterior may be "
-        "biased or too narrow. For an estimator meant for many observations set "
-        f"amortized: true ({keys}: prior draws only), or launch a run for this observation"
-    )
-    return [ObservationWarning(message, [{"node": m, **base} for m in focused])]
+    run_digest = observation_digest(own)
+    found: list[dict[str, Any]] = []
+    which: list[int] = []
+    nodes: dict[str, None] = {}
+    for i, one in enumerate([observed] if rows is None else rows):
+        differ = _differ(own, one)
+        if differ is None:
+            continue
+        which.append(i)
+        nodes.update(dict.fromkeys(differ))
+        base = {
+            "kind": "other_observation",
+            "nodes": differ,
+            "run_observation": run_digest,
+            "observation": observation_digest(one),
+            **({} if rows is None else {"row": i}),
+        }
+        found += [{"node": m, **base} for m in focused]
+    if not found:
+        return []
+    if rows is None:
+        where = f"another observation ({found[0]['observation']}; differs in {', '.join(nodes)})"
+    else:
+        where = (
+            f"other observations ({rows_text(which)} of {len(rows)}; "
+            f"differ{'s' if len(which) == 1 else ''} in {', '.join(nodes)})"
+        )
+    return [ObservationWarning(_message(focused, run_digest, where), found)]
+
+
+def rows_text(rows: Sequence[int], shown: int = 10) -> str:
+    """``"observation row 3"``, ``"observation rows 0, 1, 2"`` (the first ``shown``, then a
+    count)."""
+    more = f" and {len(rows) - shown} more" if len(rows) > shown else ""
+    listed = ", ".join(str(i) for i in rows[:shown])
+    return f"observation row{'s' if len(rows) > 1 else ''} {listed}{more}"
+
+
+_ROW = re.compile(r"observation row (\d+)")
+_NODE = re.compile(r"^nodes? '[^']*'(?:, '[^']*')*: ")
+_ROWS = re.compile(r"observation rows? \d+(?:, \d+)*(?: and \d+ more)?")
+
+
+def renumber(note: ObservationWarning, runs: Sequence[Sequence[int]]) -> ObservationWarning:
+    """A batched call's warning with its rows numbered by observation index.
+
+    The estimators' guards number the observations of one graph call (its runs of identical
+    rows of conditions, :mod:`kestrel_torch._guards`); a batch is drawn in several calls
+    (:mod:`._batch`). ``runs[r]`` are the observations that run ``r`` of the call holds
+    (several when consecutive observations are equal): each finding with ``row: r`` becomes one
+    per observation, and ``observation row r`` in the message names them.
+    """
+
+    def of(r: int) -> list[int]:
+        return list(runs[r]) if 0 <= r < len(runs) else [r]
+
+    message = str(note)
+    rows = [f.get("row") for f in note.findings]
+    if len(runs) == 1 and rows and all(r is None for r in rows):
+        # a call of one row of conditions: its observation is checked as a broadcast one
+        message = _NODE.sub(lambda match: f"{match.group(0)}observation row 0: ", message, 1)
+        note = ObservationWarning(message, [{**f, "row": 0} for f in note.findings])
+    found: list[dict[str, Any]] = []
+    for f in note.findings:
+        row = f.get("row")
+        if isinstance(row, int) and not isinstance(row, bool):
+            found += [{**f, "row": i} for i in of(row)]
+        else:
+            found.append(f)
+    message = _ROW.sub(lambda match: rows_text(of(int(match.group(1)))), message)
+    return ObservationWarning(message, found)
 
 
 def _digest(value: Any) -> str:
@@ -191,13 +279,43 @@ def capture() -> Iterator[list[ObservationWarning]]:
         yield caught
 
 
-def status_findings(dg: Any, nodes: Sequence[str]) -> list[ObservationWarning]:
+def merge_rows(notes: Sequence[ObservationWarning]) -> list[ObservationWarning]:
+    """One warning per message that differs only in the observation rows it names (a batch's
+    equal observations seen in several calls): the rows and findings of each joined."""
+    out: list[ObservationWarning] = []
+    groups: dict[str, list[ObservationWarning]] = {}
+    for note in notes:
+        text = str(note)
+        if len(_ROWS.findall(text)) != 1:
+            out.append(note)
+            continue
+        key = _ROWS.sub("\0", text)
+        if key not in groups:
+            groups[key] = []
+            out.append(note)  # a placeholder, replaced below
+        groups[key].append(note)
+    for key, same in groups.items():
+        found = _unique([f for note in same for f in note.findings])
+        rows = sorted({f["row"] for f in found if isinstance(f.get("row"), int)})
+        joined = ObservationWarning(key.replace("\0", rows_text(rows)), found)
+        out[out.index(same[0])] = joined if rows else same[0]
+    return out
+
+
+def status_findings(
+    dg: Any, nodes: Sequence[str], known: Sequence[ObservationWarning] = ()
+) -> list[ObservationWarning]:
     """What the estimators of ``nodes`` report as ``observation_checks`` in their status (a
-    deployed graph on Ray, whose warnings stay in the node actors' logs): one
-    :class:`ObservationWarning` per node that found something (none where an estimator
-    reports nothing or does not answer)."""
+    deployed graph on Ray, whose warnings stay in the node actors' logs; or a
+    :class:`~._local.LocalGraph`'s estimators): one :class:`ObservationWarning` per node that
+    found something (none where an estimator reports nothing or does not answer), leaving out
+    the findings of the ``known`` warnings."""
+    seen = {json.dumps(f, sort_keys=True, default=str) for note in known for f in note.findings}
     try:
-        status = dg.status()
+        if hasattr(dg, "status"):
+            status = dg.status()
+        else:  # a LocalGraph
+            status = {m: {"estimator": dg.estimator(m).status()} for m in nodes}
     except Exception:  # the findings are a report: never fail a sampling call for them
         return []
     out = []
@@ -207,6 +325,7 @@ def status_findings(dg: Any, nodes: Sequence[str]) -> list[ObservationWarning]:
         for entry in entries if isinstance(entries, list) else [entries]:
             checks = ((entry or {}).get("estimator") or {}).get(STATUS_KEY) or []
             found.extend(dict(c) for c in checks if isinstance(c, Mapping))
+        found = [f for f in found if json.dumps(f, sort_keys=True, default=str) not in seen]
         if found:
             items = "; ".join(
                 f"{f.get('kind')} {f.get('label')}"

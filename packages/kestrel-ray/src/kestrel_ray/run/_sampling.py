@@ -132,6 +132,8 @@ def draw_samples(
     entry: Any = None,
     observations: Mapping[str, Any] | None = None,
     batch: Batch | None = None,
+    *,
+    findings: list[ObservationWarning] | None = None,
 ) -> dict[str, np.ndarray]:
     """Draw ``n`` samples of ``mode`` from a graph whose weights are loaded.
 
@@ -143,6 +145,8 @@ def draw_samples(
         entry: the config's ``sample.<mode>`` (for ``exclude_keys`` / ``add_keys``) or ``None``.
         observations: node → ``x_o`` (shape ``D``) over the graph's own (not for ``prior``).
         batch: m observations (:class:`~._batch.Batch`): ``n`` samples for each, batched.
+        findings: for a batch, receives the estimators' observation findings, rows numbered
+            by observation (``notes`` of :func:`~._batch.run_batch`).
 
     Returns:
         node name → array ``(n, *D)`` (the node's values); ``(m, n, *D)`` for a batch.
@@ -154,7 +158,8 @@ def draw_samples(
     _check_mode(mode)
     n = check_count(n, "n")
     if batch is not None:
-        return draw_batch(dg, mode, n, batch, lambda made: select_nodes(dg, mode, made, entry))
+        pick = lambda made: select_nodes(dg, mode, made, entry)  # noqa: E731
+        return draw_batch(dg, mode, n, batch, pick, findings)
     method = {
         "prior": "sample",
         "posterior": "sample_posterior",
@@ -288,15 +293,16 @@ def sample_run(
     if batch is not None:
         observed = batch.observations(config.graph.observations)
     on_ray = ray if ray is not None else needs_ray(config, mode, address) is not None
-    checked = bool(observed) and batch is None and mode in OBSERVED_MODES
-    found = other_observation(run, config, observed or {}, bool(overrides)) if checked else []
+    checked = bool(observed) and mode in OBSERVED_MODES
+    rows = batch.each(config.graph.observations) if batch else None  # each observation's
+    found = other_observation(run, config, observed or {}, bool(overrides), rows) if checked else []
     with capture() as caught:  # the estimators' ObservationWarnings (in this process)
         if on_ray:
             seed, arrays = _draw_on_ray(
                 run.root, mode, n, seed, overrides, address, given, batch, findings=caught
             )
         else:
-            seed, arrays = _draw_here(run, config, mode, n, seed, given, batch)
+            seed, arrays = _draw_here(run, config, mode, n, seed, given, batch, findings=caught)
     path = run.write_samples(mode, arrays, observations=observed, latest=batch is None)
     if checked:
         record(run, path, mode, observation_digest(observed or {}), found + caught)
@@ -323,6 +329,8 @@ def _draw_here(
     seed: int | None,
     observations: Mapping[str, np.ndarray],
     batch: Batch | None = None,
+    *,
+    findings: list[ObservationWarning] | None = None,
 ) -> tuple[int, dict[str, np.ndarray]]:
     from ._local import LocalGraph
 
@@ -330,7 +338,8 @@ def _draw_here(
     graph = LocalGraph(config.graph, seed, estimators=mode != "prior")
     if mode != "prior":
         graph.load(run.graph, config.graph.latents)
-    return seed, draw_samples(graph, mode, n, config.sample[mode], observations, batch)
+    entry = config.sample[mode]
+    return seed, draw_samples(graph, mode, n, entry, observations, batch, findings=findings)
 
 
 def _draw_on_ray(
@@ -352,8 +361,9 @@ def _draw_on_ray(
     with session.ray(address), session.deployed() as dg:
         if mode != "prior":
             session.load_weights(dg, config.graph.latents)
-        arrays = draw_samples(dg, mode, n, config.sample[mode], observations, batch)
-        if findings is not None and mode != "prior":  # what the estimators' guards found
+        entry = config.sample[mode]
+        arrays = draw_samples(dg, mode, n, entry, observations, batch, findings=findings)
+        if findings is not None and mode != "prior" and batch is None:  # the guards' findings
             findings.extend(status_findings(dg, config.graph.latents))
     return session.seed, arrays
 
