@@ -108,8 +108,10 @@ def test_check_calibration_reports_the_undertrained_posterior(trained, capsys):
     assert report["ranks"]["names"] == ["z[0]", "z[1]"]
     assert set(report["tarp"]) == {"coverage", "max_deviation", "verdict"}
     assert (trained / "checks" / "calibration.png").stat().st_size > 10_000
-    prior = check_calibration(trained, n=30, samples=40, source="prior", seed=1, image=False)
+    with pytest.warns(UserWarning, match=r"calibration --from prior: node 'z' trained with pro"):
+        prior = check_calibration(trained, n=30, samples=40, source="prior", seed=1, image=False)
     assert prior.report["from"] == "prior" and prior.n == 30
+    assert "not what the estimator was trained for" in prior.report["warnings"][0]
     with pytest.raises(ConfigError, match="--from 'posterior'"):
         check_calibration(trained, source="posterior")
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +56,7 @@ from kestrel_core._runread import node_labels
 
 from .._plan import forward_plan, inference_plan, resimulation_plan
 from ._batch import run_batch
+from ._guards import trains_with_proposals
 from ._sampling import _open, _require_weights, needs_ray
 
 __all__ = ["CalibrationResult", "check_calibration", "SOURCES", "CHECKS_DIR"]
@@ -129,6 +131,9 @@ def check_calibration(
     n, samples = _counts(n, samples, source)
     run, config = _open(run_dir, overrides, "posterior")
     _require_weights(run, config, "calibration")
+    note = _prior_note(config) if source == "prior" else None
+    if note:
+        warnings.warn(note, stacklevel=2)
     root = seed_sequence(seed)
     seed = int(root.entropy)  # type: ignore[arg-type]  # an int when drawn or given
     truth_seed, post_seed, tarp_seed = (int(s.generate_state(1)[0]) for s in root.spawn(3))
@@ -154,6 +159,7 @@ def check_calibration(
             "density_space": _density_space(config.graph),
             "ray": bool(on_ray),
             "wall_time": round(time.monotonic() - start, 2),
+            "warnings": [note] if note else [],
         }
     )
     folder = os.path.join(run.root, CHECKS_DIR)
@@ -172,6 +178,20 @@ def check_calibration(
         bool(on_ray),
         round(time.monotonic() - start, 2),
         report,
+    )
+
+
+def _prior_note(config: RunConfig) -> str | None:
+    """The warning for ``--from prior`` on estimators trained with proposals (not amortized)."""
+    graph = config.graph
+    focused = [m for m in graph.latents if trains_with_proposals(graph.nodes[m].estimator)]
+    if not focused:
+        return None
+    names = ", ".join(repr(m) for m in focused)
+    return (
+        f"calibration --from prior: node{'s' if len(focused) > 1 else ''} {names} trained with "
+        "proposals focused on the run's observation (not amortized: true): prior-wide "
+        "calibration is not what the estimator was trained for (use --from proposal)"
     )
 
 
