@@ -129,3 +129,20 @@ def test_batched_findings_on_ray_are_numbered_by_observation(trained, monkeypatc
     meta = json.loads((Path(result.path).with_suffix(".json")).read_text())
     far = {f["row"] for f in meta["observation_checks"] if f["kind"] == "far"}
     assert far == {2}
+
+
+def test_no_figure_hint_only_without_matplotlib(trained, capsys, monkeypatch):
+    import importlib.util
+
+    from kestrel_ray.run._check_cli import summary_lines
+
+    result = check_calibration(trained, n=20, samples=20, seed=2, image=False)
+    assert result.image is None and result.report["warnings"] == []
+    hint = "(no figure: pip install"
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert not [line for line in summary_lines(result) if hint in line]
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name)
+    )
+    assert [line for line in summary_lines(result) if hint in line]

@@ -11,6 +11,7 @@ Ray and torch are imported only when the command runs (see :mod:`._calibrate`).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from typing import Any
 
 from kestrel_core._cli import non_negative_int, positive_int
@@ -133,6 +134,6 @@ def summary_lines(result: Any) -> list[str]:
     lines.append(f"  report: {result.path}")
     if result.image:
         lines.append(f"  figure: {result.image}")
-    else:
+    elif importlib.util.find_spec("matplotlib") is None:
         lines.append("  (no figure: pip install 'kestrel-core[plot]' for calibration.png)")
     return lines
