@@ -146,3 +146,31 @@ def test_no_figure_hint_only_without_matplotlib(trained, capsys, monkeypatch):
         importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name)
     )
     assert [line for line in summary_lines(result) if hint in line]
+
+
+def test_summary_lists_fixed_components():
+    from types import SimpleNamespace
+
+    from kestrel_core._calibration import calibration_report
+    from kestrel_ray.run._check_cli import summary_lines
+
+    rng = np.random.default_rng(0)
+    truth = np.stack([rng.uniform(size=40), np.full(40, 2.0)], axis=1)
+    draws = np.stack([rng.uniform(size=(40, 30)), np.full((40, 30), 2.0)], axis=2)
+    report = calibration_report(truth, draws, np.zeros(40), np.zeros((40, 30)), names=["a", "fix"])
+    result = SimpleNamespace(
+        report=report,
+        ray=False,
+        verdict=report["verdict"],
+        max_deviation=0.1,
+        n=40,
+        source="proposal",
+        samples=30,
+        seed=0,
+        wall_time=1.0,
+        path="calibration.json",
+        image="x",
+    )
+    lines = summary_lines(result)
+    assert "  fixed (constant, left out of ranks and TARP): fix = 2" in lines
+    assert [line for line in lines if "marginal" in line and "fix " not in line and "a " in line]

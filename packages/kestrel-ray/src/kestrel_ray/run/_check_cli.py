@@ -128,7 +128,10 @@ def summary_lines(result: Any) -> list[str]:
         f"{name} {verdict} ({dev:.3f})"
         for name, verdict, dev in zip(ranks["names"], ranks["verdict"], ranks["max_deviation"])
     ]
-    lines.append("  marginal (SBC ranks): " + ", ".join(parts))
+    lines.append("  marginal (SBC ranks): " + (", ".join(parts) or "none"))
+    if report.get("fixed"):
+        fixed = ", ".join(f"{f['name']} = {f['value']:g}" for f in report["fixed"])
+        lines.append(f"  fixed (constant, left out of ranks and TARP): {fixed}")
     if report.get("dropped"):
         lines.append(f"  {report['dropped']} simulations with non-finite values dropped")
     lines.append(f"  report: {result.path}")
