@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from ._boundary import as_record, call_simulator, check_count
+from ._boundary import as_record, check_count
 from ._errors import ConfigError, GraphError, KestrelError, ShapeError, SimulatorError
 from ._graph import Graph, Node
 from ._inputs import as_input
-from ._random import seed_sequence, spawn_rngs
+from ._onerror import SkipLog, simulate_or_skip, skipped_values
+from ._random import seed_sequence
 from ._suggest import unknown
 from ._trace import LOG_PROB, check_trace, flat_key
 
@@ -73,6 +74,7 @@ def sample_forward(
     seed: int | np.random.SeedSequence | None = None,
     *,
     chunk_size: int | None = None,
+    skipped: SkipLog | None = None,
 ) -> dict[str, np.ndarray]:
     """Draw ``n`` joint samples of the graph in forward order, in this process.
 
@@ -94,6 +96,9 @@ def sample_forward(
             not simulated, their values are used and returned (expanded to ``N`` rows).
         seed: integer, ``SeedSequence`` or ``None`` (fresh entropy).
         chunk_size: overrides every node's ``sample_chunk_size`` (0 = one call).
+        skipped: with a node's ``on_error: skip``, the samples whose simulation raised are
+            counted here and dropped from the result (fewer than ``N`` rows); without it they
+            stay, holding NaN (0 for integers), as on Ray.
 
     Returns:
         Flat key → array: ``"<node>.value"`` ``(N, *D)`` for every node, ``"<node>.log_prob"``
@@ -123,6 +128,9 @@ def sample_forward(
         return {}
     values: dict[str, np.ndarray] = {}
     trace: dict[str, np.ndarray] = {}
+    raised: dict[str, np.ndarray] = {}  # on_error: skip
+    errors: dict[str, int] = {}
+    error: dict[str, tuple[str, str]] = {}
     for name, child in zip(order, children):
         node = graph.nodes[name]
         if name in fixed:
@@ -133,18 +141,24 @@ def sample_forward(
         size = n if size == 0 else min(size, n)
         bounds = [(a, min(a + size, n)) for a in range(0, n, size)]
         log_prob = getattr(simulator, "log_prob", None)
-        chunks, log_probs = [], []
-        for (a, b), rng in zip(bounds, spawn_rngs(child, len(bounds))):
+        attempts = []
+        for (a, b), seq in zip(bounds, child.spawn(len(bounds))):
             parents = {p: values[p][a:b] for p in node.parents}
-            value = call_simulator(name, simulator, b - a, parents, rng=rng)
-            chunks.append(value)
-            if callable(log_prob):
-                out = log_prob(_read_only(value))
-                log_probs.append(
-                    as_record(name, "log_prob", {LOG_PROB: out}, b - a, fields=(LOG_PROB,))[
-                        LOG_PROB
-                    ]
+            rng = np.random.Generator(np.random.PCG64(seq))  # as spawn_rngs
+            attempts.append(
+                simulate_or_skip(
+                    name, simulator, b - a, parents, rng=rng, seq=seq, on_error=node.on_error
                 )
+            )
+        chunks, first = skipped_values(name, attempts)
+        if first is not None:
+            raised[name] = np.concatenate([t.raised for t in attempts])
+            errors[name], error[name] = int(raised[name].sum()), first
+        log_probs: list[np.ndarray] = []
+        for value in chunks if callable(log_prob) else ():
+            out = {LOG_PROB: log_prob(_read_only(value))}  # type: ignore[misc]  # callable
+            rec = as_record(name, "log_prob", out, len(value), fields=(LOG_PROB,))
+            log_probs.append(rec[LOG_PROB])
         value = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
         if node.observed is not None:  # K08: (1, *D) becomes D here, with a warning
             graph.fit_observation(name, value.shape[1:])
@@ -154,4 +168,15 @@ def sample_forward(
                 log_probs[0] if len(log_probs) == 1 else np.concatenate(log_probs)
             )
     check_trace(trace, n)
+    if skipped is not None:
+        keep = skipped.add(_Raised(n, errors, error, raised))
+        if keep is not None:
+            trace = {k: np.ascontiguousarray(v[keep]) for k, v in trace.items()}
     return trace
+
+
+class _Raised:
+    """The samples of a :func:`sample_forward` call that raised, as :meth:`SkipLog.add` reads."""
+
+    def __init__(self, n: int, errors: dict, error: dict, raised: dict):
+        self.n, self.errors, self.error, self.raised = n, errors, error, raised

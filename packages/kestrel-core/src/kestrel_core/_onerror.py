@@ -8,22 +8,39 @@ integer dtype) and are reported in a mask, so that the caller keeps them out of 
 does non-finite samples. With ``"raise"`` (the default) the exception propagates, carrying its
 short user traceback (:func:`~kestrel_core._blame.attach_user_traceback`).
 
+Every command that simulates follows the option: ``kestrel launch`` keeps such samples out of
+training, ``kestrel simulate``, ``kestrel sample`` and ``kestrel check calibration`` drop them
+from what they write. :class:`SkipLog` counts them per node over a command's calls and words
+the report (the counts, and each node's first exception).
+
 Shape symbols: c samples of the call, D the node's per-sample shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import traceback
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ._blame import attach_user_traceback
+from ._blame import attach_user_traceback, attached_traceback, user_traceback
 from ._boundary import call_simulator
-from ._errors import KestrelError, ShapeError
+from ._errors import KestrelError, ShapeError, SimulatorError
 
-__all__ = ["Attempt", "simulate_or_skip", "fill_raised"]
+__all__ = [
+    "Attempt",
+    "simulate_or_skip",
+    "fill_raised",
+    "skipped_values",
+    "format_full",
+    "SkipLog",
+    "raised_rows",
+    "nonfinite_counts",
+    "nonfinite_line",
+    "print_report",
+]
 
 
 @dataclass
@@ -113,3 +130,150 @@ def fill_raised(value: np.ndarray, raised: np.ndarray) -> np.ndarray:
     if raised.any():
         value[raised] = np.nan if value.dtype.kind in "fc" else 0
     return value
+
+
+def format_full(err: BaseException) -> str:
+    """The whole traceback of ``err``, as Python prints it."""
+    return "".join(traceback.format_exception(err))
+
+
+def skipped_values(
+    node: str, attempts: Sequence[Attempt], template: tuple[tuple[int, ...], Any] | None = None
+) -> tuple[list[np.ndarray], tuple[str, str] | None]:
+    """The value of each chunk of a call, a chunk whose every sample raised filled in.
+
+    Args:
+        node: node name (messages). attempts: one per chunk, in order.
+        template: ``(D, dtype)`` of an earlier call, for when no chunk of this one succeeded.
+
+    Returns:
+        ``(values, error)``: ``(c, *D)`` per chunk (filler — NaN, or 0 — in rows that raised),
+        and the first exception of the call as ``(user frames, full traceback)`` texts
+        (``None`` without one).
+
+    Raises:
+        SimulatorError: every sample of the call raised and no earlier call gave ``D`` (the
+            message holds the first exception with the user's frames; it is chained).
+    """
+    first = next((t.first for t in attempts if t.first is not None and t.raised.any()), None)
+    error = None
+    if first is not None:  # (the user's frames, the full traceback)
+        error = (attached_traceback(first) or user_traceback(first), format_full(first))
+    done = next((t.value for t in attempts if t.value is not None), None)
+    if done is not None:
+        template = (done.shape[1:], done.dtype)
+    if template is None:
+        n = sum(len(t.raised) for t in attempts)
+        assert first is not None and error is not None
+        raise SimulatorError(
+            f"node {node!r}: the simulator raised on all {n} samples of the call "
+            f"(on_error: skip)\n{error[0].rstrip()}"
+        ) from first
+    values = [
+        t.value
+        if t.value is not None
+        else fill_raised(np.empty((len(t.raised), *template[0]), template[1]), t.raised)
+        for t in attempts
+    ]
+    return values, error
+
+
+def raised_rows(raised: Mapping[str, np.ndarray], n: int) -> np.ndarray:
+    """bool ``(n,)``: the samples whose simulation raised in any node (node → bool ``(n,)``)."""
+    out = np.zeros(n, dtype=bool)
+    for mask in raised.values():
+        out |= np.asarray(mask, dtype=bool)
+    return out
+
+
+def nonfinite_counts(arrays: Mapping[str, np.ndarray], lead: int = 1) -> dict[str, int]:
+    """node → number of its samples holding a NaN or ±inf (arrays ``(*L, *D)``, ``lead`` = len L).
+
+    Only float and complex arrays are looked at; nodes without such a sample are left out.
+    """
+    out: dict[str, int] = {}
+    for name, a in arrays.items():
+        a = np.asarray(a)
+        if a.dtype.kind not in "fc" or a.ndim < lead:
+            continue
+        rows = a.reshape(int(np.prod(a.shape[:lead], dtype=np.int64)), -1)
+        count = int((~np.isfinite(rows)).any(axis=1).sum()) if rows.size else 0
+        if count:
+            out[name] = count
+    return out
+
+
+@dataclass
+class SkipLog:
+    """The samples a command skipped because their simulation raised (``on_error: skip``).
+
+    Attributes:
+        errors: node → samples whose simulation raised (and were dropped).
+        error: node → its first exception as ``(user frames, full traceback)`` texts.
+    """
+
+    errors: dict[str, int] = field(default_factory=dict)
+    error: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+    def add(self, trace: Any) -> np.ndarray | None:
+        """Count a trace's raised samples (its ``errors``, ``error`` and ``raised``).
+
+        Returns:
+            bool ``(N,)``: the samples to keep (none raised); ``None`` when none raised.
+        """
+        errors = {m: int(c) for m, c in getattr(trace, "errors", {}).items() if c}
+        for node, count in errors.items():
+            self.errors[node] = self.errors.get(node, 0) + count
+            first = getattr(trace, "error", {}).get(node)
+            if first and node not in self.error:
+                self.error[node] = (str(first[0]), str(first[1]))
+        if not errors:
+            return None
+        return ~raised_rows(getattr(trace, "raised", {}), trace.n)
+
+    def warnings(self, prog: str) -> list[str]:
+        """Each node's first exception, the user's frames (as ``kestrel launch`` logs them)."""
+        return [
+            f"{prog}: node {node}: skipping samples whose simulation raises (on_error: skip); "
+            f"first:\n{self.error[node][0].rstrip()}"
+            for node in self.errors
+            if node in self.error
+        ]
+
+    def line(self, n: int | None = None) -> str | None:
+        """``"dropped 85 of 1000 samples whose simulation raised (on_error: skip): {'x': 85}"``
+        (per node; ``None`` when none raised)."""
+        if not self.errors:
+            return None
+        of = f" of {n}" if n is not None else ""
+        return (
+            f"dropped {sum(self.errors.values())}{of} samples whose simulation raised "
+            f"(on_error: skip): {self.errors}"
+        )
+
+
+def nonfinite_line(counts: Mapping[str, int], n: int) -> str | None:
+    """``"note: samples holding NaN or ±inf per node (kept, of 1000): {'x': 3}"``, or ``None``."""
+    if not counts:
+        return None
+    return f"note: samples holding NaN or ±inf per node (kept, of {n}): {dict(counts)}"
+
+
+def print_report(
+    prog: str, skipped: SkipLog, n: int, arrays: Mapping[str, np.ndarray], lead: int = 1
+) -> None:
+    """Print what a command skipped (stdout: the counts per node; stderr: each node's first
+    exception) and the samples it wrote that hold NaN or ±inf (a one-line note, per node).
+
+    Args:
+        prog: ``"kestrel sample"``, … skipped: the command's log. n: samples asked for.
+        arrays: what the command wrote, node → ``(*L, *D)``. lead: len L (2 for a batch).
+    """
+    import sys
+
+    kept = n - sum(skipped.errors.values()) if lead == 1 else n
+    for line in (skipped.line(n), nonfinite_line(nonfinite_counts(arrays, lead), kept)):
+        if line:
+            print(f"  {line}", flush=True)
+    for text in skipped.warnings(prog):
+        print(text, file=sys.stderr)

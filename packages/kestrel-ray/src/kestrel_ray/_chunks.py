@@ -17,15 +17,13 @@ Shape symbols: n samples of a call, c rows of a chunk, D a field's per-sample sh
 from __future__ import annotations
 
 import asyncio
-import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from kestrel_core import ShapeError, SimulatorError, finite_rows
-from kestrel_core._blame import attached_traceback, user_traceback
-from kestrel_core._onerror import Attempt, fill_raised
+from kestrel_core import ShapeError, finite_rows
+from kestrel_core._onerror import format_full, skipped_values
 
 __all__ = [
     "BroadcastMemo",
@@ -138,52 +136,6 @@ def rows_of(arr: np.ndarray, a: int, c: int, n: int) -> np.ndarray:
     return arr if arr.shape[0] == 1 and n > 1 else arr[a : a + c]
 
 
-def format_full(err: BaseException) -> str:
-    """The whole traceback of ``err``, as Python prints it."""
-    return "".join(traceback.format_exception(err))
-
-
-def skipped_values(
-    node: str, attempts: Sequence[Attempt], template: tuple[tuple[int, ...], Any] | None = None
-) -> tuple[list[np.ndarray], tuple[str, str] | None]:
-    """The value of each chunk of a call, a chunk whose every sample raised filled in.
-
-    Args:
-        node: node name (messages). attempts: one per chunk, in order.
-        template: ``(D, dtype)`` of an earlier call, for when no chunk of this one succeeded.
-
-    Returns:
-        ``(values, error)``: ``(c, *D)`` per chunk (filler — NaN, or 0 — in rows that raised),
-        and the first exception of the call as ``(user frames, full traceback)`` texts
-        (``None`` without one).
-
-    Raises:
-        SimulatorError: every sample of the call raised and no earlier call gave ``D`` (the
-            message holds the first exception with the user's frames; it is chained).
-    """
-    first = next((t.first for t in attempts if t.first is not None and t.raised.any()), None)
-    error = None
-    if first is not None:  # (the user's frames, the full traceback)
-        error = (attached_traceback(first) or user_traceback(first), format_full(first))
-    done = next((t.value for t in attempts if t.value is not None), None)
-    if done is not None:
-        template = (done.shape[1:], done.dtype)
-    if template is None:
-        n = sum(len(t.raised) for t in attempts)
-        assert first is not None and error is not None
-        raise SimulatorError(
-            f"node {node!r}: the simulator raised on all {n} samples of the call "
-            f"(on_error: skip)\n{error[0].rstrip()}"
-        ) from first
-    values = [
-        t.value
-        if t.value is not None
-        else fill_raised(np.empty((len(t.raised), *template[0]), template[1]), t.raised)
-        for t in attempts
-    ]
-    return values, error
-
-
 def pack_records(
     node: str,
     fields: Sequence[str],
@@ -223,4 +175,5 @@ def pack_records(
     finite = [ok & ~bad for ok, bad in zip(finite, failed)]
     flat = [r[f] for r in records for f in fields]
     meta_out = {"fields": meta, "nonfinite": nonfinite, "finite": finite}
-    return (*flat, {**meta_out, "errors": errors, "error": error if errors else None})
+    raised_out = {"raised": failed} if errors else {}  # per chunk: the rows that raised
+    return (*flat, {**meta_out, "errors": errors, "error": error if errors else None, **raised_out})

@@ -85,6 +85,9 @@ def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
         first = next((m["error"] for m in metas if m.get("error")), None)
         if first:
             trace.error[name] = (str(first[0]), str(first[1]))
+        raised = [np.asarray(r, dtype=bool) for m in metas for r in m.get("raised") or ()]
+        if trace.errors[name] and sum(len(r) for r in raised) == n:  # on_error: skip
+            trace.raised[name] = np.concatenate(raised)
         masks = [np.asarray(ok, dtype=bool) for m in metas for ok in m.get("finite") or ()]
         if masks and sum(len(ok) for ok in masks) == n:
             trace.finite[name] = np.concatenate(

@@ -88,6 +88,7 @@ class RefTrace:
         errors: node → number of its samples whose simulation raised (``on_error: skip``;
             they are not ``finite`` either).
         error: node → the first of those exceptions as ``(user frames, full traceback)``.
+        raised: node → bool ``(N,)``: which of its samples raised (nodes with ``errors``).
     """
 
     n: int
@@ -97,6 +98,7 @@ class RefTrace:
     finite: dict[str, np.ndarray] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
     error: dict[str, tuple[str, str]] = field(default_factory=dict)
+    raised: dict[str, np.ndarray] = field(default_factory=dict)
 
     def keys(self) -> list[str]:
         """Flat keys, in insertion order."""
@@ -131,6 +133,7 @@ class RefTrace:
             {m: v for m, v in self.finite.items() if m in nodes},
             {m: c for m, c in self.errors.items() if m in nodes},
             {m: t for m, t in self.error.items() if m in nodes},
+            {m: r for m, r in self.raised.items() if m in nodes},
         )
 
     def valid_rows(self) -> np.ndarray | None:

@@ -6,7 +6,8 @@
    every other node simulated from them through the run's graph: x*. Where
    ``kestrel sample`` would (in this process unless ``--ray``, ``--address``, ``ray.address``
    or a simulated node with ``num_actors > 1`` asks for Ray; :func:`~._sampling.needs_ray`).
-   Simulations with a non-finite observed value are dropped (counted in ``dropped``).
+   Simulations with a non-finite observed value are dropped (counted in ``dropped``), so are
+   those whose simulation raised in a node with ``on_error: skip`` (``skipped``: per node).
 2. **Posteriors.** ``samples`` posterior draws for every x*, in batched calls
    (:func:`~._batch.run_batch`), with their log densities; the estimator's ``log_prob`` of each
    θ* given its x*. Always in this process: the estimators are loaded here, as for sampling.
@@ -52,6 +53,7 @@ from kestrel_core import (
 from kestrel_core._calibration import calibration_report
 from kestrel_core._files import write_atomic
 from kestrel_core._forward import build_simulator
+from kestrel_core._onerror import SkipLog
 from kestrel_core._runread import node_labels
 
 from .._plan import forward_plan, inference_plan, resimulation_plan
@@ -90,6 +92,7 @@ class CalibrationResult:
     ray: bool
     wall_time: float
     report: dict[str, Any] = field(repr=False, default_factory=dict)
+    skipped: SkipLog = field(repr=False, default_factory=SkipLog)  # on_error: skip
 
 
 def check_calibration(
@@ -138,12 +141,13 @@ def check_calibration(
     seed = int(root.entropy)  # type: ignore[arg-type]  # an int when drawn or given
     truth_seed, post_seed, tarp_seed = (int(s.generate_state(1)[0]) for s in root.spawn(3))
     on_ray = ray if ray is not None else needs_ray(config, "ppd", address) is not None
-    truths = _truths(run, config, source, n, truth_seed, bool(on_ray), overrides, address)
+    skipped = SkipLog()
+    truths = _truths(run, config, source, n, truth_seed, bool(on_ray), overrides, address, skipped)
     graph = config.graph
     observed = list(graph.observations)
-    finite = np.ones(n, dtype=bool)
+    finite = np.ones(len(truths[graph.latents[0]]), dtype=bool)
     for name in [*observed, *graph.latents]:
-        finite &= np.isfinite(truths[name].reshape(n, -1)).all(axis=1)
+        finite &= np.isfinite(truths[name].reshape(len(finite), -1)).all(axis=1)
     if int(finite.sum()) < 2:
         raise ConfigError(
             f"calibration: {int(finite.sum())} of {n} simulations have finite observations; "
@@ -155,7 +159,8 @@ def check_calibration(
         {
             "from": source,
             "seed": seed,
-            "dropped": int(n - finite.sum()),
+            "dropped": int(len(finite) - finite.sum()),
+            "skipped": skipped.errors,
             "density_space": _density_space(config.graph),
             "ray": bool(on_ray),
             "wall_time": round(time.monotonic() - start, 2),
@@ -178,6 +183,7 @@ def check_calibration(
         bool(on_ray),
         round(time.monotonic() - start, 2),
         report,
+        skipped,
     )
 
 
@@ -216,14 +222,17 @@ def _truths(
     on_ray: bool,
     overrides: Iterable[str],
     address: str | None,
+    skipped: SkipLog,
 ) -> dict[str, np.ndarray]:
-    """node → ``(n, *D)`` for the latents and the observed nodes: θ* and x*."""
+    """node → ``(n, *D)`` for the latents and the observed nodes: θ* and x* (without the rows
+    whose simulation raised, ``on_error: skip``: counted in ``skipped``)."""
     graph = config.graph
     if source == "prior":
         plan = forward_plan(graph)
     else:
         plan = resimulation_plan(graph, "sample_proposal", graph.latents)
     keys = [flat_key(m, "value") for m in dict.fromkeys([*graph.latents, *graph.observations])]
+    trace: Any  # a RefTrace on Ray, a LocalTrace here
     if on_ray:
         from ._session import RunSession
 
@@ -231,15 +240,19 @@ def _truths(
         with session.ray(address), session.deployed() as dg:
             if source != "prior":
                 session.load_weights(dg, graph.latents)
-            arrays = dg.to_arrays(dg.run(n, plan), keys)
+            trace = dg.run(n, plan)
+            arrays = dg.to_arrays(trace, keys)
     else:
         from ._local import LocalGraph
 
         local = LocalGraph(graph, seed, estimators=source != "prior")
         if source != "prior":
             local.load(run.graph, graph.latents)
-        arrays = local.to_arrays(local.run(n, plan), keys)
-    return {k.rsplit(".", 1)[0]: np.asarray(v) for k, v in arrays.items()}
+        trace = local.run(n, plan)
+        arrays = local.to_arrays(trace, keys)
+    keep = skipped.add(trace)
+    rows = slice(None) if keep is None else keep
+    return {k.rsplit(".", 1)[0]: np.asarray(v)[rows] for k, v in arrays.items()}
 
 
 def _report(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 from typing import Any
 
 from kestrel_core._cli import non_negative_int, positive_int
@@ -100,6 +101,8 @@ def _run_check(args: argparse.Namespace) -> int:
         ray=True if args.ray else None,
         image=args.image,
     )
+    for text in result.skipped.warnings("kestrel check calibration"):  # on_error: skip
+        print(text, file=sys.stderr)
     for line in summary_lines(result):
         print(line)
     return 0
@@ -132,6 +135,10 @@ def summary_lines(result: Any) -> list[str]:
     if report.get("fixed"):
         fixed = ", ".join(f"{f['name']} = {f['value']:g}" for f in report["fixed"])
         lines.append(f"  fixed (constant, left out of ranks and TARP): {fixed}")
+    from kestrel_core._onerror import SkipLog
+
+    if report.get("skipped"):  # on_error: skip
+        lines.append(f"  {SkipLog(dict(report['skipped'])).line()}")
     if report.get("dropped"):
         lines.append(f"  {report['dropped']} simulations with non-finite values dropped")
     lines.append(f"  report: {result.path}")

@@ -174,7 +174,9 @@ def sample_command(subparsers: Any) -> None:
         "gives another; saved beside the samples as observation.npz). n comes from -n or from "
         "sample.<mode>.n in the run's config. Draws are made in this process, without Ray, unless "
         "--address or ray.address names a cluster, --ray is given, or a simulated node has "
-        "num_actors > 1.",
+        "num_actors > 1. Samples whose simulation raised in a node with on_error: skip are "
+        "dropped (counted per node); samples holding NaN or inf are kept (a note counts them "
+        "per node).",
     )
     p.add_argument("mode", choices=_MODES, help="what to sample")
     p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
@@ -214,6 +216,10 @@ def sample_command(subparsers: Any) -> None:
 
 
 def _run_sample(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from kestrel_core._onerror import print_report
+
     from ._observations import parse_observation_args
     from ._sampling import sample_run
 
@@ -227,11 +233,16 @@ def _run_sample(args: argparse.Namespace) -> int:
         observation=parse_observation_args(args.observation),
         ray=True if args.ray else None,
     )
+    with np.load(result.path, allow_pickle=False) as npz:  # as written: without skipped rows
+        arrays = {m: npz[m] for m in result.shapes}
+    rows = len(next(iter(arrays.values()))) if result.batch is None and arrays else result.n
     shapes = ", ".join(f"{m} {s}" for m, s in result.shapes.items())
     where = "on Ray" if result.ray else "in this process"
     each = f" for each of {result.batch} observations" if result.batch else ""
     print(
-        f"kestrel sample: {result.n} {result.mode} samples{each} (seed {result.seed}, {where}) → "
+        f"kestrel sample: {rows} {result.mode} samples{each} (seed {result.seed}, {where}) → "
         f"{result.path}: {shapes}"
     )
+    lead = 1 if result.batch is None else 2  # (n, ...), or (m, n, ...) for a batch
+    print_report("kestrel sample", result.skipped, result.n, arrays, lead)
     return 0

@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from kestrel_core import KestrelError, RunConfig
+from kestrel_core._onerror import SkipLog
 from kestrel_core._samplefiles import observation_digest
 
 from ._guards import record, status_findings
@@ -40,12 +41,14 @@ def sample_at_end(
                 log.info("sampling: sample.posterior.n is not set; no posterior samples drawn")
             continue
         try:
-            arrays = draw_samples(dg, mode, entry.n, entry)
+            arrays = draw_samples(dg, mode, entry.n, entry, skipped=(skipped := SkipLog()))
         except KestrelError as err:
             if status is RunStatus.COMPLETED:
                 raise
             log.warning("sampling %s skipped: %s", mode, err)
             continue
+        if skipped.errors:  # on_error: skip, as `kestrel sample` reports it
+            log.warning("sampling %s: %s", mode, skipped.line(entry.n))
         paths[mode] = path = run.write_samples(mode, arrays)
         digest = observation_digest(cfg.graph.observations)
         record(run, path, mode, digest, status_findings(dg, cfg.graph.latents))

@@ -32,7 +32,6 @@ from kestrel_core import (
     Graph,
     ShapeError,
     as_record,
-    call_simulator,
     check_count,
     flat_key,
     seed_sequence,
@@ -42,6 +41,7 @@ from kestrel_core._files import read_estimator_file
 from kestrel_core._forward import build_simulator
 from kestrel_core._inputs import as_input
 from kestrel_core._observe import fit_given_observation
+from kestrel_core._onerror import simulate_or_skip, skipped_values
 from kestrel_core._protocols import ESTIMATOR_FILE
 
 from .._chunks import rows_of, spans
@@ -57,11 +57,16 @@ class LocalTrace:
     Attributes:
         n: number of samples. arrays: flat key → array ``(N, *D)`` (``"<node>.value"``, and
         ``"<node>.log_prob"`` ``(N,)`` where the call gives one), nodes in call order.
+        errors, error, raised: as :class:`~kestrel_ray.RefTrace`'s (``on_error: skip``): node →
+        samples whose simulation raised, the first exception's texts, bool ``(N,)`` mask.
     """
 
     def __init__(self, n: int, arrays: dict[str, np.ndarray] | None = None):
         self.n = n
         self.arrays = arrays or {}
+        self.errors: dict[str, int] = {}
+        self.error: dict[str, tuple[str, str]] = {}
+        self.raised: dict[str, np.ndarray] = {}
 
     def nodes(self) -> list[str]:
         """Node names present, in call order."""
@@ -216,19 +221,20 @@ class LocalGraph:
         names = list(dict.fromkeys(name for name, _ in plan))
         chunks = chunk_grid(n, [(nodes[m].sample_chunk_size, nodes[m].num_actors) for m in names])
         records: dict[str, dict[str, np.ndarray]] = {}
+        out = LocalTrace(n)
         for name, method in plan:
             latent = name in self._estimators
             conds = call_conditions(self.graph, name, method, latent=latent, known=known)
             seeds = self._seqs[name].spawn(len(chunks))  # as DeployedGraph: one per chunk
             if method == "sample" or not latent:
-                record = self._simulate(name, conds, n, chunks, seeds)
+                record = self._simulate(name, conds, n, chunks, seeds, out)
             else:
                 record = self._estimate(name, method, conds, n, chunks, seeds)
             records.pop(name, None)
             records[name] = record
             known[name] = record["value"]
-        arrays = {flat_key(m, f): v for m, rec in records.items() for f, v in rec.items()}
-        return LocalTrace(n, arrays)
+        out.arrays = {flat_key(m, f): v for m, rec in records.items() for f, v in rec.items()}
+        return out
 
     def _simulate(
         self,
@@ -237,22 +243,31 @@ class LocalGraph:
         n: int,
         chunks: Sequence[int],
         seeds: Sequence[Any],
+        trace: LocalTrace,
     ) -> dict[str, np.ndarray]:
+        """As a node actor simulates (``on_error: skip`` included; counted in ``trace``)."""
         simulator = self._simulators[name]
         log_prob = getattr(simulator, "log_prob", None)
-        values, log_probs = [], []
+        attempts = []
         for (a, c), seq in zip(spans(chunks), seeds):
-            rng = np.random.Generator(np.random.PCG64(seed_sequence(seq)))
+            seq = seed_sequence(seq)
+            rng = np.random.Generator(np.random.PCG64(seq))
             parents = {p: rows_of(conds[p], a, c, n) for p in self.graph.nodes[name].parents}
-            value = call_simulator(name, simulator, c, parents, rng=rng)
-            values.append(value)
-            if callable(log_prob):
-                view = value.view()
-                view.flags.writeable = False
-                out = as_record(
-                    name, "log_prob", {"log_prob": log_prob(view)}, c, fields=("log_prob",)
-                )
-                log_probs.append(out["log_prob"])
+            on_error = self.graph.nodes[name].on_error
+            attempts.append(
+                simulate_or_skip(name, simulator, c, parents, rng=rng, seq=seq, on_error=on_error)
+            )
+        values, first = skipped_values(name, attempts)
+        if first is not None:
+            trace.raised[name] = np.concatenate([t.raised for t in attempts])
+            trace.errors[name], trace.error[name] = int(trace.raised[name].sum()), first
+        log_probs: list[np.ndarray] = []
+        for value in values if callable(log_prob) else ():
+            view = value.view()
+            view.flags.writeable = False
+            got = {"log_prob": log_prob(view)}  # type: ignore[misc]  # callable
+            out = as_record(name, "log_prob", got, len(value), fields=("log_prob",))
+            log_probs.append(out["log_prob"])
         record = {"value": _join(values)}
         if log_probs:
             record["log_prob"] = _join(log_probs)

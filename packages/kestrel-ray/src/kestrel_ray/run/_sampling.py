@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -45,6 +45,7 @@ from kestrel_core import (
     seed_sequence,
 )
 from kestrel_core._observe import ObservationWarning
+from kestrel_core._onerror import SkipLog
 from kestrel_core._run_folder import check_run_folder
 from kestrel_core._samplefiles import OBSERVED_MODES, observation_digest
 
@@ -78,7 +79,8 @@ class SampleResult:
         observation: the digest of the observations the draws are conditioned on (the name of
         their folder; ``None`` for prior samples). ray: whether the draws were made on Ray.
         batch: ``m`` when the call drew for m observations at once (arrays ``(m, n, *D)``,
-        see :mod:`._batch`); ``None`` for one observation.
+        see :mod:`._batch`); ``None`` for one observation. skipped: the samples whose
+        simulation raised (``on_error: skip``), dropped from the file (fewer than ``n`` rows).
     """
 
     path: str
@@ -89,6 +91,7 @@ class SampleResult:
     observation: str | None = None
     ray: bool = False
     batch: int | None = None
+    skipped: SkipLog = field(default_factory=SkipLog)
 
 
 def _check_mode(mode: str) -> None:
@@ -132,6 +135,7 @@ def draw_samples(
     entry: Any = None,
     observations: Mapping[str, Any] | None = None,
     batch: Batch | None = None,
+    skipped: SkipLog | None = None,
     *,
     findings: list[ObservationWarning] | None = None,
 ) -> dict[str, np.ndarray]:
@@ -147,6 +151,8 @@ def draw_samples(
         batch: m observations (:class:`~._batch.Batch`): ``n`` samples for each, batched.
         findings: for a batch, receives the estimators' observation findings, rows numbered
             by observation (``notes`` of :func:`~._batch.run_batch`).
+        skipped: the samples whose simulation raised (``on_error: skip``) are counted here and
+            dropped (fewer than ``n`` rows); not for a batch (rows stay, NaN-filled).
 
     Returns:
         node name → array ``(n, *D)`` (the node's values); ``(m, n, *D)`` for a batch.
@@ -176,8 +182,10 @@ def draw_samples(
         if nodes is None:
             nodes = select_nodes(dg, mode, trace.nodes(), entry)
         arrays = dg.to_arrays(trace, [flat_key(m, "value") for m in nodes])
+        keep = skipped.add(trace) if skipped is not None else None  # on_error: skip
         for m in nodes:
-            parts.setdefault(m, []).append(arrays[flat_key(m, "value")])
+            value = arrays[flat_key(m, "value")]
+            parts.setdefault(m, []).append(value if keep is None else np.asarray(value)[keep])
         done += rows
     return {m: (v[0] if len(v) == 1 else np.concatenate(v)) for m, v in parts.items()}
 
@@ -296,13 +304,25 @@ def sample_run(
     checked = bool(observed) and mode in OBSERVED_MODES
     rows = batch.each(config.graph.observations) if batch else None  # each observation's
     found = other_observation(run, config, observed or {}, bool(overrides), rows) if checked else []
+    skipped = SkipLog()
     with capture() as caught:  # the estimators' ObservationWarnings (in this process)
         if on_ray:
             seed, arrays = _draw_on_ray(
-                run.root, mode, n, seed, overrides, address, given, batch, findings=caught
+                run.root,
+                mode,
+                n,
+                seed,
+                overrides,
+                address,
+                given,
+                batch,
+                findings=caught,
+                skipped=skipped,
             )
         else:
-            seed, arrays = _draw_here(run, config, mode, n, seed, given, batch, findings=caught)
+            seed, arrays = _draw_here(
+                run, config, mode, n, seed, given, batch, skipped, findings=caught
+            )
     path = run.write_samples(mode, arrays, observations=observed, latest=batch is None)
     if checked:
         record(run, path, mode, observation_digest(observed or {}), found + caught)
@@ -318,6 +338,7 @@ def sample_run(
         observation_digest(observed) if observed else None,
         bool(on_ray),
         None if batch is None else batch.m,
+        skipped,
     )
 
 
@@ -329,6 +350,7 @@ def _draw_here(
     seed: int | None,
     observations: Mapping[str, np.ndarray],
     batch: Batch | None = None,
+    skipped: SkipLog | None = None,
     *,
     findings: list[ObservationWarning] | None = None,
 ) -> tuple[int, dict[str, np.ndarray]]:
@@ -339,7 +361,9 @@ def _draw_here(
     if mode != "prior":
         graph.load(run.graph, config.graph.latents)
     entry = config.sample[mode]
-    return seed, draw_samples(graph, mode, n, entry, observations, batch, findings=findings)
+    return seed, draw_samples(
+        graph, mode, n, entry, observations, batch, skipped, findings=findings
+    )
 
 
 def _draw_on_ray(
@@ -353,6 +377,7 @@ def _draw_on_ray(
     batch: Batch | None = None,
     *,
     findings: list[ObservationWarning] | None = None,
+    skipped: SkipLog | None = None,
 ) -> tuple[int, dict[str, np.ndarray]]:
     from ._session import RunSession
 
@@ -362,7 +387,7 @@ def _draw_on_ray(
         if mode != "prior":
             session.load_weights(dg, config.graph.latents)
         entry = config.sample[mode]
-        arrays = draw_samples(dg, mode, n, entry, observations, batch, findings=findings)
+        arrays = draw_samples(dg, mode, n, entry, observations, batch, skipped, findings=findings)
         if findings is not None and mode != "prior" and batch is None:  # the guards' findings
             findings.extend(status_findings(dg, config.graph.latents))
     return session.seed, arrays
