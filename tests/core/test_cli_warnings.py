@@ -41,18 +41,7 @@ def test_the_format_is_installed_only_while_the_command_runs_and_not_with_debug(
 
 
 def test_kestrel_simulate_prints_a_clean_warning_line(tmp_path):
-    cfg = tmp_path / "config.yml"
-    cfg.write_text(
-        "graph:\n"
-        "  theta:\n"
-        "    simulator: {_target_: kestrel_core.Product, priors: [[uniform, 0, 1]]}\n"
-        "  x:\n"
-        f"    simulator: {{_target_: {test_reproducible.__name__}.OwnRng}}\n"
-        "    parents: [theta]\n"
-        "  y:\n"
-        f"    simulator: {{_target_: {test_reproducible.__name__}.OwnRng}}\n"
-        "    parents: [theta]\n"
-    )
+    cfg = test_reproducible.own_rng_config(tmp_path, ("x", "y"))
     args = ["simulate", "-c", str(cfg), "-n", "3", "-o", str(tmp_path / "s.npz")]
     code = "import sys; from kestrel_core._cli import main; sys.exit(main(sys.argv[1:]))"
     done = subprocess.run(

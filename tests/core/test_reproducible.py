@@ -97,16 +97,22 @@ def test_a_node_with_dry_run_false_is_not_checked():
     assert CALLS["n"] == 0
 
 
-def test_kestrel_simulate_with_a_seed_warns_for_a_simulator_ignoring_its_rng(tmp_path, capsys):
-    cfg = tmp_path / "config.yml"
-    cfg.write_text(
+def own_rng_config(folder, nodes=("x",)):
+    """``folder/config.yml``: a uniform prior and one :class:`OwnRng` node per name."""
+    cfg = folder / "config.yml"
+    text = (
         "graph:\n"
         "  theta:\n"
         "    simulator: {_target_: kestrel_core.Product, priors: [[uniform, 0, 1]]}\n"
-        "  x:\n"
-        f"    simulator: {{_target_: {__name__}.OwnRng}}\n"
-        "    parents: [theta]\n"
     )
+    for node in nodes:
+        text += f"  {node}:\n    simulator: {{_target_: {__name__}.OwnRng}}\n    parents: [theta]\n"
+    cfg.write_text(text)
+    return cfg
+
+
+def test_kestrel_simulate_with_a_seed_warns_for_a_simulator_ignoring_its_rng(tmp_path, capsys):
+    cfg = own_rng_config(tmp_path)
     with pytest.warns(ReproducibilityWarning, match="node 'x'"):
         status = main(["simulate", "-c", str(cfg), "-n", "4", "-o", str(tmp_path / "s.npz")])
     assert status == 0
