@@ -15,7 +15,8 @@ simulator too expensive to call here) and its descendants are not dry-run. With
 Each simulator is also called once more (one sample, two at most) with a generator seeded as
 its dry-run call was: one whose output differs ignores its ``rng`` (``--seed`` would not
 reproduce a run) and gets a :class:`~kestrel_core._errors.ReproducibilityWarning`
-(:mod:`kestrel_core._reproducible`).
+(:mod:`kestrel_core._reproducible`). What a simulator prints here is not shown (it would
+print twice, here and on Ray) unless it raises: then its last lines precede the error.
 
 What the dry run found also fixes the run's key schema: :func:`expected_keys` turns its outputs
 (and the observations of nodes it did not run) into the per-sample shape of every key, which
@@ -27,7 +28,11 @@ Shape symbols: n draws, D a node's per-sample shape.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import sys
 import warnings
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -76,6 +81,21 @@ def _blame(node: Node, n: int, err: BaseException) -> str:
     )
 
 
+@contextlib.contextmanager
+def _quiet(keep: int = 50) -> Iterator[None]:
+    """What the simulator prints during the dry run is not shown (on Ray it goes to the node's
+    ``output.log``), unless it raises: then its last ``keep`` lines go to stderr first."""
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            yield
+    except BaseException:
+        lines = buffer.getvalue().splitlines()[-keep:]
+        if lines:
+            sys.stderr.write("\n".join(lines) + "\n")
+        raise
+
+
 def dry_run(
     graph: Graph,
     n: int = DRY_RUN_DRAWS,
@@ -122,9 +142,10 @@ def dry_run(
         parents = {p: values[p] for p in node.parents}
         rng = np.random.Generator(np.random.PCG64(child))
         try:
-            attempt = simulate_or_skip(
-                name, simulator, n, parents, rng=rng, seq=child, on_error=node.on_error
-            )
+            with _quiet():
+                attempt = simulate_or_skip(
+                    name, simulator, n, parents, rng=rng, seq=child, on_error=node.on_error
+                )
         except KestrelError as err:
             raise type(err)(
                 f"{err} (dry run of {node.simulator.target_name} on {n} prior draws, "
@@ -141,7 +162,9 @@ def dry_run(
         if problem:
             raise GraphError(problem)
         reference = None if attempt.raised.any() else attempt.value
-        if unreproducible(name, simulator, parents, child, reference):
+        with _quiet():
+            differs = unreproducible(name, simulator, parents, child, reference)
+        if differs:
             message = unreproducible_message(name, node.simulator.target_name)
             warnings.warn(ReproducibilityWarning(message), stacklevel=2)
         fields = {"value": attempt.value}

@@ -118,7 +118,7 @@ def launch(
             watch = LaunchWatch(reporter.update)  # also counts restarts, writes checkpoints
             # the stop handlers go in after ray.init, which installs its own SIGTERM handler
             t_ray = time.monotonic()
-            with session.ray(address, log), StopControl(timeout) as stop:
+            with session.ray(address, log, capture=True), StopControl(timeout) as stop:
                 launcher = Launcher(
                     session,
                     stop=stop,

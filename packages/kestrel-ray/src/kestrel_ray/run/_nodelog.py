@@ -4,6 +4,9 @@
 
 * every log record of level ``INFO`` and above (Kestrel's own loggers, the estimator's epoch
   lines, user code that logs), formatted, and
+* what the actor's code prints: ``sys.stdout`` and ``sys.stderr`` of the actor process (the
+  simulator's ``print``, Python warnings) are replaced by line-buffered writers whose lines
+  (``… INFO stdout: <line>``) join the log (:mod:`~kestrel_ray.run._actorio`), and
 * one row per finished epoch of the node's estimator (``epoch, walltime, train_loss,
   val_loss, best_val_loss, lr, samples_seen``),
 
@@ -13,8 +16,11 @@ appends to ``<graph>/<node>/output.log`` and ``metrics.csv`` (replica ``i > 0`` 
 multiplexed node: ``output.<i>.log``, ``metrics.<i>.csv``). No actor writes a file: on a
 cluster the actor's machine has its own disk, and the run directory lives with the driver.
 
-Warnings (level ``WARNING`` and above) also reach the driver's console through Ray's log
-forwarding. A row is recorded when the estimator logs (its training loop logs once per epoch)
+Log records of level ``WARNING`` and above also reach the driver's console: the sink prints
+them to its ``sys.stderr`` (``node x: WARNING …``). A launch turns Ray's own forwarding of the
+actors' output off (``log_to_driver=False``): a simulator printing 200 lines per call would
+flood the console, and all of it is in ``output.log``; a simulator's exception reaches the
+driver as the error of its call, as it did. A row is recorded when the estimator logs (its training loop logs once per epoch)
 and when ``train`` returns, whichever sees a new epoch counter first.
 """
 
@@ -32,6 +38,7 @@ from typing import Any
 import ray
 
 from .._wrapper import NodeWrapper
+from ._actorio import capture_prints
 
 __all__ = ["RunNodeWrapper", "NodeLogSink", "METRIC_COLUMNS"]
 
@@ -66,6 +73,8 @@ class _Collect(logging.Handler):
             return
         with self._owner._buffer_lock:
             self._owner._lines.append(line)
+            if record.levelno >= logging.WARNING:
+                self._owner._console.append(f"node {self._owner._name}: {line.split(' ', 2)[2]}")
         if record.name.startswith("kestrel"):
             self._owner._record_metrics()
 
@@ -83,6 +92,7 @@ class RunNodeWrapper(NodeWrapper):
             self._buffer_lock = threading.Lock()
             self._lines: collections.deque[str] = collections.deque(maxlen=MAX_PENDING_LINES)
             self._rows: list[list[str]] = []
+            self._console: collections.deque[str] = collections.deque(maxlen=1000)
 
     async def open_log(self) -> dict[str, Any]:
         """Start collecting this actor's log records and its estimator's metrics rows.
@@ -95,12 +105,8 @@ class RunNodeWrapper(NodeWrapper):
         root = logging.getLogger()
         for handler in self._handlers:
             root.removeHandler(handler)
-        to_console = logging.StreamHandler(sys.stderr)
-        to_console.setLevel(logging.WARNING)
-        to_console.setFormatter(
-            logging.Formatter(f"node {self._name}: %(levelname)s %(name)s: %(message)s")
-        )
-        handlers: list[logging.Handler] = [_Collect(self), to_console]
+        handlers: list[logging.Handler] = [_Collect(self)]
+        capture_prints(self._keep)
         if self._estimator is not None:
             self._last_epoch = int(self._estimator.status().get("epoch") or 0)
         for handler in handlers:
@@ -115,17 +121,24 @@ class RunNodeWrapper(NodeWrapper):
         )
         return {"replica": self._replica, "pid": os.getpid(), "node_id": node_id}
 
+    def _keep(self, lines: list[str]) -> None:
+        self._buffers()
+        with self._buffer_lock:
+            self._lines.extend(lines)
+
     async def drain(self) -> dict[str, Any]:
         """The log lines and metrics rows recorded since the last call (then forgotten).
 
         Returns:
-            ``{"log": [line, …], "metrics": [[field, …], …]}``.
+            ``{"log": [line, …], "metrics": [[field, …], …], "console": [line, …]}``
+            (``console``: the ``WARNING`` records, for the driver's console).
         """
         self._buffers()
         with self._buffer_lock:
             lines, self._lines = self._lines, collections.deque(maxlen=MAX_PENDING_LINES)
             rows, self._rows = self._rows, []
-        return {"log": list(lines), "metrics": rows}
+            console, self._console = self._console, collections.deque(maxlen=1000)
+        return {"log": list(lines), "metrics": rows, "console": list(console)}
 
     async def load_bytes(self, data: bytes, source: str = "checkpoint bytes") -> None:
         """Load the estimator (see :meth:`NodeWrapper.load_bytes`); metrics continue its epochs."""
@@ -243,6 +256,8 @@ class NodeLogSink:
                     del self._pending[name, i]  # the actor is gone
                     continue
                 del self._pending[name, i]
+                for line in got.get("console", ()):
+                    print(line, file=sys.stderr, flush=True)
                 if got["log"]:
                     with open(self._path(name, "output", i, "log"), "a", encoding="utf-8") as fh:
                         fh.write("\n".join(got["log"]) + "\n")

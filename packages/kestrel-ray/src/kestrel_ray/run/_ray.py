@@ -29,6 +29,7 @@ def ray_for_run(
     *,
     imports: Sequence[str] = (),
     run_dir: str | None = None,
+    log_to_driver: bool = True,
 ) -> Iterator[bool]:
     """Ray for the duration of a run; yields whether this run started it.
 
@@ -42,6 +43,9 @@ def ray_for_run(
         log: where to note what happened.
         imports: the config's ``paths.imports`` (the first is the config's folder).
         run_dir: the run directory (never shipped).
+        log_to_driver: Ray's forwarding of the actors' stdout and stderr to this process (a
+            launch, whose actors' output goes to their ``output.log``, turns it off; the
+            config's ``ray.log_to_driver`` has the last word).
 
     Raises:
         ClusterError: Ray could not be joined (see :func:`~kestrel_ray.init_ray`).
@@ -50,6 +54,7 @@ def ray_for_run(
     source = "--address" if address else "ray.address (config)"
     address = address or kwargs.pop("address", None)
     kwargs.pop("address", None)
+    kwargs.setdefault("log_to_driver", log_to_driver)
     started = not ray.is_initialized()
     if started:
         if address or os.environ.get("RAY_ADDRESS"):

@@ -290,11 +290,17 @@ class RunSession:
 
     # -- Ray and the actors --------------------------------------------------------------------
     def ray(
-        self, address: str | None = None, log: logging.Logger | None = None
+        self, address: str | None = None, log: logging.Logger | None = None, *, capture=False
     ) -> contextlib.AbstractContextManager[bool]:
-        """Ray for the command (see :func:`ray_for_run`, with the config's ``ray`` section)."""
+        """Ray for the command (see :func:`ray_for_run`, with the config's ``ray`` section);
+        ``capture``: the actors' output goes to their ``output.log``, not to this terminal."""
         return ray_for_run(
-            address, self.config.ray, log, imports=self.config.paths.imports, run_dir=self.run.root
+            address,
+            self.config.ray,
+            log,
+            imports=self.config.paths.imports,
+            run_dir=self.run.root,
+            log_to_driver=not capture,
         )
 
     @contextlib.contextmanager
