@@ -7,8 +7,10 @@ import logging
 import re
 import sys
 import time
+import warnings
 
 import numpy as np
+import pytest
 
 from kestrel_ray import launch
 
@@ -26,9 +28,11 @@ class Chatty:
             print(f"chatty line {i} of a batch of {n}")
         print("progress 10%\rprogress 100%", file=sys.stderr)
         logging.getLogger("model").warning("chatty warns once per call")
+        warnings.warn("chatty's Python warning", UserWarning, stacklevel=1)
         return z + 0.05 * rng.standard_normal(z.shape)
 
 
+@pytest.mark.filterwarnings("default:chatty's Python warning")  # in the driver's dry run
 def test_a_simulators_prints_go_to_its_output_log_not_the_driver(tmp_path, capfd, no_leaked_actors):
     cfg = toy(tmp_path, x=f"{__name__}.Chatty")
     launch(cfg, tmp_path / "run", seed=1, progress=False)
@@ -36,6 +40,9 @@ def test_a_simulators_prints_go_to_its_output_log_not_the_driver(tmp_path, capfd
     out, err = capfd.readouterr()
     assert "chatty line" not in out + err and "pid=" not in out + err
     assert "node x: WARNING model: chatty warns once per call" in err  # the actors' warnings
+    # a Python warning too, as one line (no file path, no source line)
+    assert "node x: WARNING py.warnings: UserWarning: chatty's Python warning" in err
+    assert "warnings.warn(" not in err
     log = (tmp_path / "run" / "graph" / "x" / "output.log").read_text()
     calls = log.count(f"INFO stdout: chatty line {LINES - 1} of a batch")
     assert calls >= 1 and log.count("INFO stdout: chatty line 0 of a batch") == calls

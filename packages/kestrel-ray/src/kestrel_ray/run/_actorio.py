@@ -10,17 +10,24 @@ line to the node's log buffer as ``<time> INFO stdout: <line>`` (``stderr`` like
 A carriage return keeps only what follows it (a progress bar redrawn in place becomes its last
 state when the line ends); a line longer than :data:`MAX_LINE` characters is cut into parts.
 Output written to the file descriptors directly (C code, a subprocess) is not seen here.
+
+A Python warning is no print: :func:`capture_warnings` makes it a ``WARNING`` record of the
+``py.warnings`` logger, ``<Category>: <message>``, which goes to ``output.log`` and, as every
+``WARNING`` record of a node actor, to the driver's console.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
+from typing import Any, TextIO
 
-__all__ = ["LineWriter", "capture_prints", "MAX_LINE"]
+__all__ = ["LineWriter", "capture_prints", "capture_warnings", "MAX_LINE"]
 
 #: characters of an unfinished line kept before it is handed on as it is
 MAX_LINE = 10_000
@@ -99,3 +106,23 @@ def capture_prints(keep: Callable[[list[str]], None]) -> None:
             current._keep = keep
         else:
             setattr(sys, name, LineWriter(keep, name))
+
+
+def _log_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: TextIO | None = None,
+    line: str | None = None,
+) -> None:
+    logging.getLogger("py.warnings").warning("%s: %s", category.__name__, message)
+
+
+def capture_warnings() -> Any:
+    """Show this (actor) process's Python warnings as ``WARNING`` records of the
+    ``py.warnings`` logger (one line, ``<Category>: <message>``, no file path or source line);
+    returns the ``warnings.showwarning`` it replaced."""
+    previous = warnings.showwarning
+    warnings.showwarning = _log_warning
+    return previous

@@ -38,7 +38,7 @@ from typing import Any
 import ray
 
 from .._wrapper import NodeWrapper
-from ._actorio import capture_prints
+from ._actorio import capture_prints, capture_warnings
 
 __all__ = ["RunNodeWrapper", "NodeLogSink", "METRIC_COLUMNS"]
 
@@ -107,6 +107,7 @@ class RunNodeWrapper(NodeWrapper):
             root.removeHandler(handler)
         handlers: list[logging.Handler] = [_Collect(self)]
         capture_prints(self._keep)
+        capture_warnings()
         if self._estimator is not None:
             self._last_epoch = int(self._estimator.status().get("epoch") or 0)
         for handler in handlers:
