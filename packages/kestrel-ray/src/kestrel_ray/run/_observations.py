@@ -64,13 +64,17 @@ def given_observations(graph: Graph, mode: str, given: Any) -> dict[str, np.ndar
     if given is None:
         return {}
     if mode not in OBSERVED_MODES:
-        raise ConfigError(f"{mode} samples do not depend on an observation; drop --observation")
+        raise ConfigError(
+            f"{mode} samples do not depend on an observation; drop --observation "
+            "(observation= from Python)"
+        )
     own = graph.observations
     if not isinstance(given, Mapping):
         if len(own) != 1:
             raise ConfigError(
                 f"--observation: the graph observes {len(own)} nodes ({', '.join(own) or 'none'}); "
-                "name the node: --observation NODE=FILE[:key]"
+                "name the node: --observation NODE=FILE[:key] (from Python: "
+                "observation={'NODE': array or file, …})"
             )
         given = {next(iter(own)): given}
     out = {}
