@@ -47,7 +47,7 @@ class Finding:
         row: for a batch of observations (conditions made of runs of identical rows, as
             batched sampling gives), the observation's index among the call's runs; ``None``
             for a broadcast observation. A batch drawn in several calls is numbered again by
-            observation index by its caller (``kestrel_ray.run._guards.renumber``).
+            observation index by its caller (``kestrel_ray.run._guard_rows.renumber``).
     """
 
     kind: str

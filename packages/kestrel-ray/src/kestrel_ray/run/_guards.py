@@ -15,7 +15,7 @@ Two sources of findings (JSON-ready dicts with ``node`` and ``kind``):
   reports (on Ray, :func:`status_findings`).
 
 A batched call (``(m, *D)`` observations, :mod:`._batch`) is checked per observation: the
-findings carry ``row``, the observation's index among the ``m`` (:func:`renumber`: the
+findings carry ``row``, the observation's index among the ``m`` (:mod:`._guard_rows`: the
 estimators number the observations of one graph call), and the warnings name the rows.
 
 Each is an :class:`~kestrel_core._observe.ObservationWarning` carrying its findings.
@@ -31,7 +31,6 @@ import contextlib
 import dataclasses
 import json
 import os
-import re
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TextIO
@@ -43,6 +42,7 @@ from kestrel_core._files import write_atomic
 from kestrel_core._observe import ObservationWarning
 from kestrel_core._samplefiles import observation_digest
 
+from ._guard_rows import merge_rows, renumber, rows_text, unique_findings
 from ._rundir import RunDir
 
 __all__ = [
@@ -185,49 +185,6 @@ def other_observation(
     return [ObservationWarning(_message(focused, run_digest, where), found)]
 
 
-def rows_text(rows: Sequence[int], shown: int = 10) -> str:
-    """``"observation row 3"``, ``"observation rows 0, 1, 2"`` (the first ``shown``, then a
-    count)."""
-    more = f" and {len(rows) - shown} more" if len(rows) > shown else ""
-    listed = ", ".join(str(i) for i in rows[:shown])
-    return f"observation row{'s' if len(rows) > 1 else ''} {listed}{more}"
-
-
-_ROW = re.compile(r"observation row (\d+)")
-_NODE = re.compile(r"^nodes? '[^']*'(?:, '[^']*')*: ")
-_ROWS = re.compile(r"observation rows? \d+(?:, \d+)*(?: and \d+ more)?")
-
-
-def renumber(note: ObservationWarning, runs: Sequence[Sequence[int]]) -> ObservationWarning:
-    """A batched call's warning with its rows numbered by observation index.
-
-    The estimators' guards number the observations of one graph call (its runs of identical
-    rows of conditions, :mod:`kestrel_torch._guards`); a batch is drawn in several calls
-    (:mod:`._batch`). ``runs[r]`` are the observations that run ``r`` of the call holds
-    (several when consecutive observations are equal): each finding with ``row: r`` becomes one
-    per observation, and ``observation row r`` in the message names them.
-    """
-
-    def of(r: int) -> list[int]:
-        return list(runs[r]) if 0 <= r < len(runs) else [r]
-
-    message = str(note)
-    rows = [f.get("row") for f in note.findings]
-    if len(runs) == 1 and rows and all(r is None for r in rows):
-        # a call of one row of conditions: its observation is checked as a broadcast one
-        message = _NODE.sub(lambda match: f"{match.group(0)}observation row 0: ", message, 1)
-        note = ObservationWarning(message, [{**f, "row": 0} for f in note.findings])
-    found: list[dict[str, Any]] = []
-    for f in note.findings:
-        row = f.get("row")
-        if isinstance(row, int) and not isinstance(row, bool):
-            found += [{**f, "row": i} for i in of(row)]
-        else:
-            found.append(f)
-    message = _ROW.sub(lambda match: rows_text(of(int(match.group(1)))), message)
-    return ObservationWarning(message, found)
-
-
 def _digest(value: Any) -> str:
     return observation_digest({"_": value})
 
@@ -279,29 +236,6 @@ def capture() -> Iterator[list[ObservationWarning]]:
         yield caught
 
 
-def merge_rows(notes: Sequence[ObservationWarning]) -> list[ObservationWarning]:
-    """One warning per message that differs only in the observation rows it names (a batch's
-    equal observations seen in several calls): the rows and findings of each joined."""
-    out: list[ObservationWarning] = []
-    groups: dict[str, list[ObservationWarning]] = {}
-    for note in notes:
-        text = str(note)
-        if len(_ROWS.findall(text)) != 1:
-            out.append(note)
-            continue
-        key = _ROWS.sub("\0", text)
-        if key not in groups:
-            groups[key] = []
-            out.append(note)  # a placeholder, replaced below
-        groups[key].append(note)
-    for key, same in groups.items():
-        found = _unique([f for note in same for f in note.findings])
-        rows = sorted({f["row"] for f in found if isinstance(f.get("row"), int)})
-        joined = ObservationWarning(key.replace("\0", rows_text(rows)), found)
-        out[out.index(same[0])] = joined if rows else same[0]
-    return out
-
-
 def status_findings(
     dg: Any, nodes: Sequence[str], known: Sequence[ObservationWarning] = ()
 ) -> list[ObservationWarning]:
@@ -341,16 +275,6 @@ def status_findings(
     return out
 
 
-def _unique(found: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    out, seen = [], set()
-    for f in found:
-        key = json.dumps(f, sort_keys=True, default=str)
-        if key not in seen:
-            seen.add(key)
-            out.append(dict(f))
-    return out
-
-
 def record(
     run: RunDir,
     path: str,
@@ -374,7 +298,7 @@ def record(
     Returns:
         The findings, duplicates removed.
     """
-    found = _unique([f for note in notes for f in note.findings])
+    found = unique_findings([f for note in notes for f in note.findings])
     key = f"{mode}/{digest}" if digest else mode
     status = run.read_status()
     entries = dict(status.get(STATUS_KEY) or {})
