@@ -343,3 +343,13 @@ def test_finite_rows_requires_aligned_keys():
         ShapeError, match=r"'x\.value' does not line up(.|\n)*theta\.value +\(4, 2\)"
     ):
         finite_rows({"theta.value": np.zeros((4, 2)), "x.value": np.zeros((3,))})
+
+
+def test_finite_rows_of_an_empty_chunk_and_of_scalar_samples():
+    from kestrel_core._boundary import finite_rows
+
+    assert finite_rows({"x": np.zeros((0, 2))}).shape == (0,)
+    assert finite_rows({"x": np.array([1.0, np.nan]), "k": np.array([1, 2])}).tolist() == [
+        True,
+        False,
+    ]

@@ -354,6 +354,6 @@ def finite_rows(trace: Mapping[str, Any]) -> np.ndarray:
             )
         rows = np.ones(arr.shape[0], dtype=bool)
         if arr.dtype.kind in "fc":
-            rows = np.isfinite(arr.reshape(arr.shape[0], -1)).all(axis=1)
+            rows = np.isfinite(arr).all(axis=tuple(range(1, arr.ndim)))  # (0, D) too
         ok = rows if ok is None else ok & rows
     return np.ones(0, dtype=bool) if ok is None else ok

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ._blame import attach_user_traceback, attached_traceback, user_traceback
-from ._boundary import call_simulator
+from ._boundary import call_simulator, finite_rows
 from ._errors import KestrelError, ShapeError, SimulatorError
 
 __all__ = [
@@ -189,15 +189,16 @@ def raised_rows(raised: Mapping[str, np.ndarray], n: int) -> np.ndarray:
 def nonfinite_counts(arrays: Mapping[str, np.ndarray], lead: int = 1) -> dict[str, int]:
     """node → number of its samples holding a NaN or ±inf (arrays ``(*L, *D)``, ``lead`` = len L).
 
-    Only float and complex arrays are looked at; nodes without such a sample are left out.
+    The per-sample test is the boundary's (:func:`~kestrel_core._boundary.finite_rows`: only
+    float and complex values can be non-finite); nodes without such a sample are left out.
     """
     out: dict[str, int] = {}
     for name, a in arrays.items():
         a = np.asarray(a)
-        if a.dtype.kind not in "fc" or a.ndim < lead:
+        if a.ndim < lead:
             continue
-        rows = a.reshape(int(np.prod(a.shape[:lead], dtype=np.int64)), -1)
-        count = int((~np.isfinite(rows)).any(axis=1).sum()) if rows.size else 0
+        rows = a.reshape(int(np.prod(a.shape[:lead], dtype=np.int64)), *a.shape[lead:])
+        count = int((~finite_rows({name: rows})).sum()) if rows.ndim else 0
         if count:
             out[name] = count
     return out
