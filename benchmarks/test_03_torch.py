@@ -193,7 +193,7 @@ def test_fill_baseline(benchmark, n, device, how):
 @pytest.mark.parametrize("n", SIZES, ids=N_IDS)
 def test_fill_kestrel(benchmark, n, device):
     skip_without_cuda(device)
-    from kestrel_torch._staging import HostToDevice
+    from kestrel_torch.data._staging import HostToDevice
 
     label(
         benchmark,

@@ -1,6 +1,6 @@
 """Expensive simulators: 20 ms of CPU per sample on 2 replicas while a flow trains.
 
-Group ``simulators`` (measured, not gated): two launches (``kestrel_ray.launch``, the session's
+Group ``simulators`` (measured, not gated): two launches (``kestrel.launch``, the session's
 Ray) of one graph — θ ~ U(−1, 1)², x = θ + 0.1·ε from :class:`kestrel_bench.BusySimulator`
 with ``num_actors: 2``, a FlowPosterior on θ trained for a fixed number of epochs:
 
@@ -69,7 +69,7 @@ def launch_profile(tmp: Path, name: str, ms: float, resimulate: bool) -> dict[st
     """Launch the config into ``tmp/name``; its ``profile.json``."""
     import numpy as np
 
-    from kestrel_ray import launch
+    from kestrel import launch
 
     folder = tmp / name
     folder.mkdir()

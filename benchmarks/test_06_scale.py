@@ -219,7 +219,7 @@ def test_fill_baseline(benchmark, n, how):
 
 @pytest.mark.parametrize("n", SCALE_SIZES, ids=N_IDS)
 def test_fill_kestrel(benchmark, n):
-    from kestrel_torch._staging import HostToDevice
+    from kestrel_torch.data._staging import HostToDevice
 
     label(benchmark, "fill", KESTREL, n, path="HostToDevice.copy + wait (loader background)")
     arrays = _data(n)

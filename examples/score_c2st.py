@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def launch_task(args: argparse.Namespace, run_dir: str) -> str:
     """Launch the task into ``run_dir``; a one-line summary of the launch."""
-    from kestrel_ray import launch
+    from kestrel import launch
 
     result = launch(
         HERE / args.task / args.config,

@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def demo(args: argparse.Namespace, run_dir: str, temporary: bool = False) -> int:
     """Launch into ``run_dir``, print the comparison table; the exit status."""
-    from kestrel_ray import launch
+    from kestrel import launch
 
     result = launch(
         HERE / "config.yml", run_dir, overrides=args.overrides, seed=args.seed, timeout=args.timeout

@@ -346,7 +346,7 @@ def test_finite_rows_requires_aligned_keys():
 
 
 def test_finite_rows_of_an_empty_chunk_and_of_scalar_samples():
-    from kestrel_core._boundary import finite_rows
+    from kestrel_core.execute._boundary import finite_rows
 
     assert finite_rows({"x": np.zeros((0, 2))}).shape == (0,)
     assert finite_rows({"x": np.array([1.0, np.nan]), "k": np.array([1, 2])}).tolist() == [

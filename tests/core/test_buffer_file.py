@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kestrel_core import BlockMeta, InMemoryStore, Status, StoreError
-from kestrel_core._store import (
+from kestrel_core.store import (
     BUFFER_FILE,
     read_buffer_file,
     take_snapshot,

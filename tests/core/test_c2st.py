@@ -84,7 +84,7 @@ def test_kestrel_core_imports_without_scikit_learn():
 
 def test_the_early_stopping_variant_scores_like_the_benchmark_and_is_sbis_classifier(monkeypatch):
     _sklearn()
-    import kestrel_core._c2st as module
+    import kestrel_core.diagnostics._c2st as module
 
     rng = np.random.default_rng(2)
     reference, shifted = rng.normal(size=(1000, 2)), rng.normal(size=(1000, 2)) + [1.0, 0.0]

@@ -1,4 +1,4 @@
-"""Calibration figures (kestrel_core._calibration): SBC ranks, HPD coverage, TARP, verdict.
+"""Calibration figures (kestrel_core.diagnostics._calibration): SBC ranks, HPD coverage, TARP, verdict.
 
 A conjugate Gaussian model with a known posterior: θ ~ N(0, 1) per component,
 x = θ + N(0, s²); the posterior is N(x / (1 + s²), s² / (1 + s²)). Draws from it are
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kestrel_core import ShapeError
-from kestrel_core._calibration import (
+from kestrel_core.diagnostics._calibration import (
     LEVELS,
     binomial_band,
     calibration_report,
@@ -141,16 +141,6 @@ def test_shapes_that_do_not_pair_up_are_refused():
         binomial_band(0)
 
 
-def test_figure(tmp_path):
-    pytest.importorskip("matplotlib")
-    from kestrel_core._calibration_plot import calibration_figure
-
-    report = calibration_report(*gaussian_case(0.6, m=80, draws=50))
-    path = calibration_figure(report, tmp_path / "checks" / "calibration.png")
-    assert (tmp_path / "checks" / "calibration.png").stat().st_size > 10_000
-    assert path.endswith("calibration.png")
-
-
 def test_a_fixed_component_is_left_out_of_ranks_and_tarp(tmp_path):
     # a `fixed` prior entry: one constant in every truth and draw, no density of its own
     theta, samples, lp_truth, lp_draws = gaussian_case(1.0, m=200, draws=100)
@@ -175,8 +165,8 @@ def test_a_fixed_component_is_left_out_of_ranks_and_tarp(tmp_path):
     varying[0, 0, 1] = 2.5
     report = calibration_report(np.insert(theta, 1, 2.0, axis=1), varying, lp_truth, lp_draws)
     assert report["fixed"] == [] and len(report["ranks"]["names"]) == 3
-    if importlib.util.find_spec("matplotlib") is not None:
-        from kestrel_core._calibration_plot import calibration_figure
+    if all(importlib.util.find_spec(m) for m in ("matplotlib", "kestrel")):
+        from kestrel.check._figure import calibration_figure
 
         calibration_figure(with_fixed, tmp_path / "calibration.png")
         assert (tmp_path / "calibration.png").stat().st_size > 10_000

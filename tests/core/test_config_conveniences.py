@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kestrel_core import ConfigError, MultivariateNormal, OutOfSupportError, Product, load_config
-from kestrel_core._resolvers import calc
+from kestrel_core.config._resolvers import calc
 
 
 def _graph(priors):

@@ -79,7 +79,7 @@ def graph(packages: dict[str, Path] = PACKAGES) -> dict[str, set[str]]:
 
 def test_the_three_packages_have_no_import_cycle():
     deps = graph()
-    assert {"kestrel_core._store", "kestrel_ray", "kestrel_torch"} <= set(
+    assert {"kestrel_core.store", "kestrel_ray", "kestrel_torch"} <= set(
         deps
     )  # the files were found
     try:

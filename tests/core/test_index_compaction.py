@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import kestrel_core._store._index as index_module
+import kestrel_core.store._index as index_module
 from kestrel_core import BlockIndex, Status, rotate
 
 LIVE_CODES = [int(Status.VALIDATION), int(Status.TRAINING), int(Status.DISFAVOURED)]

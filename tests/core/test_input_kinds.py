@@ -3,27 +3,20 @@
 Complex arrays (their imaginary part would be dropped later, silently), masked arrays with
 masked entries (numpy would hand on the values under the mask) and observation files numpy
 cannot read as numbers are refused at the boundary with the node named — observations from
-files, in-memory observations, simulator and estimator outputs alike. Observations equal in
-value have one digest, whatever dtype they come in.
+files, in-memory observations, simulator and estimator outputs alike. (That observations equal
+in value have one digest, whatever dtype, is the application's: ``tests/app/test_input_kinds.py``.)
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
 import pytest
 
 from kestrel_core import ConfigError, Graph, OutputTypeError, call_simulator, load_observation
-from kestrel_core._boundary import as_record
-from kestrel_core._inputs import as_input
-from kestrel_core._samplefiles import (
-    OBSERVATION_FILE,
-    observation_digest,
-    sample_folder,
-    write_sample_file,
-)
+from kestrel_core.execute._boundary import as_record
+from kestrel_core.graph._inputs import as_input
 
 X = np.array([1.0, -2.0, 3.0])
 
@@ -136,48 +129,3 @@ def test_k24_a_text_file_named_npy_is_not_called_an_object_array(tmp_path, name)
     text = str(err.value)
     assert "not a numpy" in text and "numpy.loadtxt" in text and "\n" not in text
     assert "Python objects" not in text
-
-
-# -- digests ------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "dtype", [np.int64, np.int8, np.float16, np.float32, ">f8", ">i4", np.uint8], ids=str
-)
-def test_k36_observation_digest_does_not_depend_on_dtype(dtype):
-    values = np.array([1, 2, 3]) if np.dtype(dtype).kind == "u" else X
-    native = observation_digest({"x": values.astype(np.float64)})
-    assert observation_digest({"x": values.astype(dtype)}) == native
-
-
-def test_k36_float64_observation_digests_are_unchanged():
-    def before(observations):  # the digest as it was computed before dtypes were normalised
-        sha = hashlib.sha256()
-        for name in sorted(observations):
-            arr = np.ascontiguousarray(observations[name])
-            header = f"{name}\0{arr.dtype.str}\0{arr.shape}\0".encode()
-            sha.update(len(header).to_bytes(8, "little") + header)
-            sha.update(arr.tobytes())
-        return sha.hexdigest()[:12]
-
-    rng = np.random.default_rng(0)
-    for obs in [{"x": X}, {"x": rng.normal(size=(2, 3)), "y": np.array(0.5)}]:
-        assert observation_digest(obs) == before(obs)
-    assert observation_digest({"x": X}) == "f194b0362eeb"
-
-
-def test_k36_equal_observations_share_one_folder(tmp_path):
-    samples = str(tmp_path)
-    arrays = {"z": np.zeros((2, 3))}
-    first = write_sample_file(samples, "posterior", arrays, {"x": X.astype(np.int32)})
-    second = write_sample_file(samples, "posterior", arrays, {"x": X})
-    assert (
-        os.path.dirname(first)
-        == os.path.dirname(second)
-        == sample_folder(samples, "posterior", {"x": X})
-    )
-    saved = np.load(os.path.join(os.path.dirname(first), OBSERVATION_FILE))["x"]
-    assert saved.dtype == np.float64 and saved.tolist() == X.tolist()
-    assert observation_digest({"x": np.array([2**62 + 1, 0])}) != observation_digest(
-        {"x": np.array([2**62, 0])}
-    )  # an int float64 cannot hold keeps its dtype

@@ -11,7 +11,7 @@ import pytest
 
 from kestrel_core import Graph, SimulatorError, Spec, call_simulator, sample_forward
 from kestrel_core._errors import InputWriteError
-from kestrel_core._inputs import as_input
+from kestrel_core.graph._inputs import as_input
 
 from . import graph_models as gm
 

@@ -1,4 +1,4 @@
-"""The buffer journal's file format (kestrel_core._store._journal): write, read back, trim, and
+"""The buffer journal's file format (kestrel_core.store._journal): write, read back, trim, and
 files a killed writer leaves behind (issue 11: a killed store or driver loses no row)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kestrel_core import StoreError
-from kestrel_core._store import (
+from kestrel_core.store import (
     journal_files,
     read_journal_file,
     trim_journal,

@@ -1,7 +1,7 @@
 """kestrel_core never imports ray or torch, nor pytest (checked in a fresh interpreter).
 
-(The ``kestrel`` command itself loads the ``kestrel.commands`` plugins of installed layer
-packages; what those import is their business, so the parser is not built here.)
+(The ``kestrel`` command lives in the application package, ``kestrel``:
+``tests/app/test_layering.py`` checks what it imports.)
 """
 
 import subprocess
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = f"""
 import sys
 import kestrel_core
-from kestrel_core import _cli, load_config, sample_forward
+from kestrel_core import load_config, sample_forward
 cfg = load_config({str(ROOT / "examples" / "05_linear_regression" / "config.yml")!r})
 trace = sample_forward(cfg.graph, 4, seed=0)
 assert trace["x.value"].shape == (4, 1000)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kestrel_core import Graph, ShapeError, sample_forward
-from kestrel_core._observe import fit_given_observation
+from kestrel_core.graph._observe import fit_given_observation
 
 X = np.array([1.0, -2.0, 3.0])
 PRIOR = {"_target_": "kestrel_core.Product", "priors": [["uniform", -1, 1]] * 3}

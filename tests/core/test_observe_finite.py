@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kestrel_core import ConfigError, Graph, Product, check_observation, load_config
-from kestrel_core._observe import check_finite_observation, first_nonfinite
+from kestrel_core.graph._observe import check_finite_observation, first_nonfinite
 
 from .test_config import BASE, write_run
 

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from kestrel_core import ConfigError, KestrelError, Product, ShapeError, prior_from_spec
-from kestrel_core._boundary import call_simulator
 from kestrel_core._errors import OutOfSupportError
-from kestrel_core._special import Z_MAX, ndtr, ndtri
+from kestrel_core.execute._boundary import call_simulator
+from kestrel_core.priors._special import Z_MAX, ndtr, ndtri
 
 ENTRIES = {
     "uniform": ["uniform", -3.0, 5.0],

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kestrel_core import StoreError
-from kestrel_core._store import BlockRead, Checkout, read_checkout, read_groups
+from kestrel_core.store import BlockRead, Checkout, read_checkout, read_groups
 
 
 def checkout_of(blocks, rows=None):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kestrel_core import ConfigError, instantiate
-from kestrel_core._instantiate import import_target
+from kestrel_core.config._instantiate import import_target
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
 #: (file, call) pairs allowed to unpickle: the driver's own node blob, sent in memory
@@ -73,7 +73,7 @@ def test_nothing_from_a_run_directory_or_snapshot_is_unpickled():
 
 
 def test_a_pickled_array_in_a_snapshot_is_refused(tmp_path):
-    from kestrel_core._npz import save_npz
+    from kestrel_core.files._npz import save_npz
 
     np.save(tmp_path / "evil.npy", np.array([object()], dtype=object), allow_pickle=True)
     with pytest.raises(ValueError, match="pickle"):

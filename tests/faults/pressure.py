@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
-    from kestrel_ray import launch
+    from kestrel import launch
 
     folder = Path(args.run_dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """The soak: a launch whose store evicts all the time, its memory read every few seconds.
 
-Issue 11 item 2. A real ``kestrel_ray.launch`` (the loop users run) of tiny samples, with a
+Issue 11 item 2. A real ``kestrel.launch`` (the loop users run) of tiny samples, with a
 ``simulate_count`` as large as ``max_samples``: every round's append turns the whole training
 set into TOMBSTONE rows and frees the blocks behind them, so the object store evicts
 continuously.
@@ -356,7 +356,7 @@ def journal_bounded(readings: list[Reading]) -> bool:
     least every two checkpoint intervals) and to a floor at most half the middle third's peak
     (files a trim left behind would raise the floor). A soak shorter than six checkpoint
     intervals has too few teeth to tell: not checked (the size is still reported)."""
-    from kestrel_ray.run._checkpoint import CHECKPOINT_EVERY
+    from kestrel.persist._checkpoint import CHECKPOINT_EVERY
 
     if not readings or readings[-1].t < 6 * CHECKPOINT_EVERY:
         return True
@@ -421,7 +421,7 @@ def run_soak(
 
     Ray must be running in this process (the launch uses it).
     """
-    from kestrel_ray import launch
+    from kestrel import launch
 
     folder = Path(run_dir)
     folder.mkdir(parents=True, exist_ok=True)

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 import ray
 
+import kestrel.persist._checkpoint as _checkpoint
+from kestrel import launch
 from kestrel_core import KestrelError
-from kestrel_core._store import read_buffer_file
-from kestrel_ray import launch
-from kestrel_ray._store_handle import StoreHandle
-from kestrel_ray.run import _checkpoint
+from kestrel_core.store import read_buffer_file
+from kestrel_ray.store._handle import StoreHandle
 
 from .faultkit import (
     FOREVER,
@@ -105,7 +105,7 @@ def saved_epoch(run) -> int:
 
 def weights_epoch(run) -> int:
     """The epoch count inside the node's saved weights (``estimator.pt``)."""
-    from kestrel_torch._checkpoint import from_bytes, read_checkpoint
+    from kestrel_torch.checkpoint._state import from_bytes, read_checkpoint
 
     payload = from_bytes(read_checkpoint(run / "graph" / "z" / "estimator.pt"), "cpu")
     return int(payload["total_epochs"])

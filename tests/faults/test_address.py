@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-import kestrel_ray._init
+import kestrel_ray.cluster._start
 from kestrel_ray._errors import ClusterError
-from kestrel_ray._init import check_address
+from kestrel_ray.cluster._start import check_address
 
 pytestmark = pytest.mark.faults
 
@@ -50,7 +50,7 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 @pytest.mark.parametrize("server", ["silent_port", "http_port"])
 def test_k26_a_port_that_is_not_a_ray_head_is_refused_in_one_line(server, request, monkeypatch):
-    monkeypatch.setattr(kestrel_ray._init, "CONNECT_TIMEOUT", 1.0)  # 5 s by default
+    monkeypatch.setattr(kestrel_ray.cluster._start, "CONNECT_TIMEOUT", 1.0)  # 5 s by default
     address = f"127.0.0.1:{request.getfixturevalue(server)}"
     start = time.monotonic()
     with pytest.raises(ClusterError) as info:

@@ -1,9 +1,9 @@
 """``kill -9`` of the driver while it trains (issue 11, item 1).
 
 SIGKILL cannot be caught: nothing is saved at that moment. What the run keeps is its last
-checkpoint (:mod:`kestrel_ray.run._checkpoint`: the whole buffer and the improved weights,
+checkpoint (:mod:`kestrel.persist._checkpoint`: the whole buffer and the improved weights,
 written atomically about once a minute — every 0.5 s here) and the journal of every append
-since (``RUN/buffer/journal/``, :mod:`kestrel_ray.run._journal`), and ``kestrel launch -o RUN``
+since (``RUN/buffer/journal/``, :mod:`kestrel.persist._journal`), and ``kestrel launch -o RUN``
 continues from them: the buffer put back with its ids and statuses, the journal's rows
 appended after it with their ids, the weights loaded — every row on disk at the kill is in the
 resumed store, and they are every row simulated but the rounds in flight.
@@ -28,8 +28,8 @@ import numpy as np
 import pytest
 import yaml
 
-from kestrel_core._store import journal_files, read_journal_file
-from kestrel_ray import launch
+from kestrel import launch
+from kestrel_core.store import journal_files, read_journal_file
 
 from ..integration.helpers import REPO, kestrel_env
 from .fault_models import batches
@@ -48,8 +48,8 @@ pytestmark = [
 
 #: ``kestrel launch`` with a checkpoint every 0.5 s (the default is 60 s)
 LAUNCH = (
-    "import sys; import kestrel_ray.run._checkpoint as c; c.CHECKPOINT_EVERY = 0.5; "
-    "from kestrel_core._cli import main; sys.exit(main(sys.argv[1:]))"
+    "import sys; import kestrel.persist._checkpoint as c; c.CHECKPOINT_EVERY = 0.5; "
+    "from kestrel.cli import main; sys.exit(main(sys.argv[1:]))"
 )
 
 

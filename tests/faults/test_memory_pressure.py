@@ -10,14 +10,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from kestrel_core import ConfigError
-from kestrel_ray import launch
-from kestrel_ray.run._capacity import (
+from kestrel import launch
+from kestrel.preflight._capacity import (
     bytes_per_sample,
     check_capacity,
     rounds_in_flight,
     size_text,
 )
+from kestrel_core import ConfigError
 from tests.integration.helpers import REPO, kestrel_env
 
 from .pressure import ROUNDS, STORE_BYTES, pressure_config

@@ -10,9 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kestrel import launch
 from kestrel_core import TRAINABLE, Graph, Spec, sample_forward
-from kestrel_ray import RayBufferView, launch
-from kestrel_ray._store_snapshot import snapshot_store
+from kestrel_ray import RayBufferView
+from kestrel_ray.store._snapshot import snapshot_store
 
 from .fault_models import KilledAt, batches, paired
 from .faultkit import MODELS, buffer_file, contiguous, driver_log, status, toy

@@ -21,7 +21,7 @@ import sys
 import numpy as np
 import pytest
 
-from kestrel_ray import launch
+from kestrel import launch
 
 from .helpers import EXAMPLES, REPO, analytic_05, example, kestrel_env, run_kestrel
 

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from kestrel_ray import launch
+from kestrel import launch
 
 from .helpers import run_kestrel
 from .test_launch import toy

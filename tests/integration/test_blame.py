@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kestrel import RunError, launch
 from kestrel_core import ConfigError, GraphError, Status, StoreError
-from kestrel_core._store import BufferSnapshot, write_buffer_file
-from kestrel_ray import RunError, launch
+from kestrel_core.store import BufferSnapshot, write_buffer_file
 
 from .helpers import run_kestrel
 
@@ -112,7 +112,7 @@ graph:
 
 
 def test_k33_python_launch_raises_a_graph_error_before_ray(tmp_path, monkeypatch):
-    import kestrel_ray.run._session as session
+    import kestrel.session._session as session
 
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray was started")

@@ -12,8 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from kestrel_core._store._buffer_file import read_buffer_file
-from kestrel_ray import launch
+from kestrel import launch
+from kestrel_core.store._buffer_file import read_buffer_file
 
 from .test_launch import MODELS, toy
 

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import yaml
 
+from kestrel import RunDir, sample_run
+from kestrel.check._calibrate import check_calibration
+from kestrel.cli import main
+from kestrel.rundir._read import read_run_samples
+from kestrel.rundir._samplefiles import observation_digest
 from kestrel_core import ConfigError, ShapeError
-from kestrel_core._cli import main
-from kestrel_core._runread import read_run_samples
-from kestrel_core._samplefiles import observation_digest
-from kestrel_ray import RunDir, sample_run
-from kestrel_ray.run._calibrate import check_calibration
 
 from .test_launch import toy
 
@@ -117,7 +117,7 @@ def test_check_calibration_reports_the_undertrained_posterior(trained, capsys):
 
 
 def test_batched_findings_on_ray_are_numbered_by_observation(trained, monkeypatch):
-    monkeypatch.setattr("kestrel_ray.run._batch.CALL_ROWS", 7)  # calls of 7 rows: 3 calls
+    monkeypatch.setattr("kestrel.sample._batch.CALL_ROWS", 7)  # calls of 7 rows: 3 calls
     batch = np.array([[0.4, 0.6], [0.1, 0.9], [500.0, 0.6]])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -134,7 +134,7 @@ def test_batched_findings_on_ray_are_numbered_by_observation(trained, monkeypatc
 def test_no_figure_hint_only_without_matplotlib(trained, capsys, monkeypatch):
     import importlib.util
 
-    from kestrel_ray.run._check_cli import summary_lines
+    from kestrel.cli._check import summary_lines
 
     result = check_calibration(trained, n=20, samples=20, seed=2, image=False)
     assert result.image is None and result.report["warnings"] == []
@@ -151,8 +151,8 @@ def test_no_figure_hint_only_without_matplotlib(trained, capsys, monkeypatch):
 def test_summary_lists_fixed_components():
     from types import SimpleNamespace
 
-    from kestrel_core._calibration import calibration_report
-    from kestrel_ray.run._check_cli import summary_lines
+    from kestrel.cli._check import summary_lines
+    from kestrel_core.diagnostics._calibration import calibration_report
 
     rng = np.random.default_rng(0)
     truth = np.stack([rng.uniform(size=40), np.full(40, 2.0)], axis=1)

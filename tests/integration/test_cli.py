@@ -10,8 +10,8 @@ import time
 import numpy as np
 import pytest
 
+from kestrel import RunDir
 from kestrel_core import load_config
-from kestrel_ray import RunDir
 
 from .helpers import KESTREL, REPO, example, kestrel_env, run_kestrel, tiny
 

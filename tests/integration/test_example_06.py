@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from kestrel_ray import launch
+from kestrel import launch
 
 from .helpers import EXAMPLES, example
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
+from kestrel import launch
 from kestrel_core import load_config
-from kestrel_ray import launch
 
 from .helpers import example, tiny
 

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
+from kestrel import RunDir, sample_run
+from kestrel.cli import main
+from kestrel.sample._guards import STATUS_KEY, trains_with_proposals
 from kestrel_core import ConfigError, EstimatorContext, InMemoryStore, Product, load_config
-from kestrel_core._cli import main
-from kestrel_core._observe import ObservationWarning
-from kestrel_ray import RunDir, sample_run
-from kestrel_ray._arrays import observation_columns
-from kestrel_ray.run._guards import STATUS_KEY, trains_with_proposals
+from kestrel_core.graph._observe import ObservationWarning
+from kestrel_ray.graph._arrays import observation_columns
 
 PRIOR = Product([["uniform", -1.0, 1.0]] * 2)
 X_OWN = np.array([0.3, -0.2, 0.5])  # the third feature is always exactly 0 in training (K23)
@@ -176,7 +176,7 @@ def test_findings_are_recorded_before_the_warnings_are_issued(tmp_path, weights)
 
 
 def test_findings_reported_by_estimators_on_ray_become_warnings():
-    from kestrel_ray.run._guards import status_findings
+    from kestrel.sample._guards import status_findings
 
     far = {"node": "theta", "kind": "far", "label": "x[1]", "z": 12.5, "feature": 1}
 
@@ -209,7 +209,7 @@ def _kinds(path: str) -> set[tuple[str, int | None]]:
 def test_batched_observations_are_checked_and_recorded_per_row(tmp_path, weights, monkeypatch):
     # 3 observations (the run's own, another, one far outside), 5 draws each, in graph calls
     # of 7 rows: the guards number the observations of each call, the file by observation
-    monkeypatch.setattr("kestrel_ray.run._batch.CALL_ROWS", 7)
+    monkeypatch.setattr("kestrel.sample._batch.CALL_ROWS", 7)
     root = make_run(tmp_path, weights)
     np.save(tmp_path / "batch.npy", np.array([X_OWN, [-0.5, 0.6, 0.5], FAR]))
     with warnings.catch_warnings(record=True) as caught:
@@ -237,7 +237,7 @@ def test_batched_observations_are_checked_and_recorded_per_row(tmp_path, weights
 def test_equal_batched_observations_in_several_calls_are_each_recorded(
     tmp_path, weights, monkeypatch
 ):
-    monkeypatch.setattr("kestrel_ray.run._batch.CALL_ROWS", 7)
+    monkeypatch.setattr("kestrel.sample._batch.CALL_ROWS", 7)
     root = make_run(tmp_path, weights)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -251,7 +251,7 @@ def test_equal_batched_observations_in_several_calls_are_each_recorded(
 
 
 def test_rows_reported_by_estimators_on_ray_are_numbered_by_observation():
-    from kestrel_ray.run._guards import merge_rows, renumber, status_findings
+    from kestrel.sample._guards import merge_rows, renumber, status_findings
 
     far = {"node": "theta", "kind": "far", "label": "x[0]", "z": 12.5, "feature": 0, "row": 1}
 

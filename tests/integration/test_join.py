@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kestrel_ray._errors import ClusterError
-from kestrel_ray._init import check_address, token_source
+from kestrel_ray.cluster._start import check_address, token_source
 
 from .helpers import example, kestrel_env, run_kestrel, tiny
 

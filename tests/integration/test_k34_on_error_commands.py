@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kestrel_core._cli import main
-from kestrel_ray import launch, sample_run
-from kestrel_ray.run._calibrate import check_calibration
+from kestrel import launch, sample_run
+from kestrel.check._calibrate import check_calibration
+from kestrel.cli import main
 
 from .test_blame import fragile
 

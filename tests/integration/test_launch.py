@@ -9,9 +9,9 @@ import os
 import numpy as np
 import pytest
 
-import kestrel_ray.run._session
+import kestrel.session._session
+from kestrel import RunError, launch, sample_run
 from kestrel_core import ConfigError, GraphError, KestrelError, SimulatorError
-from kestrel_ray import RunError, launch, sample_run
 
 from .helpers import example, tiny
 
@@ -153,8 +153,8 @@ def test_k14_resume_continues_the_epoch_counter(tmp_path, no_leaked_actors):
 
 
 def test_k15_resume_only_when_model_files_exist(tmp_path, no_leaked_actors):
+    from kestrel import RunDir
     from kestrel_core import load_config
-    from kestrel_ray import RunDir
 
     run = RunDir(tmp_path / "run")
     run.write_config(load_config(toy(tmp_path), run_dir=run.root))  # a run dir without weights
@@ -216,15 +216,15 @@ def test_sample_n_missing_from_flag_and_config_is_an_error(tmp_path, no_leaked_a
     run = tmp_path / "run"
     launch(toy(tmp_path), run, seed=12, progress=False, auto_sample=False)
     monkeypatch.setattr(
-        kestrel_ray.run._session, "DeployedGraph", None
+        kestrel.session._session, "DeployedGraph", None
     )  # must fail before deploying
     with pytest.raises(ConfigError, match=r"sample\.proposal\.n"):
         sample_run(run, "proposal")
 
 
 def test_sample_without_weights_is_an_error(tmp_path):
+    from kestrel import RunDir
     from kestrel_core import load_config
-    from kestrel_ray import RunDir
 
     run = RunDir(tmp_path / "run")
     run.write_config(load_config(toy(tmp_path), run_dir=run.root))
@@ -308,7 +308,7 @@ def test_k17_bad_config_is_caught_before_ray_starts(case, tmp_path, monkeypatch)
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray was about to start")
 
-    monkeypatch.setattr(kestrel_ray.run._session, "ray_for_run", no_ray)
+    monkeypatch.setattr(kestrel.session._session, "ray_for_run", no_ray)
     with pytest.raises(error, match=pattern):
         launch(example("01_minimal"), tmp_path / "run", overrides=overrides, progress=False)
     assert not (tmp_path / "run" / "config.yml").exists()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from kestrel import launch
+from kestrel.preflight._launch_notes import check_epochs_overrides
 from kestrel_core import ConfigError
-from kestrel_ray import launch
-from kestrel_ray.run._launch_notes import check_epochs_overrides
 
 from .test_launch_refusals import a_run
 from .test_rundir import contents

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import yaml
 
+from kestrel import launch
+from kestrel.cli import main
+from kestrel.controller._failure import _on_disk
+from kestrel.session._session import RunSession
 from kestrel_core import ConfigError
-from kestrel_core._cli import main
-from kestrel_ray import launch
-from kestrel_ray.run._failure import _on_disk
-from kestrel_ray.run._session import RunSession
 
 from .test_blame import fragile, write_wide_buffer
 

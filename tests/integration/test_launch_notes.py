@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from kestrel_ray import launch
-from kestrel_ray.run._launch_notes import row_key
-from kestrel_ray.run._session import RunSession
+from kestrel import launch
+from kestrel.preflight._launch_notes import row_key
+from kestrel.session._session import RunSession
 
 from .test_launch import toy
 from .test_launch_refusals import a_run

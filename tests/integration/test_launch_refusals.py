@@ -8,11 +8,11 @@ import json
 import pytest
 import ray
 
+from kestrel import RunDir, launch
+from kestrel.session._session import RunSession
 from kestrel_core import ConfigError
-from kestrel_core._store import BUFFER_FILE
-from kestrel_ray import RunDir, launch
+from kestrel_core.store import BUFFER_FILE
 from kestrel_ray._errors import ClusterError
-from kestrel_ray.run._session import RunSession
 
 from .test_launch import toy
 from .test_rundir import contents

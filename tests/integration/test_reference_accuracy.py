@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pytest
 
+from kestrel import launch
 from kestrel_core import c2st
-from kestrel_ray import launch
 
 from .helpers import EXAMPLES, example
 

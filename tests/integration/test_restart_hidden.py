@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from kestrel_ray import RunDir
+from kestrel import RunDir
 
 
 def test_k30_restart_leaves_the_folders_hidden_files_in_place(tmp_path):

@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 
+from kestrel import launch
 from kestrel_core import Status
-from kestrel_core._store import BUFFER_FILE, read_buffer_file
-from kestrel_ray import launch
+from kestrel_core.store import BUFFER_FILE, read_buffer_file
 
 from .test_launch import toy
 

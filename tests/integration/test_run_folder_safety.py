@@ -14,10 +14,10 @@ import sys
 import numpy as np
 import pytest
 
+from kestrel import RunDir, sample_run
+from kestrel.cli import main
+from kestrel.session._session import RunSession
 from kestrel_core import ConfigError, load_config
-from kestrel_core._cli import main
-from kestrel_ray import RunDir, sample_run
-from kestrel_ray.run._session import RunSession
 from tests.core.model_folders import GAUSSIAN, files, write_model
 from tests.core.model_folders import model_folder as shared_model_folder
 
@@ -154,7 +154,7 @@ def test_k30_a_run_whose_code_is_gone_never_uses_the_working_directorys_model(tm
     run = new_run(m / "config.yml", tmp_path / "run1")
     shutil.move(m, tmp_path / "moved-away")
     decoy = model_folder(tmp_path / "decoy", module="model", extra=100.0)
-    code = f"from kestrel_ray import sample_run; sample_run({str(run)!r}, 'prior', n=5, seed=0)"
+    code = f"from kestrel import sample_run; sample_run({str(run)!r}, 'prior', n=5, seed=0)"
     for argv in ([sys.executable, "-c", code], [sys.executable, "script.py"]):
         (decoy / "script.py").write_text(code + "\n")
         done = subprocess.run(

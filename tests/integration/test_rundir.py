@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 import yaml
 
+import kestrel.controller._launch as _launch
+from kestrel import RunDir, launch
+from kestrel.cli import main
+from kestrel.controller._result import RunResult
+from kestrel.controller._states import RunStatus
+from kestrel.session._session import RunSession
 from kestrel_core import ConfigError, load_config
-from kestrel_core._cli import main
-from kestrel_ray import RunDir, launch
-from kestrel_ray.run import _launch
-from kestrel_ray.run._result import RunResult
-from kestrel_ray.run._session import RunSession
-from kestrel_ray.run._states import RunStatus
 
 from .helpers import run_kestrel
 from .test_launch import toy

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import ray
 
-import kestrel_ray._deployment
-import kestrel_ray.run._session
+import kestrel.session._session
+import kestrel_ray.graph._deployment
+from kestrel import RunDir, launch, sample_run
+from kestrel.rundir._samplefiles import OBSERVATION_FILE, observation_digest
+from kestrel.sample._observations import parse_observation_args
+from kestrel.sample._sampling import needs_ray
 from kestrel_core import ConfigError, ShapeError, load_config
-from kestrel_core._samplefiles import OBSERVATION_FILE, observation_digest
-from kestrel_ray import RunDir, launch, sample_run
-from kestrel_ray.run._observations import parse_observation_args
-from kestrel_ray.run._sampling import needs_ray
 
 from .helpers import REPO
 from .test_launch import toy
@@ -43,8 +43,8 @@ def no_ray(monkeypatch):
         raise AssertionError("Ray was used")
 
     monkeypatch.setattr(ray, "init", boom)
-    monkeypatch.setattr(kestrel_ray._deployment.Deployment, "deploy", boom)
-    monkeypatch.setattr(kestrel_ray.run._session.RunSession, "for_sample", boom)
+    monkeypatch.setattr(kestrel_ray.graph._deployment.Deployment, "deploy", boom)
+    monkeypatch.setattr(kestrel.session._session.RunSession, "for_sample", boom)
     started = ray.is_initialized()
     yield
     assert ray.is_initialized() == started
@@ -115,7 +115,7 @@ def test_in_process_draws_equal_the_ray_draws(trained, no_leaked_actors):
 
 def test_prior_sampling_needs_neither_ray_nor_torch(trained):
     code = (
-        "import sys; from kestrel_ray import sample_run; "
+        "import sys; from kestrel import sample_run; "
         f"r = sample_run({str(trained)!r}, 'prior', n=3, seed=0); "
         "assert not r.ray; bad = {'ray', 'torch'} & set(sys.modules); assert not bad, bad"
     )

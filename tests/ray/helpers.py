@@ -8,7 +8,7 @@ from ray import cloudpickle
 
 from kestrel_core import Graph, Spec
 from kestrel_ray import Column, NodeHandle, NodeWrapper
-from kestrel_ray._actors import import_paths
+from kestrel_ray.graph._actors import import_paths
 
 from .fakes import Gauss, Noise, SlowEstimator
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
-import kestrel_ray.run._ray as ray_module
-from kestrel_ray.run._actorio import MAX_LINE, LineWriter, capture_prints
+import kestrel.session._ray as ray_module
+from kestrel.report._actorio import MAX_LINE, LineWriter, capture_prints
 
 
 def writer():

@@ -45,7 +45,7 @@ def test_importing_kestrel_ray_never_imports_torch():
 def test_building_the_cli_parser_does_not_import_ray():
     # `kestrel --help` loads the launch/sample entry points; ray waits until a command runs
     code = (
-        "import sys; from kestrel_core._cli import build_parser; parser, unavailable = build_parser(); "
+        "import sys; from kestrel.cli import build_parser; parser, unavailable = build_parser(); "
         "assert 'launch' in parser._subparsers._group_actions[0].choices and not unavailable, unavailable; "
         "sys.exit('ray' in sys.modules)"
     )

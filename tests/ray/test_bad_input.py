@@ -9,7 +9,7 @@ import ray
 
 from kestrel_core import ConfigError, Graph, OutputTypeError, SimulatorError, Spec
 from kestrel_core._errors import InputWriteError
-from kestrel_ray._arrays import given_columns, observation_columns
+from kestrel_ray.graph._arrays import given_columns, observation_columns
 
 from .fakes import Gauss, Probe, SlowEstimator
 from .helpers import get, put, read, start_node
@@ -106,7 +106,7 @@ def test_k25_estimator_draws_follow_the_call_seeds(track):
 
 
 def test_the_dashboard_is_off_unless_the_config_turns_it_on(monkeypatch):
-    import kestrel_ray._init as init
+    import kestrel_ray.cluster._start as init
 
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)

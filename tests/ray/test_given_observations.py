@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kestrel.sample._observations import given_observations
 from kestrel_core import ConfigError, Graph
-from kestrel_ray.run._observations import given_observations
 from tests.core import graph_models as gm
 
 PRIOR = {"_target_": "kestrel_core.Product", "priors": [["normal", 0.0, 1.0]] * 3}

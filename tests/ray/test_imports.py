@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from kestrel_core import ConfigError, Spec
-from kestrel_ray._imports import SHIPPED_FROM_VAR, local_spec
+from kestrel_ray.cluster._imports import SHIPPED_FROM_VAR, local_spec
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The buffer journal on Ray (kestrel_ray.run._journal): every append the store accepted is
+"""The buffer journal on Ray (kestrel.persist._journal): every append the store accepted is
 written by the driver, a snapshot trims it, a new store gets snapshot + journal back with the
 same ids, values and statuses; damaged files are skipped naming them; the budget counts the
 journal's rows once (issue 11: a killed store or driver loses no row)."""
@@ -11,13 +11,13 @@ import os
 import numpy as np
 import ray
 
+from kestrel.controller._budget import Budget, restore_counts, write_budget
+from kestrel.persist._journal import JournalWriter, replay_journal, trim
 from kestrel_core import BlockMeta
-from kestrel_core._store import read_buffer_file
+from kestrel_core.store import read_buffer_file
 from kestrel_core.testing import KEYS, rows_for
-from kestrel_ray._store_handle import StoreHandle
-from kestrel_ray._store_snapshot import restore_store, snapshot_store
-from kestrel_ray.run._budget import Budget, restore_counts, write_budget
-from kestrel_ray.run._journal import JournalWriter, replay_journal, trim
+from kestrel_ray.store._handle import StoreHandle
+from kestrel_ray.store._snapshot import restore_store, snapshot_store
 
 RULES = {"min_samples": 4, "max_samples": 10, "validation_samples": 3}
 LOG = logging.getLogger("test-journal")
@@ -60,7 +60,7 @@ def test_snapshot_plus_journal_is_the_store_as_it_was(tmp_path, track, caplog):
     submit(old, 8, [3], invalid=[9])
     old.discard([0])  # a status only the snapshot keeps
     snapshot = snapshot_store(old)
-    from kestrel_core._store import write_buffer_file
+    from kestrel_core.store import write_buffer_file
 
     write_buffer_file(snaps, snapshot)
     assert trim(journal, snapshot.next_id, LOG) == 2  # both files are in the snapshot

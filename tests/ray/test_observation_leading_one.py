@@ -13,10 +13,10 @@ import os
 import numpy as np
 import pytest
 
+from kestrel.preflight._checks import preflight
+from kestrel.rundir._config import run_config_changes
+from kestrel.rundir._rundir import RunDir
 from kestrel_core import GraphError, load_config
-from kestrel_core._run_config import run_config_changes
-from kestrel_ray.run._preflight import preflight
-from kestrel_ray.run._rundir import RunDir
 
 X = np.array([1.0, -2.0, 3.0])
 

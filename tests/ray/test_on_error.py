@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from kestrel_core import SimulatorError
-from kestrel_core._onerror import Attempt
+from kestrel_core.execute._onerror import Attempt
 from kestrel_ray import Column, RefTrace
-from kestrel_ray._chunks import pack_records, skipped_values
+from kestrel_ray.node._chunks import pack_records, skipped_values
 
 
 def failed(c):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from kestrel_ray.run._profile import LaunchProfile, main, profile_rows, summary, write_profile
+from kestrel.report._profile import LaunchProfile, main, profile_rows, summary, write_profile
 
 
 def statuses():

@@ -7,7 +7,7 @@ import pytest
 
 from kestrel_core import BlockMeta, SimulatorError, StoreError
 from kestrel_ray import Column, RefTrace, chunk_grid
-from kestrel_ray._refs import split_chunks
+from kestrel_ray.graph._refs import split_chunks
 
 
 @pytest.mark.parametrize("n", [0, 1, 3, 10, 1024])

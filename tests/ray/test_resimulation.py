@@ -11,9 +11,9 @@ from typing import Any
 
 import ray
 
+from kestrel.controller._budget import Budget
+from kestrel.controller._rounds import Resimulation
 from kestrel_core import BufferConfig
-from kestrel_ray.run._budget import Budget
-from kestrel_ray.run._rounds import Resimulation
 
 
 class FakeTrace:

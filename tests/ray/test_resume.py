@@ -1,6 +1,6 @@
 """What a resumed launch keeps (K31): the best weights, the seed's streams, the epoch totals.
 
-The decisions of :mod:`kestrel_ray.run._resume` on a run directory, with a stand-in for the
+The decisions of :mod:`kestrel.controller._resume` on a run directory, with a stand-in for the
 deployed graph: no actor starts here.
 """
 
@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from kestrel.controller._resume import LAUNCH_KEY, Resume, add_epochs, launch_seed
+from kestrel.rundir._rundir import RunDir
 from kestrel_core import ConfigError, load_config
-from kestrel_ray.run._resume import LAUNCH_KEY, Resume, add_epochs, launch_seed
-from kestrel_ray.run._rundir import RunDir
 
 OLD, NEW = b"old weights", b"new weights"
 

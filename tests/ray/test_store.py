@@ -9,7 +9,7 @@ import ray
 from kestrel_core import TRAINABLE, BlockMeta, ConfigError, Status, StoreError
 from kestrel_core.testing import KEYS, StoreContract, rows_for
 from kestrel_ray import RayBufferView, SampleStore
-from kestrel_ray._store_handle import StoreHandle
+from kestrel_ray.store._handle import StoreHandle
 from tests.core.store_cases import with_case_ids
 
 T, X, DEL = Status.TRAINING, Status.TOMBSTONE, Status.DELETED
@@ -97,7 +97,7 @@ def test_appends_in_flight_and_batched_are_all_or_nothing(store):
 
 
 def test_the_actor_class_is_the_core_store_with_refs():
-    from kestrel_core._store import BlockStore
+    from kestrel_core.store import BlockStore
 
     assert issubclass(SampleStore, BlockStore)
     assert "append" not in SampleStore.__dict__  # one append, kestrel-core's
@@ -214,8 +214,8 @@ def test_snapshots_are_written_by_the_driver_never_by_the_store_actor(tmp_path, 
 
 
 def test_k31_the_buffer_goes_to_the_driver_and_back_into_a_new_store(tmp_path, track):
-    from kestrel_core._store import read_buffer_file, write_buffer_file
-    from kestrel_ray._store_snapshot import restore_store, snapshot_store
+    from kestrel_core.store import read_buffer_file, write_buffer_file
+    from kestrel_ray.store._snapshot import restore_store, snapshot_store
 
     rules = {"min_samples": 8, "max_samples": 6, "validation_samples": 2}  # keeps a discarded row
     old = start_store(track, **rules)
@@ -241,10 +241,10 @@ def test_k31_the_buffer_goes_to_the_driver_and_back_into_a_new_store(tmp_path, t
 def test_a_read_beyond_the_read_budget_asks_ray_for_its_blocks_in_groups(store, monkeypatch):
     """A buffer larger than the object store is read a share of the store at a time (issue 12:
     one get of every spilled block was 3–10× slower than the same blocks in groups)."""
-    import kestrel_ray._store_snapshot as snapshot_module
-    import kestrel_ray._view as view_module
-    from kestrel_ray._read_budget import READ_SHARE, read_budget
-    from kestrel_ray._store_snapshot import snapshot_store
+    import kestrel_ray.store._snapshot as snapshot_module
+    import kestrel_ray.store._view as view_module
+    from kestrel_ray.store._read_budget import READ_SHARE, read_budget
+    from kestrel_ray.store._snapshot import snapshot_store
 
     node = ray.get_runtime_context().get_node_id()
     size = next(n["Resources"]["object_store_memory"] for n in ray.nodes() if n["NodeID"] == node)

@@ -6,7 +6,7 @@ import numpy as np
 import ray
 
 from kestrel_core import Graph, Spec
-from kestrel_ray._wrapper import BROADCAST_MEMO
+from kestrel_ray.node._wrapper import BROADCAST_MEMO
 
 from .fakes import Probe
 from .helpers import put, read, start_node

@@ -13,9 +13,9 @@ from torch import nn
 
 from kestrel_core import EstimatorError
 from kestrel_torch import GaussianPosterior, RunningNorm
-from kestrel_torch._checkpoint import from_bytes, load_module_state, module_state, to_bytes
-from kestrel_torch._moments import RunningMoments
+from kestrel_torch.checkpoint._state import from_bytes, load_module_state, module_state, to_bytes
 from kestrel_torch.embeddings import SignalProjection
+from kestrel_torch.nets._moments import RunningMoments
 
 from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
 

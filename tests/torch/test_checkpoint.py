@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import torch
 
+import kestrel_torch.train._fit as _fit
 from kestrel_core import EstimatorError
-from kestrel_torch import FlowPosterior, GaussianPosterior, _fit
-from kestrel_torch._checkpoint import CHECKPOINT_FILE
+from kestrel_torch import FlowPosterior, GaussianPosterior
+from kestrel_torch.checkpoint._state import CHECKPOINT_FILE
 
 from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
 

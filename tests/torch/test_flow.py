@@ -106,7 +106,7 @@ def test_correction_with_a_buffer_half_from_a_narrow_proposal() -> None:
 def test_atomic_loss_contrasts_each_row_with_other_rows() -> None:
     import torch
 
-    from kestrel_torch._flow import FlowHead, atomic_loss
+    from kestrel_torch.estimators._flow import FlowHead, atomic_loss
 
     torch.manual_seed(0)
     head = FlowHead(2, 3, transforms=1, hidden_features=(8,), bins=4, momentum=0.1)
@@ -138,7 +138,7 @@ def test_an_amortized_head_takes_the_plain_loss_of_prior_rows_in_the_same_pass()
 
     import torch
 
-    from kestrel_torch._flow import FlowHead, atomic_loss, prior_rows
+    from kestrel_torch.estimators._flow import FlowHead, atomic_loss, prior_rows
 
     torch.manual_seed(0)
     z = torch.randn(16, 2, dtype=torch.float64)

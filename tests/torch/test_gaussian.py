@@ -11,7 +11,7 @@ import torch
 
 from kestrel_core import EstimatorContext, EstimatorError, InMemoryStore, Product
 from kestrel_torch import GaussianPosterior
-from kestrel_torch._correction import gaussian_posterior
+from kestrel_torch.estimators._correction import gaussian_posterior
 
 from .estimator_helpers import LinearGaussian, filled_store, mvn_logpdf, one_thread  # noqa: F401 (fixture)
 

@@ -13,11 +13,11 @@ import torch
 from torch import nn
 
 from kestrel_core import ConfigError, EstimatorContext, EstimatorError, InMemoryStore, Product
-from kestrel_core._observe import ObservationWarning
+from kestrel_core.graph._observe import ObservationWarning
 from kestrel_torch import FlowPosterior, GaussianPosterior, RunningNorm
-from kestrel_torch._checkpoint import load_module_state, module_state
-from kestrel_torch._guards import FAR_Z
-from kestrel_torch._moments import RunningMoments
+from kestrel_torch.checkpoint._state import load_module_state, module_state
+from kestrel_torch.estimators._guards import FAR_Z
+from kestrel_torch.nets._moments import RunningMoments
 
 from .estimator_helpers import one_thread  # noqa: F401 (fixture)
 

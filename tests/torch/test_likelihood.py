@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from kestrel_core import EstimatorContext, InMemoryStore, Product
-from kestrel_core._observe import ObservationWarning
+from kestrel_core.graph._observe import ObservationWarning
 from kestrel_torch import FlowLikelihood
 from kestrel_torch._errors import ConfigError, EstimatorError
-from kestrel_torch._mcmc import sample_groups
+from kestrel_torch.estimators._mcmc import sample_groups
 
 from .estimator_helpers import (  # noqa: F401 (fixture)
     LinearGaussian,

@@ -23,9 +23,9 @@ import math
 import pytest
 import torch
 
-from kestrel_torch._gaussian import GaussianHead
-from kestrel_torch._loss import validation_reference
-from kestrel_torch._rows import Rows
+from kestrel_torch.data._rows import Rows
+from kestrel_torch.estimators._gaussian import GaussianHead
+from kestrel_torch.estimators._loss import validation_reference
 
 NOISE = 0.5  # σ of ε
 ROWS = 4000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from kestrel_torch._rows import finite_rows
+from kestrel_torch.data._rows import finite_rows
 
 
 def test_finite_rows_agrees_with_isfinite_including_overflowing_sums() -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from kestrel_torch._staging import HostToDevice, StagingRing
+from kestrel_torch.data._staging import HostToDevice, StagingRing
 
 
 class FakeEvent:

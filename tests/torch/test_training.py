@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import kestrel_torch.train._fit as _fit
 from kestrel_core import (
     ConfigError,
     EstimatorContext,
@@ -19,8 +20,8 @@ from kestrel_core import (
     Product,
     Status,
 )
-from kestrel_torch import FlowPosterior, GaussianPosterior, RunningNorm, _fit
-from kestrel_torch._loss import NPELoss
+from kestrel_torch import FlowPosterior, GaussianPosterior, RunningNorm
+from kestrel_torch.estimators._loss import NPELoss
 
 from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
 

@@ -5,7 +5,7 @@ What is measured (group ``training``; ``training_flow`` the same with a
 :class:`~kestrel_torch.GaussianPosterior` (``SignalProjection`` embedding on ``x`` with scaffold ``mu``, batch 128) through the
 estimator's own training step (``StepwiseEstimator._train_step``: finite-row mask, embedding,
 loss with the proposal correction, backward, Adam step). The loop around it is the one of
-``kestrel_torch._fit.fit`` without validation and end-of-epoch refit (the same in both
+``kestrel_torch.train._fit.fit`` without validation and end-of-epoch refit (the same in both
 arms and independent of where data comes from): a ``sync()`` of the cache every epoch
 (``count // batch_size`` steps) and ``sample_batch`` before every step.
 

@@ -6,7 +6,7 @@
 For every task (``examples/<task>``: its simulator ``model.py``, its observation and reference
 posterior samples ``data/obs.npz``), every seed and every tool, one fresh Python process:
 
-- ``kestrel``: ``kestrel_ray.launch`` of the example's ``config.yml`` (a FlowPosterior with
+- ``kestrel``: ``kestrel.launch`` of the example's ``config.yml`` (a FlowPosterior with
   proposals, on a local Ray) with its buffer scaled to the budget: a tenth of the simulations
   for training and a tenth for validation from the prior, then a hundredth from the current
   proposal per epoch until nine tenths are training samples; ``budget.simulations`` set to the
@@ -141,7 +141,7 @@ def run_kestrel(
 ) -> Row:
     """Launch the example with Kestrel (``extra``: more config overrides, applied last); the
     row of its posterior samples."""
-    from kestrel_ray import launch
+    from kestrel import launch
 
     overrides = buffer_overrides(simulations, amortized) + [f"sample.posterior.n={n}", *extra]
     with tempfile.TemporaryDirectory(prefix=f"kestrel-compare-{task}-") as run_dir:

@@ -74,23 +74,8 @@ __all__ = [
     "c2st",
 ]
 
-from .__about__ import __version__
-from ._boundary import (
-    as_record,
-    call_simulator,
-    check_count,
-    finite_rows,
-)
-from ._c2st import c2st
-from ._config import (
-    BudgetConfig,
-    BufferConfig,
-    PathsConfig,
-    RunConfig,
-    SampleConfig,
-    load_config,
-)
-from ._errors import (
+from kestrel_core.__about__ import __version__
+from kestrel_core._errors import (
     ConfigError,
     CountError,
     EstimatorError,
@@ -103,13 +88,7 @@ from ._errors import (
     StoreError,
     StoreWarning,
 )
-from ._forward import sample_forward
-from ._graph import Graph, Node, Spec
-from ._instantiate import import_target, instantiate
-from ._mvnormal import MultivariateNormal
-from ._observe import check_observation, load_observation
-from ._priors import Product, prior_from_spec
-from ._protocols import (
+from kestrel_core._protocols import (
     BlockMeta,
     BlockRead,
     BufferView,
@@ -121,7 +100,38 @@ from ._protocols import (
     SampleStore,
     Simulator,
 )
-from ._random import seed_sequence, spawn_rngs
-from ._rounds import Rounds
-from ._store import LIVE, TRAINABLE, BlockIndex, InMemoryBufferView, InMemoryStore, Status, rotate
-from ._trace import check_trace, flat_key, flatten, format_shapes, split_key, unflatten
+from kestrel_core.config._config import (
+    BudgetConfig,
+    BufferConfig,
+    PathsConfig,
+    RunConfig,
+    SampleConfig,
+    load_config,
+)
+from kestrel_core.config._instantiate import import_target, instantiate
+from kestrel_core.diagnostics._c2st import c2st
+from kestrel_core.execute._boundary import as_record, call_simulator, check_count, finite_rows
+from kestrel_core.execute._forward import sample_forward
+from kestrel_core.execute._random import seed_sequence, spawn_rngs
+from kestrel_core.execute._rounds import Rounds
+from kestrel_core.graph._graph import Graph, Node, Spec
+from kestrel_core.graph._observe import check_observation, load_observation
+from kestrel_core.graph._trace import (
+    check_trace,
+    flat_key,
+    flatten,
+    format_shapes,
+    split_key,
+    unflatten,
+)
+from kestrel_core.priors._mvnormal import MultivariateNormal
+from kestrel_core.priors._product import Product, prior_from_spec
+from kestrel_core.store import (
+    LIVE,
+    TRAINABLE,
+    BlockIndex,
+    InMemoryBufferView,
+    InMemoryStore,
+    Status,
+    rotate,
+)

@@ -4,7 +4,7 @@ kestrel-ray and kestrel-torch never import each other; they meet through these c
 
 * :class:`Simulator` — user forward models and priors (inner layer, numpy only).
 * :class:`SampleStore`, :class:`BlockMeta`, :class:`BufferView` and their records — the
-  training buffer; defined with the store in :mod:`kestrel_core._store._protocol` and
+  training buffer; defined with the store in :mod:`kestrel_core.store._protocol` and
   re-exported here.
 * :class:`Estimator` — a trainable conditional density for one latent node.
 
@@ -19,7 +19,14 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ._store._protocol import BlockMeta, BlockRead, BufferView, Checkout, Fetch, SampleStore
+from kestrel_core.store._protocol import (
+    BlockMeta,
+    BlockRead,
+    BufferView,
+    Checkout,
+    Fetch,
+    SampleStore,
+)
 
 __all__ = [
     "Simulator",

@@ -15,7 +15,7 @@ import traceback
 from typing import Any
 
 from kestrel_core import KestrelError, SimulatorError
-from kestrel_core._blame import attached_traceback
+from kestrel_core.execute._blame import attached_traceback
 
 __all__ = ["RunError", "ClusterError", "unwrap_error", "describe_failure"]
 
@@ -27,7 +27,7 @@ class RunError(KestrelError):
 
     Attributes:
         node: the node whose actor failed (``None`` when unknown).
-        result: the launch's :class:`~kestrel_ray.RunResult` (status ``"failed"``), when known.
+        result: the launch's :class:`~kestrel.RunResult` (status ``"failed"``), when known.
     """
 
     def __init__(self, message: str, *, node: str | None = None, result: Any = None):
@@ -101,7 +101,7 @@ def describe_failure(
             is the actor's traceback.
         node: the node, named in the traceback's heading when given.
         short: where the actor attached the user's frames of the traceback (a simulator's
-            exception, see :func:`kestrel_core._blame.attach_user_traceback`), show those
+            exception, see :func:`kestrel_core.execute._blame.attach_user_traceback`), show those
             instead of the whole traceback (which belongs in the driver log).
 
     Returns:

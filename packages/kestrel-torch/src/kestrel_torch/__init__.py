@@ -19,13 +19,13 @@ __all__ = [
     "FlowLikelihood",
 ]
 
-from . import embeddings
-from .__about__ import __version__
-from ._batch import Batch
-from ._embedding import Embedding, build_embedding
-from ._estimator import StepwiseEstimator
-from ._flow import FlowPosterior
-from ._gaussian import GaussianPosterior
-from ._likelihood import FlowLikelihood
-from ._loader import CachedDataLoader
-from ._norm import RunningNorm
+from kestrel_torch import embeddings
+from kestrel_torch.__about__ import __version__
+from kestrel_torch.data._batch import Batch
+from kestrel_torch.data._loader import CachedDataLoader
+from kestrel_torch.estimators._flow import FlowPosterior
+from kestrel_torch.estimators._gaussian import GaussianPosterior
+from kestrel_torch.estimators._likelihood import FlowLikelihood
+from kestrel_torch.estimators._stepwise import StepwiseEstimator
+from kestrel_torch.nets._embedding import Embedding, build_embedding
+from kestrel_torch.nets._norm import RunningNorm

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from ._embedding import concatenate
-from ._float64 import KeepFloat64
-from ._lazy import LazyBuffers
+from kestrel_torch.nets._embedding import concatenate
+from kestrel_torch.nets._float64 import KeepFloat64
+from kestrel_torch.nets._lazy import LazyBuffers
 
 __all__ = ["SignalProjection", "Flatten", "Concatenate"]
 
@@ -35,7 +35,7 @@ class SignalProjection(KeepFloat64, LazyBuffers):
     the subspace without rotating or flipping a basis that is already right (eigenvectors of
     a degenerate ``M`` would be arbitrary at every refresh). ``M``, ``V`` and the counters are
     buffers, so the basis is saved, loaded and deep-copied with the module; ``M`` and ``V`` stay
-    float64 whatever the module is cast to (:class:`~kestrel_torch._float64.KeepFloat64`).
+    float64 whatever the module is cast to (:class:`~kestrel_torch.nets._float64.KeepFloat64`).
 
     Args:
         n_components: K, the output width.

@@ -16,7 +16,7 @@ implementation (in memory, on Ray, third-party) subclasses it once, supplies the
             return dict
 """
 
-from ._contract_base import KEYS, rows_for
-from ._store_contract import StoreContract
+from kestrel_core.testing._contract_base import KEYS, rows_for
+from kestrel_core.testing._store_contract import StoreContract
 
 __all__ = ["StoreContract", "KEYS", "rows_for"]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from .._store import BlockMeta, BlockRead, Checkout, Status
+from kestrel_core.store import BlockMeta, BlockRead, Checkout, Status
 
 __all__ = ["ContractBase", "KEYS", "rows_for", "counts", "V", "T", "D", "X", "DEL"]
 

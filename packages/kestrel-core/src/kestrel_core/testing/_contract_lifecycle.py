@@ -5,9 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .._errors import StoreError
-from .._store import BlockMeta
-from ._contract_base import DEL, KEYS, ContractBase, D, T, V, X, counts, rows_for
+from kestrel_core._errors import StoreError
+from kestrel_core.store import BlockMeta
+from kestrel_core.testing._contract_base import (
+    DEL,
+    KEYS,
+    ContractBase,
+    D,
+    T,
+    V,
+    X,
+    counts,
+    rows_for,
+)
 
 __all__ = ["LifecycleContract"]
 

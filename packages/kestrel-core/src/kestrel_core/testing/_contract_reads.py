@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .._errors import StoreError
-from ._contract_base import DEL, KEYS, ContractBase, D, T, V, X, rows_for
+from kestrel_core._errors import StoreError
+from kestrel_core.testing._contract_base import DEL, KEYS, ContractBase, D, T, V, X, rows_for
 
 __all__ = ["ReadContract"]
 

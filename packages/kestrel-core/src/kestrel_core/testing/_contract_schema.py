@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from .._errors import StoreError
-from .._store import BlockMeta, Expected
-from ._contract_base import KEYS, ContractBase, rows_for
+from kestrel_core._errors import StoreError
+from kestrel_core.store import BlockMeta, Expected
+from kestrel_core.testing._contract_base import KEYS, ContractBase, rows_for
 
 __all__ = ["SchemaContract"]
 

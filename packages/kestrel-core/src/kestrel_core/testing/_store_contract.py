@@ -22,9 +22,9 @@ holding it is released, and only then are dead rows DELETED; every k-th sample i
 
 from __future__ import annotations
 
-from ._contract_lifecycle import LifecycleContract
-from ._contract_reads import ReadContract
-from ._contract_schema import SchemaContract
+from kestrel_core.testing._contract_lifecycle import LifecycleContract
+from kestrel_core.testing._contract_reads import ReadContract
+from kestrel_core.testing._contract_schema import SchemaContract
 
 __all__ = ["StoreContract"]
 

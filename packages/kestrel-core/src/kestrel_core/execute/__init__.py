@@ -1,0 +1,1 @@
+"""Executing a graph: the planner (node calls, chunk grid, seeds), the in-process executor, the boundary to user code."""

@@ -1,0 +1,1 @@
+"""The graph of random variables: nodes, specs, topology, the dict trace, observations."""

@@ -1,0 +1,1 @@
+"""Ray for Kestrel: starting or joining it, the driver's import directories, actor resources."""

@@ -1,0 +1,400 @@
+"""``DeployedGraph``: a graph running on Ray actors, driven with ObjectRefs only.
+
+The driver never reads simulated data: it submits every node's call at once (a downstream
+actor awaits its parents' refs itself), reads back only the small meta dict of each call
+(per-sample shapes, dtypes, non-finite counts, or the error of a failed node), and hands block
+refs to the store. Arrays come back only from :meth:`DeployedGraph.to_arrays`, when asked, and
+enter only as observations or given samples (:mod:`kestrel_ray.graph._arrays`). The graph owns every
+actor it starts (see :class:`~kestrel_ray.graph._deployment.Deployment`) and is the only caller of
+their methods.
+
+Randomness follows kestrel-core's scheme: the run's ``SeedSequence`` spawns one child per node
+in forward order, and each call spawns one grandchild per chunk of that node's child — on the
+driver, so the streams do not depend on how many replicas serve a node or which one runs a
+chunk. All nodes of one call share one chunk grid (:func:`~kestrel_ray.chunk_grid`), so every
+chunk of a trace can be stored as one block.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import ray
+
+from kestrel_core import (
+    ConfigError,
+    GraphError,
+    StoreWarning,
+    check_count,
+)
+from kestrel_core.execute._plan import (
+    call_conditions,
+    forward_plan,
+    inference_plan,
+    resimulation_plan,
+)
+from kestrel_ray._errors import unwrap_error
+from kestrel_ray.graph._arrays import given_columns, observation_columns, read_arrays
+from kestrel_ray.graph._deployment import Deployment
+from kestrel_ray.graph._refs import Column, RefTrace, chunk_grid
+from kestrel_ray.node._estimator_files import transfer_estimators
+from kestrel_ray.node._handles import Pending, SubmittedTrace, collect_trace
+
+__all__ = ["DeployedGraph"]
+
+
+class DeployedGraph(Deployment):
+    """A graph on Ray actors — one per node (``num_actors`` replicas when > 1) plus a sample
+    store — driven with ObjectRefs only: sampling calls, appends, training, estimator files.
+
+    Shape symbols: N samples of a call, D_key the per-sample shape of a flat key.
+
+    Args:
+        graph: a validated :class:`kestrel_core.Graph`.
+        seed: run seed (int ≥ 0), a ``numpy.random.SeedSequence`` (a later launch's stream of
+            the run's seed) or ``None`` for fresh entropy (``self.seed`` records its entropy).
+        store: an existing store to append to, its :class:`~kestrel_ray.StoreHandle` or actor
+            handle (not killed by :meth:`shutdown`), or ``None`` to start one at :meth:`deploy`.
+        run_dir: run directory: :meth:`save` and :meth:`load` default to ``<run_dir>/graph``,
+            snapshots go to ``<run_dir>/buffer/snapshots``.
+        buffer: a :class:`kestrel_core.BufferConfig` (or mapping) for the store started here;
+            ``None`` keeps every sample (no eviction, no validation split).
+        ready_timeout: seconds to wait for the actors to start.
+        estimators: build the latent nodes' estimators; ``False`` deploys simulators only (forward
+            sampling without the estimators' dependencies, e.g. torch).
+        wrapper_cls: the node actor class (default :attr:`wrapper_cls`, a
+            :class:`~kestrel_ray.NodeWrapper`); a launch passes one that also writes logs.
+
+    Example:
+        ``with DeployedGraph(graph, seed=0) as dg: arrays = dg.to_arrays(dg.sample(1024))``
+    """
+
+    # -- sampling ------------------------------------------------------------------------------
+    def sample(self, n: int) -> RefTrace:
+        """Forward-simulate every node in forward order (latent roots from their priors).
+
+        Returns:
+            :class:`RefTrace` of N samples with every node's keys.
+
+        Raises:
+            CountError: ``n`` is not a non-negative integer. Node failures as in :meth:`run`.
+        """
+        return self.run(n, forward_plan(self.graph))
+
+    def sample_posterior(self, n: int, observations: Mapping[str, Any] | None = None) -> RefTrace:
+        """Posterior draws of the latent nodes (inference order) given the observations.
+
+        Args:
+            n: number of samples.
+            observations: ``{node: x_o}`` without batch axis, over the graph's own observations.
+        """
+        return self.run(
+            n, inference_plan(self.graph, "sample_posterior", observations or ()), observations
+        )
+
+    def sample_proposal(self, n: int, observations: Mapping[str, Any] | None = None) -> RefTrace:
+        """Proposal draws of the latent nodes (inference order) given the observations."""
+        return self.run(
+            n, inference_plan(self.graph, "sample_proposal", observations or ()), observations
+        )
+
+    def sample_ppd(self, n: int, observations: Mapping[str, Any] | None = None) -> RefTrace:
+        """Posterior predictive: latents from the posterior, every other node simulated from them."""
+        plan = resimulation_plan(self.graph, "sample_posterior", self._latents, observations or ())
+        return self.run(n, plan, observations)
+
+    def simulate_from_proposal(
+        self, n: int, observations: Mapping[str, Any] | None = None
+    ) -> RefTrace:
+        """The joint trace a resimulation round appends: latents (``value`` and ``log_prob``)
+        from the proposal, every other node forward-simulated from them."""
+        return self.submit_from_proposal(n, observations).collect()
+
+    def submit_from_proposal(
+        self, n: int, observations: Mapping[str, Any] | None = None
+    ) -> SubmittedTrace:
+        """:meth:`simulate_from_proposal` without waiting (see :meth:`submit`)."""
+        plan = resimulation_plan(self.graph, "sample_proposal", self._latents, observations or ())
+        return self.submit(n, plan, observations)
+
+    def ingest(self, values: Mapping[str, Any]) -> RefTrace:
+        """Given samples of every node (e.g. read from disk) as a trace like :meth:`sample`'s.
+
+        Each node's actor receives its values instead of simulating them: they pass the same
+        boundary checks as a simulator's output, and a node whose simulator has ``log_prob``
+        (a prior) adds its ``log_prob`` — so the trace has the keys a prior simulation has.
+
+        Args:
+            values: node → array ``(N, *D)``, for every node of the graph.
+
+        Returns:
+            :class:`RefTrace` of N samples (no keys when N is 0).
+
+        Raises:
+            GraphError: a node has no values, or values name a node the graph does not have.
+            ShapeError: the nodes' arrays disagree on N. Node failures as in :meth:`run`
+                (e.g. non-numeric values).
+        """
+        self._check_deployed()
+        n, given = given_columns(self.graph, values)
+        if n == 0:
+            return RefTrace(0)
+        return collect_trace(n, self._submit(n, forward_plan(self.graph), {}, given))
+
+    def run(
+        self, n: int, plan: Sequence[tuple[str, str]], observations: Mapping[str, Any] | None = None
+    ) -> RefTrace:
+        """Submit ``(node, method)`` calls in order, then wait for their meta dicts.
+
+        A node's conditions are the latest values of its parents (``sample``, and nodes without
+        estimator) or of its evidence plus any available scaffolds (estimator methods); observed
+        nodes provide one broadcast ref each. A node planned twice keeps its last result.
+
+        Returns:
+            :class:`RefTrace` of the planned nodes' keys (no keys when ``n`` is 0).
+
+        Raises:
+            CountError: bad ``n``. GraphError: a needed condition has no value.
+            EstimatorError: an inference method is planned for a node with evidence but no
+                estimator (or one deployed with ``estimators=False``).
+            KestrelError: a node failed (its own error, naming the node; user exceptions carry a
+                note naming the node).
+        """
+        return self.submit(n, plan, observations).collect()
+
+    def submit(
+        self, n: int, plan: Sequence[tuple[str, str]], observations: Mapping[str, Any] | None = None
+    ) -> SubmittedTrace:
+        """:meth:`run` without waiting: the calls are submitted (queued on the node actors
+        behind whatever they run); :meth:`SubmittedTrace.collect` waits and raises as
+        :meth:`run` does. ``n`` = 0 calls no simulator."""
+        self._check_deployed()
+        n = check_count(n)
+        avail: dict[str, Column] = dict(self._obs_columns)
+        if observations:
+            avail.update(observation_columns(self.graph, observations))
+        return SubmittedTrace(n, self._submit(n, plan, avail, {}) if n else {})
+
+    def _submit(
+        self,
+        n: int,
+        plan: Sequence[tuple[str, str]],
+        known: dict[str, Column],
+        given: Mapping[str, Column],
+    ) -> dict[str, tuple[str, Pending]]:
+        """Submit the plan, each call conditioned on the columns ``known`` so far (a node in
+        ``given`` gets only its own values); node → ``(method, Pending)``, for
+        :func:`~kestrel_ray.node._handles.collect_trace`."""
+        nodes = self.graph.nodes
+        names = list(dict.fromkeys(name for name, _ in plan))
+        chunks = chunk_grid(n, [(nodes[m].sample_chunk_size, nodes[m].num_actors) for m in names])
+        calls: dict[str, tuple[str, Pending]] = {}
+        latents = set(self._latents)
+        for name, method in plan:
+            if name in given:  # seeds=None: the node's own streams stay as they were
+                pending = self._handles[name].submit(method, n, {name: given[name]}, chunks, None)
+            else:
+                conds = call_conditions(
+                    self.graph, name, method, latent=name in latents, known=known
+                )
+                pending = self._handles[name].submit(
+                    method, n, conds, chunks, self._seqs[name].spawn(len(chunks))
+                )
+            calls.pop(name, None)
+            calls[name] = (method, pending)
+            known[name] = pending.columns["value"]
+        return calls
+
+    # -- store and arrays ----------------------------------------------------------------------
+    def append(self, trace: RefTrace, *, wait: bool = True) -> Any:
+        """Append a trace to the store, one block per chunk (no data passes the driver).
+
+        Args:
+            trace: a trace from one call of this graph (its keys share block boundaries).
+            wait: return the new ids (int64 ``(N,)``, rows marked invalid included); ``False``
+                returns at once the ObjectRef to pass to ``self.store.appended``
+                (:meth:`~kestrel_ray.StoreHandle.appended`).
+
+        Warns:
+            StoreWarning: more samples at once than the buffer holds.
+
+        Raises:
+            StoreError: the keys or per-sample shapes break the store's key schema, or the
+                trace's keys do not share blocks.
+        """
+        store = self._deployed_store()
+        ref = store.submit_append(trace.blocks())
+        if not wait:
+            return ref
+        done = store.appended(ref)
+        for note in done.notes:
+            warnings.warn(note, StoreWarning, stacklevel=2)
+        return done.ids
+
+    def buffer_stats(self, timeout: float | None = None) -> dict[str, int]:
+        """The store's counts (``training``, ``validation``, ``total``, …).
+
+        Raises:
+            StoreError: the store did not answer within ``timeout`` seconds.
+        """
+        return self._deployed_store().with_options(timeout=timeout).stats()
+
+    def to_arrays(
+        self, trace: RefTrace, keys: Sequence[str] | None = None
+    ) -> dict[str, np.ndarray]:
+        """Read a trace into arrays (one batched get; see :func:`~kestrel_ray.graph._arrays.read_arrays`).
+
+        Returns:
+            flat key → array ``(N, *D_key)``; may be a read-only view of a stored block.
+        """
+        return read_arrays(trace, keys)
+
+    # -- training and state --------------------------------------------------------------------
+    def start_training(self) -> dict[str, Any]:
+        """Start ``train(store)`` on every estimator node; returns ``{node: ObjectRef}``."""
+        self._check_deployed()
+        return {name: self._estimator(name).train_ref(self._store) for name in self._latents}
+
+    def configure_rounds(
+        self, epochs_per_round: int = 1, *, deterministic: bool = False, open: bool = False
+    ) -> None:
+        """Give every estimator node a fresh round schedule (:class:`kestrel_core.Rounds`) for
+        the next :meth:`start_training`; blocks until every node has it.
+
+        Raises:
+            ConfigError: ``epochs_per_round`` is not an integer ≥ 1 (from the actor).
+        """
+        self._check_deployed()
+        refs = {
+            name: self._estimator(name).actor.configure_rounds.remote(
+                epochs_per_round, deterministic, open
+            )
+            for name in self._latents
+        }
+        for name, ref in refs.items():
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayError as err:
+                raise unwrap_error(err, name, "configure_rounds") from err
+
+    def round_ready_refs(self, k: int) -> dict[str, Any]:
+        """``{node: ObjectRef}`` resolving when round ``k`` may be drawn from that node's
+        proposal, to the round its next ``sample_proposal`` call draws from."""
+        self._check_deployed()
+        return {
+            name: self._estimator(name).actor.round_ready.remote(int(k)) for name in self._latents
+        }
+
+    def round_appended(self, k: int, last: bool = False) -> None:
+        """Tell every estimator node that round ``k`` is in the store (``last``: and no round
+        follows); fire and forget."""
+        for name in self._latents:
+            self._estimator(name).actor.round_appended.remote(int(k), bool(last))
+
+    def close_rounds(self, last: int | None = None) -> None:
+        """Tell every estimator node that no round follows round ``last`` (``None``: none
+        follows what was appended, e.g. when stopping); fire and forget."""
+        for name in self._latents:
+            self._estimator(name).actor.close_rounds.remote(last)
+
+    def request_stop(self) -> None:
+        """Ask every estimator to stop after its current step (fire and forget)."""
+        for name in self._latents:
+            self._estimator(name).request_stop()
+
+    def status(self, timeout: float = 2.0) -> dict[str, Any]:
+        """Node statuses (a list per multiplexed node) and the store's counts.
+
+        Raises:
+            GetTimeoutError: a node actor did not answer within ``timeout``.
+            StoreError: the store did not answer within ``timeout``.
+        """
+        self._check_deployed()
+        refs = {name: h.status_refs() for name, h in self._handles.items()}
+        out: dict[str, Any] = {name: ray.get(r, timeout=timeout) for name, r in refs.items()}
+        out = {name: v[0] if len(v) == 1 else v for name, v in out.items()}
+        out["_store"] = self.buffer_stats(timeout)
+        return out
+
+    def open_logs(self) -> dict[str, list[dict[str, Any]]]:
+        """Call ``open_log()`` on every actor (actors of a ``RunNodeWrapper``).
+
+        Returns:
+            node → one ``open_log`` answer per actor (``{"replica", "pid", "node_id"}``).
+
+        Raises:
+            KestrelError: an actor failed (naming the node).
+        """
+        self._check_deployed()
+        refs = {name: h.open_log_refs() for name, h in self._handles.items()}
+        out = {}
+        for name, node_refs in refs.items():
+            try:
+                out[name] = ray.get(node_refs)
+            except ray.exceptions.RayError as err:
+                raise unwrap_error(err, name, "open_log") from err
+        return out
+
+    def node_actors(self) -> dict[str, list[Any]]:
+        """node → its actor handles (replica ``i`` at index ``i``)."""
+        self._check_deployed()
+        return {name: list(h.actors) for name, h in self._handles.items()}
+
+    def save(
+        self, directory: str | os.PathLike[str] | None = None, nodes: Iterable[str] | None = None
+    ) -> None:
+        """Save estimators to ``<directory>/<node>`` (default ``<run_dir>/graph``).
+
+        Args:
+            directory: the graph folder. nodes: which estimator nodes (default: all).
+
+        Raises:
+            ConfigError: no directory and no run directory. KestrelError: an estimator failed.
+        """
+        self.estimator_files("save", directory, nodes)
+
+    def load(
+        self, directory: str | os.PathLike[str] | None = None, nodes: Iterable[str] | None = None
+    ) -> None:
+        """Load estimators from ``<directory>/<node>`` (default ``<run_dir>/graph``); as :meth:`save`."""
+        self.estimator_files("load", directory, nodes)
+
+    def estimator_files(
+        self,
+        method: Literal["save", "load"],
+        directory: str | os.PathLike[str] | None,
+        nodes: Iterable[str] | None = None,
+    ) -> dict[str, str]:
+        """Save or load estimators, ``<directory>/<node>`` each, all at once: the one place
+        estimator files are written and read — by the driver (see :mod:`._estimator_files`).
+
+        Args:
+            method: ``"save"`` or ``"load"``.
+            directory: the graph folder (``None``: ``<run_dir>/graph``).
+            nodes: estimator nodes (default: every one).
+
+        Returns:
+            node → its folder. After ``"save"``, :attr:`saved_epochs` holds node → the epoch
+            count of the weights written (``None`` where the estimator reports none).
+
+        Raises:
+            ConfigError: no directory and no run directory. GraphError: a node without estimator.
+            KestrelError: an estimator failed (its error, naming the node and the folder).
+        """
+        self._check_deployed()
+        if directory is None:
+            if self.run_dir is None:
+                raise ConfigError(f"{method}: give a directory or a run_dir")
+            directory = os.path.join(self.run_dir, "graph")
+        names = self._latents if nodes is None else list(nodes)
+        for name in names:
+            if name not in self._latents:
+                raise GraphError(f"{method}: node {name!r} has no estimator deployed")
+        folders = {name: os.path.join(os.fspath(directory), name) for name in names}
+        actors = {name: self._estimator(name).actor for name in names}
+        self.saved_epochs = transfer_estimators(method, actors, folders)
+        return folders

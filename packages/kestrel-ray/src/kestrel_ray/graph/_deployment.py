@@ -1,0 +1,200 @@
+"""``Deployment``: the actors of one graph, started, owned and killed in one place.
+
+A graph's node actors are started by :func:`~kestrel_ray.graph._actors.start_node_actors` and its
+store here; the deployment keeps their handles, and :meth:`Deployment.shutdown` kills every
+actor it started (never a store passed in). :class:`~kestrel_ray.DeployedGraph` derives from it
+and is the only caller of the actors' methods.
+
+Randomness follows kestrel-core's scheme: the run's ``SeedSequence`` spawns one child per node
+in forward order (kept in ``_seqs``; a call spawns one grandchild per chunk), and one integer
+of the root seeds the store's random subsets.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, TypeVar
+
+import numpy as np
+
+from kestrel_core import Graph, KestrelError, seed_sequence
+from kestrel_ray.graph._actors import check_deployable, kill_actors, start_node_actors
+from kestrel_ray.graph._arrays import observation_columns
+from kestrel_ray.graph._refs import Column
+from kestrel_ray.node._handles import NodeHandle
+from kestrel_ray.node._multiplex import MultiplexNodeWrapper
+from kestrel_ray.node._wrapper import NodeWrapper
+from kestrel_ray.store._handle import StoreHandle
+
+__all__ = ["Deployment"]
+
+D = TypeVar("D", bound="Deployment")
+
+
+class Deployment:
+    """The actors of a graph: one per node (``num_actors`` replicas when > 1) plus a sample store.
+
+    Starts them (:meth:`deploy`), owns them (:attr:`actors`) and kills them (:meth:`shutdown`);
+    :class:`~kestrel_ray.DeployedGraph` adds the operations that call them.
+
+    Args:
+        graph, seed, store, run_dir, buffer, ready_timeout, estimators, wrapper_cls: see
+            :class:`~kestrel_ray.DeployedGraph`.
+    """
+
+    #: the actor class of the nodes (``ray.remote`` is applied at deploy; tests swap it)
+    wrapper_cls: type = NodeWrapper
+
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        seed: int | np.random.SeedSequence | None = None,
+        store: Any = None,
+        run_dir: str | os.PathLike[str] | None = None,
+        buffer: Any = None,
+        ready_timeout: float = 60.0,
+        estimators: bool = True,
+        wrapper_cls: type | None = None,
+    ):
+        self.graph = graph
+        self._estimators = bool(estimators)
+        self._root = seed_sequence(seed)
+        self.seed = self._root.entropy
+        self.run_dir = None if run_dir is None else os.fspath(run_dir)
+        #: node → the epoch count of the weights the last save wrote (``estimator_files``)
+        self.saved_epochs: dict[str, int | None] = {}
+        self._buffer = buffer
+        self._store: StoreHandle | None = (
+            store if store is None or isinstance(store, StoreHandle) else StoreHandle(store)
+        )
+        self._own_store = store is None
+        self._ready_timeout = float(ready_timeout)
+        if wrapper_cls is not None:
+            self.wrapper_cls = wrapper_cls
+        order = graph.forward_order
+        self._seqs = dict(zip(order, self._root.spawn(len(order))))
+        self._handles: dict[str, NodeHandle | MultiplexNodeWrapper] = {}
+        self._obs_columns: dict[str, Column] = {}
+
+    @classmethod
+    def from_config(cls: type[D], config: Any, *, seed: int | None = None, store: Any = None) -> D:
+        """Build from a :class:`kestrel_core.RunConfig` (graph, buffer, run directory)."""
+        return cls(
+            config.graph, seed=seed, store=store, run_dir=config.run_dir, buffer=config.buffer
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def __enter__(self: D) -> D:
+        return self.deploy()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    @property
+    def deployed(self) -> bool:
+        """Whether the actors are running."""
+        return bool(self._handles)
+
+    @property
+    def store(self) -> Any:
+        """The store's :class:`~kestrel_ray.StoreHandle` (``None`` before :meth:`deploy` when none
+        was given)."""
+        return self._store
+
+    @property
+    def actors(self) -> list[Any]:
+        """Every node actor this graph started (replicas included), plus its own store."""
+        out = [a for h in self._handles.values() for a in h.actors]
+        if self._own_store and self._store is not None:
+            out.append(self._store.actor)
+        return out
+
+    def deploy(self: D) -> D:
+        """Check resources, start the store and one actor per node (replica), wait until ready.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            GraphError: the graph is invalid.
+            ConfigError: an estimator node has ``num_actors > 1``, or a resource request can never
+                be met ("node 'x' requests 2 GPUs; the cluster has 0") — before any actor starts.
+            SimulatorError, EstimatorError: a node's simulator or estimator failed to build (the
+                node's name and the original exception text), or an actor did not start within
+                ``ready_timeout``.
+        """
+        if self.deployed:
+            return self
+        check_deployable(self.graph)
+        try:
+            if self._store is None:
+                self._store = self._start_store()
+            self._handles = start_node_actors(
+                self.graph,
+                self._seqs,
+                self.wrapper_cls,
+                estimators=self._estimators,
+                ready_timeout=self._ready_timeout,
+            )
+            self._obs_columns = observation_columns(self.graph, self.graph.observations)
+        except BaseException:
+            self.shutdown(wait=0)
+            raise
+        return self
+
+    def _start_store(self) -> StoreHandle:
+        return StoreHandle.for_buffer(
+            self._buffer,
+            run_dir=self.run_dir,
+            seed=int(self._root.generate_state(1)[0]),
+            wait=False,
+        )
+
+    def shutdown(self, wait: float = 10.0) -> None:
+        """Kill every actor this graph started (not a store passed in). Idempotent.
+
+        Args:
+            wait: seconds to wait until Ray reports every killed actor dead (``ray.kill`` is
+                asynchronous; 0 returns at once).
+        """
+        kill_actors(self.actors, wait)
+        self._handles = {}
+        self._obs_columns = {}
+        if self._own_store:
+            self._store = None
+
+    @property
+    def _latents(self) -> list[str]:
+        return self.graph.latents if self._estimators else []
+
+    def handle(self, name: str) -> NodeHandle | MultiplexNodeWrapper:
+        """The driver-side handle of node ``name`` (to submit calls with explicit conditions).
+
+        Raises:
+            KestrelError: not deployed. GraphError: unknown node.
+        """
+        self._check_deployed()
+        self.graph[name]
+        return self._handles[name]
+
+    def _estimator(self, name: str) -> NodeHandle:
+        handle = self._handles[name]
+        assert isinstance(handle, NodeHandle)  # estimator nodes are never multiplexed (deploy)
+        return handle
+
+    def _deployed_store(self) -> StoreHandle:
+        """The store's handle once deployed.
+
+        Raises:
+            KestrelError: not deployed.
+        """
+        self._check_deployed()
+        assert self._store is not None  # deploy() starts one when none was given
+        return self._store
+
+    def _check_deployed(self) -> None:
+        if not self.deployed:
+            raise KestrelError(
+                "DeployedGraph is not deployed; call deploy() (or use it in a `with`)"
+            )

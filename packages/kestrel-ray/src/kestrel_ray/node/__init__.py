@@ -1,0 +1,1 @@
+"""Node actors: the :class:`NodeWrapper` boundary, its replicas, and the driver's handles to them."""

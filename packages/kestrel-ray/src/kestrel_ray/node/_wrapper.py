@@ -1,0 +1,368 @@
+"""``NodeWrapper``: the actor that turns condition refs into arrays and outputs into blocks.
+
+One actor per node (per replica). It builds the node's simulator and, for a latent node, its
+estimator. A sampling call receives ``n``, condition *descriptors* and the chunk sizes:
+
+* a descriptor is the segment list of a :class:`~kestrel_ray.Column`, nested in a dict so Ray
+  hands over the refs unresolved; all refs of a call are resolved with one
+  ``await asyncio.gather`` (never a blocking ``ray.get`` on the event loop);
+* a condition of one row for ``n > 1`` samples is a broadcast, recognised from the descriptor
+  in O(1); it stays ``(1, …)`` up to the final consumer (``call_simulator`` broadcasts it
+  read-only; estimators ``.expand()`` it);
+* each chunk draws from its own ``numpy.random.Generator`` (seeded by the ``SeedSequence``
+  children the driver passes, else spawned from the node's own sequence);
+* every output passes the boundary checks of kestrel-core (leading dimension, one per-sample
+  shape, numeric arrays converted once) and leaves as one array per field per chunk — as
+  *return values* of the call, so the caller owns the objects and killing this actor loses
+  none of them. The last return value is a small meta dict.
+
+Simulators run in a worker thread (one call at a time), so the event loop stays free for
+``status``; estimator sampling runs on the event loop between training steps, which is how
+training and proposal sampling interleave without pausing training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from ray import cloudpickle
+
+from kestrel_core import (
+    EstimatorContext,
+    EstimatorError,
+    KestrelError,
+    ShapeError,
+    SimulatorError,
+    as_record,
+    check_count,
+    seed_sequence,
+)
+from kestrel_core.execute._boundary import call_estimator
+from kestrel_core.execute._onerror import Attempt, simulate_or_skip
+from kestrel_ray.cluster._imports import local_import_paths, local_spec
+from kestrel_ray.graph._refs import chunk_grid
+from kestrel_ray.node._chunks import (
+    BroadcastMemo,
+    assemble_conditions,
+    condition_refs,
+    pack_records,
+    rows_of,
+    skipped_values,
+    spans,
+)
+from kestrel_ray.node._training import TrainingMethods
+
+__all__ = ["NodeWrapper", "SAMPLING_METHODS"]
+
+#: the methods that return blocks
+SAMPLING_METHODS = ("sample", "sample_posterior", "sample_proposal")
+#: one-row condition blocks (observations) remembered by ref, most recently used last: a run
+#: passes the same observation ref to every call, so it is read once per actor, not per call
+BROADCAST_MEMO = 8
+
+
+class NodeWrapper(TrainingMethods):
+    """Ray actor class (async) for one node.
+
+    Shape symbols: n samples of a call, c rows of a chunk, D the node's per-sample shape.
+
+    Args:
+        node_blob: the :class:`kestrel_core.Node`, pickled with ``ray.cloudpickle`` (unpickled
+            here, after ``import_paths`` are on ``sys.path``, so a failure is reported by
+            :meth:`ready` naming the node instead of killing the actor).
+        seed: the node's ``SeedSequence`` (or an int, or ``None`` for fresh entropy).
+        import_paths: directories prepended to ``sys.path`` first (the driver's path).
+        replica: index of this replica of a multiplexed node.
+    """
+
+    def __init__(
+        self,
+        node_blob: bytes,
+        *,
+        seed: Any = None,
+        import_paths: Sequence[str] = (),
+        replica: int = 0,
+    ):
+        self._name = "<unknown>"
+        self._error: KestrelError | None = None
+        self._broadcast = BroadcastMemo(BROADCAST_MEMO)
+        self._replica = int(replica)
+        self._state = "initializing"
+        self._calls = 0
+        self._samples = 0
+        self._seconds: dict[str, float] = {}  # busy seconds per part (see status)
+        self._sim_lock: asyncio.Lock | None = None
+        self._estimator = None
+        self._rounds = None
+        self._round: int | None = None
+        self._simulator: Any = None
+        self._template: tuple[tuple[int, ...], np.dtype] | None = None  # last (D, dtype)
+        for path in reversed(local_import_paths(list(import_paths))):
+            if path not in sys.path:
+                sys.path.insert(0, path)
+        try:
+            self._seq = seed_sequence(seed)
+            self.node = cloudpickle.loads(node_blob)
+            self._name = self.node.name
+        except Exception as err:
+            self._error = SimulatorError(
+                f"node actor could not load its node: {type(err).__name__}: {err}"
+            )
+            return
+        spec = local_spec(self.node.simulator)
+        try:
+            self._simulator = spec.build()
+        except Exception as err:
+            self._error = SimulatorError(
+                f"node {self._name!r}: building simulator {spec.target_name} failed: "
+                f"{type(err).__name__}: {err}"
+            )
+            return
+        if self.node.estimator is not None:
+            spec = local_spec(self.node.estimator)
+            try:
+                self._estimator = spec.build()
+                self._estimator.setup(
+                    EstimatorContext(
+                        node=self._name,
+                        prior=self._simulator,
+                        evidence=tuple(self.node.evidence),
+                        scaffolds=tuple(self.node.scaffolds),
+                        seed=int(self._seq.generate_state(1)[0]),
+                    )
+                )
+            except Exception as err:
+                self._error = EstimatorError(
+                    f"node {self._name!r}: building estimator {spec.target_name} failed: "
+                    f"{type(err).__name__}: {err}"
+                )
+                return
+        self._state = "idle"
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def ready(self) -> dict[str, Any]:
+        """Wait-for-construction call; returns what the driver needs to plan calls.
+
+        Returns:
+            ``{"node": name, "fields": {method: (field, …)}, "pid": int}``.
+
+        Raises:
+            SimulatorError, EstimatorError: building the node failed (names the node and carries
+                the original exception text, e.g. an unexpected keyword ``sigmaa``).
+        """
+        self._check()
+        return {
+            "node": self._name,
+            "fields": {m: self._fields(m) for m in SAMPLING_METHODS},
+            "pid": os.getpid(),
+        }
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _fields(self, method: str) -> tuple[str, ...]:
+        """Fields a method returns: estimators give value and log_prob; a simulator gives value,
+        plus log_prob when it has a ``log_prob(value)`` method (priors), as in ``sample_forward``."""
+        if method != "sample" and self._estimator is not None:
+            return ("value", "log_prob")
+        return (
+            ("value", "log_prob")
+            if callable(getattr(self._simulator, "log_prob", None))
+            else ("value",)
+        )
+
+    async def status(self) -> dict[str, Any]:
+        """``{"node", "replica", "state", "calls", "samples", "seconds", "estimator": {...}}``.
+
+        ``seconds``: wall-clock seconds this actor was busy, per part — ``inputs`` (waiting for
+        and reading the conditions' blocks: includes the upstream nodes' work on them),
+        ``simulate`` (the simulator's calls, in its worker thread), ``sample_posterior`` and
+        ``sample_proposal`` (an estimator's draws).
+        """
+        out = {
+            "node": self._name,
+            "replica": self._replica,
+            "state": self._state,
+            "calls": self._calls,
+            "samples": self._samples,
+            "seconds": dict(self._seconds),
+        }
+        if self._estimator is not None:
+            out["estimator"] = dict(self._estimator.status())
+        return out
+
+    # -- sampling ----------------------------------------------------------------------------
+    async def sample(
+        self,
+        n: int,
+        conditions: Mapping[str, list] | None = None,
+        chunks: Sequence[int] | None = None,
+        seeds: Sequence[Any] | None = None,
+    ) -> tuple:
+        """Forward-simulate ``n`` samples from the parents' values.
+
+        Args:
+            n: number of samples (int ≥ 1).
+            conditions: parent name → segment list ``[(block_ref, start, stop), …]`` of 1
+                (broadcast) or ``n`` rows. Under the node's own name: its values, given (samples
+                from disk) — checked like a simulator's output and scored by the simulator's
+                ``log_prob`` (a prior's), nothing simulated.
+            chunks: chunk sizes summing to ``n`` (default: ``sample_chunk_size`` of the node).
+            seeds: one ``SeedSequence`` per chunk (default: spawned from the node's sequence).
+
+        Returns:
+            ``len(chunks) × len(fields)`` arrays, chunk-major (``(c, *D)`` values, ``(c,)``
+            log-probs), then the meta dict of :func:`~kestrel_ray.node._chunks.pack_records` (rows
+            whose simulation raised, with ``on_error: skip``, are counted and not ``finite``).
+
+        Raises:
+            ShapeError: a condition's row count is neither 1 nor ``n``, or chunks disagree on D.
+            SimulatorError: the simulator's output is unusable (wrong leading dimension, ragged
+                per-sample shapes, not numeric).
+        """
+        return await self._call("sample", n, conditions, chunks, seeds)
+
+    async def sample_posterior(
+        self,
+        n: int,
+        conditions: Mapping[str, list] | None = None,
+        chunks: Sequence[int] | None = None,
+        seeds: Sequence[Any] | None = None,
+    ) -> tuple:
+        """Draw from the estimator's posterior (or, without one, simulate from the parents).
+
+        Same arguments and return as :meth:`sample`; conditions are the evidence (and scaffold)
+        nodes for an estimator.
+        """
+        return await self._call("sample_posterior", n, conditions, chunks, seeds)
+
+    async def sample_proposal(
+        self,
+        n: int,
+        conditions: Mapping[str, list] | None = None,
+        chunks: Sequence[int] | None = None,
+        seeds: Sequence[Any] | None = None,
+    ) -> tuple:
+        """Draw from the estimator's proposal (or, without one, simulate from the parents)."""
+        return await self._call("sample_proposal", n, conditions, chunks, seeds)
+
+    async def _call(
+        self,
+        method: str,
+        n: Any,
+        conditions: Mapping[str, list] | None,
+        chunks: Sequence[int] | None,
+        seeds: Sequence[Any] | None,
+    ) -> Any:
+        self._check()
+        n = check_count(n)
+        if n == 0:
+            return {
+                "fields": {},
+                "nonfinite": 0,
+                "finite": [],
+            }  # the one return value of an empty call
+        chunks = (
+            [int(c) for c in chunks]
+            if chunks is not None
+            else chunk_grid(n, [(self.node.sample_chunk_size, 1)])
+        )
+        if sum(chunks) != n or any(c <= 0 for c in chunks):
+            raise ShapeError(f"node {self._name!r}: chunks {chunks} do not split {n} samples")
+        if seeds is None:
+            seeds = self._seq.spawn(len(chunks))
+        t0 = time.perf_counter()
+        arrays = await self._resolve(conditions or {}, n)
+        self._busy("inputs", t0)
+        if method == "sample" or self._estimator is None:
+            if self._sim_lock is None:
+                self._sim_lock = asyncio.Lock()
+            async with self._sim_lock:
+                t0 = time.perf_counter()
+                records, raised, error = await asyncio.to_thread(
+                    self._simulate, method, arrays, n, chunks, seeds
+                )
+                self._busy("simulate", t0)
+        else:
+            records, raised, error = [], None, None
+            for (a, c), seq in zip(spans(chunks), seeds):
+                t0 = time.perf_counter()
+                conds = {k: rows_of(v, a, c, n) for k, v in arrays.items()}
+                # seq: the draws; a proposal draws from the model of the round the driver asked for
+                out = call_estimator(self._estimator, method, c, conds, seq, self._round)
+                records.append(as_record(self._name, method, out, c))
+                self._busy(method, t0)
+                await asyncio.sleep(0)  # let training take a step between chunks
+        self._calls += 1
+        self._samples += n
+        return pack_records(self._name, self._fields(method), records, raised, error)
+
+    def _busy(self, part: str, since: float) -> None:
+        """Add the seconds since ``since`` (``time.perf_counter``) to ``part`` (status)."""
+        self._seconds[part] = self._seconds.get(part, 0.0) + time.perf_counter() - since
+
+    async def _resolve(self, conditions: Mapping[str, list], n: int) -> dict[str, np.ndarray]:
+        """Condition name → read-only array of 1 (broadcast) or ``n`` rows; one batched get."""
+        refs = condition_refs(self._name, conditions, n)
+        values = await self._broadcast.fetch(refs)
+        return assemble_conditions(self._name, conditions, dict(zip(refs, values)))
+
+    def _simulate(
+        self,
+        method: str,
+        arrays: Mapping[str, np.ndarray],
+        n: int,
+        chunks: Sequence[int],
+        seeds: Sequence[Any],
+    ) -> tuple[list[dict[str, np.ndarray]], list[np.ndarray], tuple[str, str] | None]:
+        """The chunks' records, the rows whose simulation raised (``on_error: skip``) per chunk,
+        and the first such exception (see :func:`~kestrel_ray.node._chunks.skipped_values`)."""
+        given = arrays.get(self._name)  # the node's own values: checked and scored, not simulated
+        missing = [p for p in self.node.parents if p not in arrays and given is None]
+        if missing:
+            raise SimulatorError(
+                f"node {self._name!r}: {method} needs parent {missing[0]!r}, which "
+                f"was not passed (got {sorted(arrays)})"
+            )
+        fields = self._fields(method)
+        rngs = [np.random.Generator(np.random.PCG64(seed_sequence(s))) for s in seeds]
+        attempts = []
+        for (a, c), rng, seq in zip(spans(chunks), rngs, seeds):
+            if given is not None:
+                value = as_record(
+                    self._name, "given values", {"value": given[a : a + c]}, c, fields=("value",)
+                )["value"]
+                attempts.append(Attempt(value, np.zeros(c, bool)))
+            else:
+                parents = {p: rows_of(arrays[p], a, c, n) for p in self.node.parents}
+                attempts.append(
+                    simulate_or_skip(
+                        self._name,
+                        self._simulator,
+                        c,
+                        parents,
+                        rng=rng,
+                        seq=seed_sequence(seq),
+                        on_error=self.node.on_error,
+                    )
+                )
+        values, error = skipped_values(self._name, attempts, self._template)
+        if values:
+            self._template = (values[0].shape[1:], values[0].dtype)
+        records = []
+        for c, value in zip(chunks, values):
+            rec = {"value": value}
+            if "log_prob" in fields:
+                view = value.view()
+                view.flags.writeable = False
+                out = {"log_prob": self._simulator.log_prob(view)}
+                rec.update(as_record(self._name, "log_prob", out, c, fields=("log_prob",)))
+            records.append(rec)
+        return records, [t.raised for t in attempts], error

@@ -1,0 +1,395 @@
+"""``StoreHandle``: the one way to start the store actor and the only caller of its methods.
+
+Like :class:`~kestrel_ray.NodeHandle` for a node actor, a :class:`StoreHandle` wraps the
+:class:`~kestrel_ray.SampleStore` actor in typed methods:
+
+* blocking methods that are exactly the :class:`kestrel_core.SampleStore` protocol (``append``,
+  ``checkout``, ``release``, ``discard``, ``status``, ``stats``), so the store contract suite
+  runs on the handle as is; the store's own errors come back unwrapped from Ray's task error,
+  and the warnings of an append are raised in the caller;
+* ``submit_*`` and ``*_nowait`` methods for callers that must not block: the launch loop keeps
+  one append in flight, a view releases its checkout without waiting;
+* the driver's files: the snapshot rows an append names, and every append that succeeds
+  handed to the journal (:meth:`StoreHandle.set_journal`, ``RUN/buffer/journal/`` in a launch).
+
+A handle is small and picklable: the driver passes it to the node actors that train.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import ray
+
+from kestrel_core import BlockMeta, Checkout, ConfigError, KestrelError, StoreError, StoreWarning
+from kestrel_core.store import Appended, Schema
+from kestrel_ray.store._actor import SampleStore
+from kestrel_ray.store._files import DriverFiles, JournalHook
+
+__all__ = ["StoreHandle", "create_store"]
+
+
+class StoreHandle(DriverFiles):
+    """A :class:`~kestrel_ray.SampleStore` actor as its callers see it.
+
+    Args:
+        actor: the store's actor handle (from :meth:`start`).
+        timeout: seconds a blocking call waits before :class:`~kestrel_core.StoreError`
+            (``None``: no limit).
+        use_futures: wait through ``ObjectRef.future()`` instead of ``ray.get`` (inside an
+            async actor: Ray's threads resolve the values, never the actor's event loop).
+    """
+
+    def __init__(
+        self,
+        actor: Any,
+        *,
+        timeout: float | None = None,
+        use_futures: bool = False,
+        snapshot_dir: str | None = None,
+    ):
+        self._actor = actor
+        self._timeout = timeout
+        self._use_futures = bool(use_futures)
+        self._snapshot_dir = snapshot_dir
+        self._journal = JournalHook()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the snapshot folder and the journal are the driver's: a handle sent to an actor
+        # does not write files
+        return (_rebuild, (self._actor, self._timeout, self._use_futures))
+
+    @classmethod
+    def start(
+        cls, *, wait: bool = True, snapshot_dir: str | os.PathLike[str] | None = None, **kwargs: Any
+    ) -> StoreHandle:
+        """Start a store actor (``num_cpus=0``).
+
+        Args:
+            wait: return only once the actor is constructed.
+            snapshot_dir: where this handle (the driver's) writes the snapshots the store has
+                due (:meth:`write_snapshots`); required with ``snapshot_every > 0``.
+            **kwargs: the :class:`~kestrel_ray.SampleStore` arguments (buffer rules, snapshots,
+                seed).
+
+        Raises:
+            ConfigError: bad buffer values (checked here, before the actor starts, where the
+                error is readable).
+        """
+        if kwargs.get("snapshot_every") and snapshot_dir is None:
+            raise ConfigError(
+                f"buffer.snapshot_every={kwargs['snapshot_every']} needs a snapshot directory"
+            )
+        SampleStore(**kwargs)
+        folder = None if snapshot_dir is None else os.fspath(snapshot_dir)
+        handle = cls(
+            ray.remote(SampleStore).options(num_cpus=0).remote(**kwargs), snapshot_dir=folder
+        )
+        if wait:
+            handle.wait(handle._actor.ready.remote())
+        return handle
+
+    @classmethod
+    def for_buffer(
+        cls,
+        buffer: Any,
+        *,
+        run_dir: str | os.PathLike[str] | None = None,
+        seed: int | None = None,
+        wait: bool = True,
+    ) -> StoreHandle:
+        """Start the store of a run.
+
+        Args:
+            buffer: a :class:`kestrel_core.BufferConfig` or mapping (``min_samples``,
+                ``max_samples``, ``validation_samples``, ``snapshot_every``); ``None`` keeps
+                every sample (no eviction, no validation split).
+            run_dir: the run directory; this handle (on the driver) writes the snapshots to
+                ``<run_dir>/buffer/snapshots`` after each append (:meth:`write_snapshots`).
+            seed: seed of the store's random subsets.
+            wait: as :meth:`start`.
+
+        Raises:
+            ConfigError: bad buffer values, or snapshots without a run directory.
+        """
+        kwargs: dict[str, Any] = {}
+        snapshot_dir = None
+        if buffer is not None:
+
+            def get(name: str, default: Any) -> Any:
+                if isinstance(buffer, Mapping):
+                    return buffer.get(name, default)
+                return getattr(buffer, name, default)
+
+            kwargs = {
+                "min_samples": get("min_samples", 0),
+                "max_samples": get("max_samples", 2**62),
+                "validation_samples": get("validation_samples", 0),
+            }
+            every = int(get("snapshot_every", 0) or 0)
+            if every:
+                if run_dir is None:
+                    raise ConfigError("buffer.snapshot_every: snapshots need a run directory")
+                kwargs["snapshot_every"] = every
+                snapshot_dir = os.path.join(os.fspath(run_dir), "buffer", "snapshots")
+        if seed is not None:
+            kwargs["seed"] = int(seed)
+        return cls.start(wait=wait, snapshot_dir=snapshot_dir, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"StoreHandle({self._actor!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StoreHandle) and other._actor == self._actor
+
+    def __hash__(self) -> int:
+        return hash(self._actor)
+
+    @property
+    def actor(self) -> Any:
+        """The actor handle (to kill it; never call its methods directly)."""
+        return self._actor
+
+    @property
+    def timeout(self) -> float | None:
+        """Seconds a blocking call waits (``None``: no limit)."""
+        return self._timeout
+
+    @property
+    def use_futures(self) -> bool:
+        """Whether calls wait through ``ObjectRef.future()``."""
+        return self._use_futures
+
+    def with_options(
+        self, *, timeout: float | None = None, use_futures: bool | None = None
+    ) -> StoreHandle:
+        """The same actor, waited on differently (see the constructor)."""
+        futures = self._use_futures if use_futures is None else use_futures
+        handle = StoreHandle(
+            self._actor, timeout=timeout, use_futures=futures, snapshot_dir=self._snapshot_dir
+        )
+        handle._journal = self._journal  # the same journal and appends in flight
+        return handle
+
+    def wait(self, refs: Any) -> Any:
+        """The value of one ref, or the values of a list of refs (one batched wait).
+
+        Raises:
+            KestrelError: the one the store raised (unwrapped from Ray's task error).
+            StoreError: no answer within the timeout, a stored block is lost, or the store's
+                actor is gone.
+        """
+        single = not isinstance(refs, list)
+        refs = [refs] if single else refs
+        try:
+            if self._use_futures:
+                values = [f.result(timeout=self._timeout) for f in [r.future() for r in refs]]
+            else:
+                values = ray.get(refs, timeout=self._timeout)
+        except ray.exceptions.RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, KestrelError):
+                raise cause from err
+            raise
+        except (
+            ray.exceptions.GetTimeoutError,
+            TimeoutError,
+            concurrent.futures.TimeoutError,
+        ) as err:
+            raise StoreError(f"the sample store did not answer within {self._timeout} s") from err
+        except ray.exceptions.ObjectLostError as err:
+            raise StoreError(f"a stored block is lost: {err}") from err
+        except ray.exceptions.RayActorError as err:  # killed, or its machine is gone
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise StoreError(f"the sample store's actor is gone: {first}") from err
+        return values[0] if single else values
+
+    # -- the SampleStore protocol (blocking) --------------------------------------------------------
+    def append(self, block: Mapping[str, Any], meta: BlockMeta) -> np.ndarray:
+        """Append one block ``{flat_key: ObjectRef}``; returns its new ids (int64 ``(n,)``).
+
+        Raises:
+            StoreError: the block breaks the key schema, or a value is not an ObjectRef.
+
+        Warns:
+            StoreWarning: more rows at once than the buffer keeps.
+        """
+        done = self.appended(self.submit_append([(block, meta)]))
+        for note in done.notes:
+            warnings.warn(note, StoreWarning, stacklevel=2)
+        return done.ids
+
+    def checkout(
+        self,
+        statuses: Sequence[int],
+        keys: Sequence[str],
+        *,
+        max_samples: int = 0,
+        held_ids: np.ndarray | None = None,
+    ) -> Checkout:
+        """Pin the blocks of the active ids the caller lacks (``reads[i].block``: ``{key: ObjectRef}``).
+
+        Raises:
+            StoreError: an unknown key (the message lists the schema) or unreadable status.
+        """
+        return self.wait(
+            self.submit_checkout(statuses, keys, max_samples=max_samples, held_ids=held_ids)
+        )
+
+    def release(self, token: int) -> None:
+        """End a checkout (waits for the store).
+
+        Raises:
+            StoreError: the token is unknown or already released.
+        """
+        self.wait(self._actor.release.remote(int(token)))
+
+    def discard(self, ids: Sequence[int] | np.ndarray) -> int:
+        """Mark TRAINING ids DISFAVOURED; returns how many moved.
+
+        Raises:
+            StoreError: an id was never assigned.
+        """
+        return self.wait(self._actor.discard.remote(_ids(ids)))
+
+    def status(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """int8 statuses of ``ids``.
+
+        Raises:
+            StoreError: an id was never assigned.
+        """
+        return self.wait(self._actor.status.remote(_ids(ids)))
+
+    def stats(self) -> dict[str, int]:
+        """Counts ``validation training disfavoured tombstone deleted total blocks``."""
+        return self.wait(self.submit_stats())
+
+    def restore(
+        self,
+        block: Mapping[str, Any],
+        meta: BlockMeta,
+        ids: np.ndarray,
+        statuses: np.ndarray | None = None,
+        *,
+        next_id: int = 0,
+    ) -> int:
+        """Put back rows of an earlier store keeping their ids and statuses (a resume); returns
+        how many (see :meth:`kestrel_core.store.BlockStore.restore`; ``block`` holds refs).
+
+        Raises:
+            StoreError: the rows do not fit the store; nothing is stored.
+        """
+        return self.wait(
+            self._actor.restore.remote(dict(block), meta, ids, statuses, next_id=int(next_id))
+        )
+
+    # -- more (blocking) ----------------------------------------------------------------------------
+    def schema(self) -> Schema | None:
+        """The key schema ``{flat_key: (D, dtype)}``, or ``None`` before the first append."""
+        return self.wait(self._actor.schema.remote())
+
+    def expect(self, expected: Mapping[str, Any]) -> None:
+        """Fix keys' per-sample shapes before the first block (flat key →
+        :class:`~kestrel_core.store.Expected`); every later append and restore is checked
+        against them (see :meth:`kestrel_core.store.BlockStore.expect`).
+
+        Raises:
+            StoreError: a block already stored differs from them.
+        """
+        self.wait(self._actor.expect.remote(dict(expected)))
+
+    def held_refs(self) -> int:
+        """Number of ObjectRefs the store holds (blocks × keys)."""
+        return self.wait(self._actor.held_refs.remote())
+
+    def open_checkouts(self) -> int:
+        """Number of checkouts not yet released."""
+        return self.wait(self._actor.open_checkouts.remote())
+
+    # -- without waiting ----------------------------------------------------------------------------
+    def submit_append(self, blocks: Sequence[tuple[Mapping[str, Any], BlockMeta]]) -> Any:
+        """Append ``[(block, meta), …]`` in one store call, all or nothing; returns at once.
+
+        Returns:
+            The ObjectRef of the store's :class:`~kestrel_core.store.Appended`; pass it to
+            :meth:`appended`.
+        """
+        sent = [(dict(block), meta) for block, meta in blocks]
+        ref = self._actor.append_blocks.remote(sent)
+        self._journal.submitted(ref, sent)
+        return ref
+
+    def appended(self, ref: Any) -> Appended:
+        """Wait for a :meth:`submit_append`.
+
+        Returns:
+            ``Appended(ids, kept, notes)``: the int64 ids of every row, how many were valid,
+            and warnings the caller should show (more samples at once than the buffer holds).
+
+        Raises:
+            StoreError: the blocks break the key schema (nothing of the call was stored).
+            OSError: a snapshot file cannot be written (a journal's own errors: see
+                :meth:`set_journal`).
+        """
+        blocks = self._journal.take(ref)
+        done = self.wait(ref)
+        self.write_snapshots(done.snapshots)
+        self._journal.done(blocks, done.ids)
+        return done
+
+    def submit_checkout(
+        self,
+        statuses: Sequence[int],
+        keys: Sequence[str],
+        *,
+        max_samples: int = 0,
+        held_ids: np.ndarray | None = None,
+    ) -> Any:
+        """:meth:`checkout` without waiting: the ObjectRef of the :class:`~kestrel_core.Checkout`."""
+        held = None if held_ids is None else np.asarray(held_ids, dtype=np.int64)
+        return self._actor.checkout.remote(
+            [int(s) for s in statuses],
+            [str(k) for k in keys],
+            max_samples=int(max_samples),
+            held_ids=held,
+        )
+
+    def submit_stats(self) -> Any:
+        """:meth:`stats` without waiting: the ObjectRef of the counts."""
+        return self._actor.stats.remote()
+
+    def release_nowait(self, token: int) -> None:
+        """End a checkout without waiting (Ray runs it after the calls submitted before it)."""
+        self._actor.release.remote(int(token))
+
+    def discard_nowait(self, ids: Sequence[int] | np.ndarray) -> None:
+        """Mark TRAINING ids DISFAVOURED without waiting."""
+        self._actor.discard.remote(_ids(ids))
+
+
+def _ids(ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    arr = np.asarray(ids)
+    return arr if arr.dtype.kind not in "iu" else arr.astype(np.int64)
+
+
+def _rebuild(actor: Any, timeout: float | None, use_futures: bool) -> StoreHandle:
+    return StoreHandle(actor, timeout=timeout, use_futures=use_futures)
+
+
+def create_store(**kwargs: Any) -> StoreHandle:
+    """Start a :class:`SampleStore` actor (``num_cpus=0``) and return its :class:`StoreHandle`.
+
+    Same as :meth:`StoreHandle.start`.
+
+    Args:
+        **kwargs: passed to :class:`SampleStore`.
+
+    Raises:
+        ConfigError: bad buffer values (checked here, before the actor starts).
+    """
+    return StoreHandle.start(**kwargs)

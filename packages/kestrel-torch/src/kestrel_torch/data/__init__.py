@@ -1,0 +1,1 @@
+"""Training data on the device: the cached loader, its background fetcher and staging, batches, rows."""

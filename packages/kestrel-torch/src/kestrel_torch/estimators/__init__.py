@@ -1,0 +1,1 @@
+"""Estimators Kestrel's graph trains: Gaussian, flow (NPE), likelihood (NLE), their losses and sampling."""

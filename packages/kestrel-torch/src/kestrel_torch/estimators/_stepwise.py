@@ -1,0 +1,286 @@
+"""The estimator Kestrel's graph trains: options, a head, the training loop, sampling, checkpoints.
+
+Shape symbols: n draws, N values, F all parameters of the latent node, D its free parameters.
+
+:class:`StepwiseEstimator` implements kestrel-core's ``Estimator`` protocol by composing the
+parts of this package, one module each: the frozen options (``_options``), node checks, device
+and seeds (``_binding``), embedding + head (``_model``, with the head interface in ``_head``),
+buffer rows and the NPE loss (``_rows``, ``_loss``), the epoch loop (``_fit``), sampling and
+conditions (``_sampling``), the sampling and density methods (``_inference``), checkpoints as
+bytes or files (``_persist``, ``_checkpoint``). A concrete estimator names its options class and
+builds its head; nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from kestrel_core import (
+    TRAINABLE,
+    BufferView,
+    EstimatorContext,
+    Rounds,
+    Status,
+)
+from kestrel_torch._errors import EstimatorError
+from kestrel_torch.checkpoint._persist import Checkpointing
+from kestrel_torch.data._batch import Batch
+from kestrel_torch.data._loader import CachedDataLoader
+from kestrel_torch.estimators._binding import Binding
+from kestrel_torch.estimators._inference import Inference
+from kestrel_torch.estimators._options import EstimatorOptions
+from kestrel_torch.estimators._sampling import Conditions
+from kestrel_torch.nets._embedding import check_embedding
+from kestrel_torch.nets._head import PosteriorHead
+from kestrel_torch.nets._model import build_model
+from kestrel_torch.train._fit import FitState, fit, train_step
+from kestrel_torch.train._pacing import DeferredDiscards, Pacing, ProposalRounds
+
+__all__ = ["StepwiseEstimator"]
+
+
+class StepwiseEstimator(Checkpointing, Inference):
+    """Base of Kestrel's estimators: neural posterior estimation (NPE) trained step by step.
+
+    A subclass sets :attr:`options_class` and implements :meth:`make_head`. The estimator works
+    in the prior's standard-normal space ``z = prior.to_normal(θ)``; the loader maps ``θ`` into
+    ``(z, log|det ∂z/∂θ|)`` once, in float64, in its background thread.
+
+    Keyword args: the fields of :attr:`options_class` (see
+    :class:`~kestrel_torch.estimators._options.EstimatorOptions`: ``max_epochs``, ``batch_size``, ``lr``,
+    ``early_stop_patience``, ``lr_decay_factor``, ``lr_patience``, ``min_lr``, ``prior_epochs``,
+    ``gamma``, ``cache_sync_every``, ``max_cache_samples``, ``discard_samples``,
+    ``log_ratio_threshold``, ``embedding``, ``device``, ``seed``). Construction only validates
+    them; the model is built on the first training data.
+
+    Training (:meth:`train`): epochs of ``max(1, count // batch_size)`` steps with an
+    ``await asyncio.sleep(0)`` after each, so an async actor serves sampling calls between
+    steps; the validation loss is computed in eval mode over the whole validation set and
+    changes no state. A deep copy of embedding and head (plain attributes included) — the best
+    model — is taken whenever the validation loss improves; every sampling method uses it while
+    training continues. Rows with a non-finite value are left out of every step and counted.
+
+    Attributes:
+        options: the validated options (frozen).
+
+    Raises:
+        TypeError: an unknown keyword argument (with a suggestion).
+        ConfigError: a keyword argument out of range.
+    """
+
+    options_class: ClassVar[type[EstimatorOptions]] = EstimatorOptions
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.options = self.options_class.from_kwargs(kwargs, type(self).__name__)
+        self._binding: Binding | None = None
+        self._fit = FitState()
+        # two rows of each condition the model was built from (shapes and dtypes at inference)
+        self._init: dict[str, torch.Tensor] = {}
+        self._conditions: Conditions | None = None
+        self._stop_requested = False
+        self._state = "idle"
+        self._error: str | None = None
+        self._clipped = 0
+        self._proposals = ProposalRounds()
+
+    def make_head(self, dim: int, context_dim: int) -> PosteriorHead:
+        """The head for ``dim`` (D) free parameters and an embedding of width ``context_dim`` (E)."""
+        raise NotImplementedError
+
+    @property
+    def config(self) -> Mapping[str, Any]:
+        """The options as a read-only mapping (keyword → value)."""
+        return MappingProxyType(self.options.as_dict())
+
+    def check_conditions(
+        self,
+        evidence: Sequence[str],
+        scaffolds: Sequence[str] = (),
+        *,
+        path: str = "estimator",
+        imports: Iterable[str] = (),
+        rows: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        """The checks :meth:`setup` would make of the ``embedding`` option in the node's actor,
+        made where the config is loaded (a launch's preflight, before Ray starts): see
+        :func:`~kestrel_torch.nets._embedding.check_embedding` (arguments and errors)."""
+        check_embedding(self.options.embedding, evidence, scaffolds, path, imports, rows)
+
+    # -- setup -------------------------------------------------------------------------------
+    def setup(self, context: EstimatorContext) -> None:
+        """Bind the estimator to its node.
+
+        Raises:
+            EstimatorError: the prior lacks the standard-normal bijection, or the node has no
+                evidence to condition on.
+            ConfigError: an unknown device.
+        """
+        self._binding = Binding.create(context, self.options, type(self).__name__)
+
+    def _bound(self) -> Binding:
+        if self._binding is None:
+            raise EstimatorError(f"{type(self).__name__}: call setup(context) first")
+        return self._binding
+
+    @property
+    def total_epochs(self) -> int:
+        """Epochs trained over the estimator's life (continues after :meth:`load`)."""
+        return self._fit.epochs
+
+    def _start(self, init: Mapping[str, torch.Tensor]) -> None:
+        """Build a fresh model from rows of the conditions and train it from now on."""
+        b = self._bound()
+        self._init = {c: t.detach()[:2].clone() for c, t in init.items()}
+        model = build_model(
+            self.options.embedding, b.context, self.make_head, self._init, b.device, b.model_seed
+        )
+        self._fit.start(model, model.param_groups(), self.options)
+        self._conditions = Conditions(b.context, b.device, self._init)
+
+    def _start_from(self, batch: Batch) -> bool:
+        """:meth:`_start` from the first finite rows of ``batch``; ``False`` if it has none."""
+        finite, inputs = self._bound().columns.split(batch)
+        index = torch.nonzero(finite).squeeze(1)[:2]
+        if index.numel() == 0:
+            return False
+        self._start({c: t[index] for c, t in inputs.items()})
+        return True
+
+    def _start_from_cache(self, loader: CachedDataLoader) -> None:
+        """:meth:`_start` from the first finite rows the training cache holds.
+
+        Raises:
+            EstimatorError: every cached row has a non-finite value.
+        """
+        if not self._start_from(loader.all()):
+            raise EstimatorError(
+                f"node {self._bound().context.node!r}: no usable training row in "
+                f"epoch {self._fit.epochs + 1} (all {loader.count} training rows "
+                "have a non-finite value)"
+            )
+
+    # -- training ----------------------------------------------------------------------------
+    def _loader(self, view: BufferView, statuses: Any, name: str) -> CachedDataLoader:
+        """A loader of this node's columns (θ mapped to z), named ``<node>-<name>``."""
+        b = self._bound()
+        columns = b.columns
+        return CachedDataLoader(
+            view,
+            columns.keys(),
+            statuses,
+            b.device,
+            transforms={columns.theta: columns.to_latent},
+            dtypes={columns.theta: torch.float64, columns.log_prob: torch.float64},
+            max_samples=self.options.max_cache_samples if statuses == TRAINABLE else 0,
+            name=f"{b.context.node}-{name}",
+        )
+
+    def _train_step(self, batch: Batch) -> torch.Tensor | None:
+        """One optimiser step on ``batch`` (the model is built from it if there is none yet);
+        the detached loss, or ``None`` if no step was taken."""
+        loss = self._bound().loss
+        if self._fit.model is None and not self._start_from(batch):
+            loss.nonfinite_rows += len(batch)
+            return None
+        return train_step(self._fit, loss, batch, self.options.clip_max_norm)
+
+    async def train(self, view: BufferView, rounds: Rounds | None = None) -> None:
+        """Train on the view's TRAINING/DISFAVOURED samples, validate on its VALIDATION samples.
+
+        Runs until ``total_epochs`` reaches ``max_epochs``, fewer on early stopping or
+        :meth:`request_stop` (which ends training after the current step). Blocking work (the
+        first cache fill) runs in a worker thread, so the event loop stays free.
+
+        Args:
+            view: the store view.
+            rounds: the launch's round schedule (:class:`kestrel_core.Rounds`): round ``k``'s
+                proposal (:meth:`sample_proposal` with ``round=k``) is the best model at epoch
+                ``k·E`` of this call; deterministic schedules also fix when new rows enter
+                training (and hold the discards until then); an open schedule holds back early
+                stopping. ``None``: caches sync every ``cache_sync_every`` epochs.
+
+        Raises:
+            EstimatorError: no training samples, no usable (finite) training row, an epoch in
+                which every drawn row was non-finite, or a failure of the loader (re-raised
+                from its thread).
+        """
+        b = self._bound()
+        node = b.context.node
+        if self._state == "training":
+            raise EstimatorError(f"node {node!r}: train() is already running")
+        self._state, self._error = "training", None
+        discards = DeferredDiscards(view) if rounds is not None and rounds.deterministic else None
+        train_loader = self._loader(discards or view, TRAINABLE, "train")
+        val_loader: CachedDataLoader | None = None
+        self._proposals.clear()
+        try:
+            with self._fit.timings.timed("cache_fill"):
+                await asyncio.to_thread(train_loader.sync)
+                self._fit.note_ids(train_loader)
+                if int(view.stats().get("validation", 0)) > 0:
+                    val_loader = self._loader(view, (Status.VALIDATION,), "validation")
+                    await asyncio.to_thread(val_loader.sync)
+            if self._fit.model is None and self.options.max_epochs > 0:
+                self._start_from_cache(train_loader)
+            stop = lambda: self._stop_requested  # noqa: E731
+            loaders = [train_loader] + ([val_loader] if val_loader is not None else [])
+            pacing = Pacing(rounds, self._fix_proposal, loaders, discards, stop)
+            await fit(
+                self._fit,
+                b.loss,
+                train_loader,
+                val_loader,
+                self.options,
+                b.batch_generator,
+                stop=stop,
+                name=node,
+                pacing=pacing,
+            )
+            self._state = "stopped" if self._stop_requested else "done"
+        except BaseException as err:
+            self._state, self._error = "stopped", f"{type(err).__name__}: {err}"
+            raise
+        finally:
+            self._stop_requested = False
+            if rounds is not None:
+                rounds.finish()
+            train_loader.close()
+            if val_loader is not None:
+                val_loader.close()
+
+    # -- control and status ------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """End a running :meth:`train` after its current step (a later call is also stopped)."""
+        self._stop_requested = True
+
+    def status(self) -> dict[str, Any]:
+        """Progress, readable at any time.
+
+        Returns:
+            ``state`` ("idle", "training", "done", "stopped"), ``epoch`` (= ``total_epochs``),
+            ``max_epochs`` (a total), ``train_loss``, ``val_loss``, ``best_val_loss``, ``best_epoch``,
+            ``ended`` (see :class:`FitState`), ``samples_seen`` (distinct ids the training cache
+            has held), ``lr``, the counters ``nonfinite_rows``, ``skipped_steps``, ``discarded``,
+            ``clipped_directions``, ``error`` (the exception that ended training, else None),
+            ``observation_checks`` (what the latest draw's observation guards found),
+            ``timings`` (where training time went, :mod:`kestrel_torch.train._timings`); the training
+            part comes from :meth:`~kestrel_torch.train._fit.FitState.report`.
+        """
+        loss = self._binding.loss if self._binding is not None else None
+        return {
+            "state": self._state,
+            **self._fit.report(self.options.lr),
+            "max_epochs": self.options.max_epochs,
+            "nonfinite_rows": loss.nonfinite_rows if loss is not None else 0,
+            "skipped_steps": loss.skipped_steps if loss is not None else 0,
+            "discarded": loss.discarded if loss is not None else 0,
+            "clipped_directions": self._clipped,
+            "error": self._error,
+            "observation_checks": list(self._conditions.findings) if self._conditions else [],
+        }

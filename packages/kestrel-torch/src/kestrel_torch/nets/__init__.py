@@ -1,0 +1,1 @@
+"""Networks: embeddings, conditional density heads, online normalisation, running moments."""

@@ -1,0 +1,1 @@
+"""``kestrel check calibration``: the command's simulations and its figure."""

@@ -1,0 +1,91 @@
+"""Arguments shared by the ``kestrel`` sub-commands: the config, overrides, numbers, ``--force``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = [
+    "add_config_arguments",
+    "config_from_args",
+    "force_argument",
+    "non_negative_int",
+    "positive_float",
+    "positive_int",
+]
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``-c/--config`` (default ``config.yml``) and the ``key=value`` overrides."""
+    parser.add_argument(
+        "-c",
+        "--config",
+        default="config.yml",
+        metavar="CONFIG",
+        help="config YAML file (default: %(default)s)",
+    )
+    parser.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value",
+        type=_override,
+        help="config overrides, e.g. graph.x.simulator.sigma=0.2",
+    )
+
+
+def config_from_args(args: argparse.Namespace, **kwargs: Any) -> Any:
+    """``load_config(args.config, args.overrides, **kwargs)``.
+
+    Raises:
+        ConfigError, GraphError: as :func:`~kestrel_core.load_config`.
+    """
+    from kestrel_core.config._config import load_config
+
+    return load_config(args.config, args.overrides, **kwargs)
+
+
+def _override(text: str) -> str:
+    if "=" not in text or text.startswith("="):
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    return text
+
+
+def _integer(text: str, minimum: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse ``type``: an integer ≥ 1 (sample counts)."""
+    return _integer(text, 1, "a positive integer")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse ``type``: an integer ≥ 0 (seeds)."""
+    return _integer(text, 0, "a non-negative integer")
+
+
+def positive_float(text: str) -> float:
+    """argparse ``type``: a number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def force_argument(parser: argparse.ArgumentParser, flag: str) -> None:
+    """Add ``--force``: replace the ``flag`` file if it exists."""
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help=f"replace the {flag} file if it exists (without it an existing file outside the "
+        "run is refused)",
+    )

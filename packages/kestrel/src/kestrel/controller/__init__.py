@@ -1,0 +1,1 @@
+"""The launch loop as a controller: train every estimator while simulations keep arriving."""

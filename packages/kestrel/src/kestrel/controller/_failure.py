@@ -1,0 +1,154 @@
+"""What a failed launch still saves, so that ``kestrel launch -o RUN`` continues it.
+
+When a node fails — its simulator raises, an estimator's actor dies mid-epoch, the store actor
+dies — :class:`~kestrel.controller._launcher.Launcher` calls :func:`save_on_failure` before it
+kills the actors. The store is an actor of its own, apart from the node actors, so after a
+node's death it still answers:
+
+* the whole buffer goes to ``<snapshots>/buffer.npz`` (as at a graceful stop; the journal
+  files it holds are deleted), unless the store itself is gone — then the snapshot of the last
+  checkpoint (:mod:`._checkpoint`) stays, and the journal (:mod:`._journal`) holds every row
+  appended since, which a resume appends after it;
+* every estimator node whose actor still answers has its weights written under the resume
+  rule (:meth:`~kestrel.persist._checkpoint.Checkpoint.save_weights`); a dead one's weights
+  on disk stay as the last checkpoint (or the last launch) left them;
+* the driver log says what was saved, what stays from where, and how to continue — except
+  when the run's saved buffer does not fit its graph (rows of another simulator's shape, found
+  on resume): then nothing is written and the log says to ``--restart``.
+
+Each step has a short timeout, so a failed launch still ends within seconds. A second Ctrl-C
+(abort) saves nothing: it is not a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import ray
+
+from kestrel.controller._resume import BufferMismatch, saved_epoch
+from kestrel.persist._checkpoint import Checkpoint
+from kestrel_core import KestrelError, StoreError
+from kestrel_core.store import BUFFER_FILE
+from kestrel_ray.store._snapshot import snapshot_store
+
+__all__ = ["save_on_failure", "FAILURE_TIMEOUT"]
+
+#: seconds each actor (the store, each estimator node) has to answer on the failure path
+FAILURE_TIMEOUT = 10.0
+
+
+def save_on_failure(launcher: Any, err: BaseException) -> dict[str, Any]:
+    """Save the buffer and the reachable estimators' weights of a launch that failed.
+
+    Never raises (what cannot be saved is logged): the original error matters more.
+
+    Args:
+        launcher: the :class:`~kestrel.controller._launcher.Launcher` whose run failed (its
+            ``dg``, ``resume``, ``session`` and ``log``).
+        err: the error that ended it (a :class:`~kestrel_ray.RunError` names its ``node``).
+
+    Returns:
+        ``{"buffer": rows written or None, "weights": {node: epoch}, "gone": [node, …]}``
+        (empty when nothing was deployed).
+    """
+    dg, log = getattr(launcher, "dg", None), launcher.log
+    if dg is None or not dg.deployed:
+        return {}
+    try:
+        return _save(launcher, dg, log, err)
+    except Exception as problem:  # never hide the launch's own error
+        log.warning("failure: saving what was left failed: %s: %s", type(problem).__name__, problem)
+        return {}
+
+
+def _save(launcher: Any, dg: Any, log: logging.Logger, err: BaseException) -> dict[str, Any]:
+    run = launcher.session.run
+    if isinstance(err, BufferMismatch):  # the saved rows are another simulator's: keep them
+        log.warning(
+            "failure: the run's saved buffer does not fit its graph; nothing was changed on "
+            "disk; start the run again with `kestrel launch -o %s --restart`",
+            run.root,
+        )
+        return {"buffer": None, "weights": {}, "gone": []}
+    nodes, gone = _estimator_status(dg, launcher.session.config.graph.latents)
+    rows = _save_buffer(dg, launcher.resume, log)
+    journal = launcher.resume.journal
+    if rows is None and journal is not None and journal.appends:
+        log.warning("failure: the journal holds the rows appended since (%s)", journal.summary())
+    weights: dict[str, int] = {}
+    try:
+        weights = Checkpoint(launcher.resume, log).save_weights(dg, nodes, skip=gone)
+    except KestrelError as problem:
+        log.warning("failure: weights not saved: %s", str(problem).splitlines()[0])
+    for node in gone:
+        epoch = saved_epoch(run, node)
+        log.warning(
+            "failure: node %r's actor is gone; %s",
+            node,
+            f"its weights on disk are those saved after epoch {epoch} (saved.json)"
+            if epoch
+            else "no weights of it were saved yet",
+        )
+    if weights:
+        log.warning("failure: weights saved for %s (node → epoch)", weights)
+    log.warning(
+        "failure: %s; once the cause above is fixed, continue the run with `kestrel launch -o %s`",
+        _on_disk(rows is not None or _has_snapshot(run), launcher.session.saved_nodes()),
+        run.root,
+    )
+    return {"buffer": rows, "weights": weights, "gone": gone}
+
+
+def _on_disk(snapshot: bool, saved: list[str]) -> str:
+    """What a continued launch finds on disk: the buffer snapshot, and which nodes' weights."""
+    buffer = (
+        "the buffer snapshot is on disk"
+        if snapshot
+        else "no buffer snapshot on disk (a new launch simulates the buffer again)"
+    )
+    weights = (
+        f"saved weights of {', '.join(repr(n) for n in saved)}"
+        if saved
+        else "no saved weights (a new launch trains from scratch)"
+    )
+    return f"{buffer}; {weights}"
+
+
+def _estimator_status(dg: Any, latents: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """node → its estimator's status, for the estimator nodes that answer; and those that do not."""
+    refs = {node: dg.handle(node).status_refs()[0] for node in latents}
+    nodes, gone = {}, []
+    for node, ref in refs.items():
+        try:
+            nodes[node] = dict(ray.get(ref, timeout=FAILURE_TIMEOUT).get("estimator") or {})
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
+            gone.append(node)
+    return nodes, gone
+
+
+def _save_buffer(dg: Any, resume: Any, log: logging.Logger) -> int | None:
+    """Write the store's whole buffer (and trim the journal); ``None`` when the store is gone
+    or empty (logged)."""
+    run = resume.session.run
+    try:
+        snapshot = snapshot_store(dg.store.with_options(timeout=FAILURE_TIMEOUT))
+        if snapshot is None or snapshot.n == 0:
+            return None  # no readable row: whatever is on disk stays
+        path = resume.write_snapshot(snapshot)
+    except (StoreError, ray.exceptions.RayError, OSError) as problem:
+        kept = "the last checkpoint's snapshot stays" if _has_snapshot(run) else "none"
+        log.warning(
+            "failure: the buffer snapshot was not written (%s); on disk: %s",
+            str(problem).splitlines()[0],
+            kept,
+        )
+        return None
+    log.warning("failure: buffer snapshot saved to %s (%s)", path, snapshot.counts())
+    return snapshot.n
+
+
+def _has_snapshot(run: Any) -> bool:
+    return os.path.isfile(os.path.join(run.snapshots, BUFFER_FILE))

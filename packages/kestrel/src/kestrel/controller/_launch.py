@@ -1,0 +1,167 @@
+"""``launch``: train every estimator of a graph while simulations keep arriving.
+
+This module opens the run (:class:`~kestrel.session._session.RunSession`: everything about the
+config is checked before Ray starts), then the driver log, Ctrl-C and timeout, the progress
+reporter and Ray; :class:`~kestrel.controller._launcher.Launcher` runs it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kestrel.controller._budget import check_initial_budget
+from kestrel.controller._failure import save_on_failure
+from kestrel.controller._launcher import Launcher
+from kestrel.controller._result import RunResult
+from kestrel.controller._stop import StopControl
+from kestrel.controller._watch import LaunchWatch
+from kestrel.preflight._launch_notes import check_epochs_overrides
+from kestrel.report._logging import driver_logger
+from kestrel.report._progress import make_progress
+from kestrel.session._session import RunSession
+from kestrel_ray.cluster._start import check_address_format
+
+__all__ = ["launch"]
+
+
+def launch(
+    config: Any,
+    run_dir: str | os.PathLike[str],
+    *,
+    overrides: Iterable[str] = (),
+    seed: int | None = None,
+    timeout: float | None = None,
+    address: str | None = None,
+    auto_sample: bool = True,
+    progress: Any = None,
+    mode: str = "auto",
+    epochs: int | None = None,
+    deterministic: bool | None = None,
+) -> RunResult:
+    """Train the graph's estimators with adaptive re-simulation; save; sample the posterior.
+
+    Args:
+        config: a YAML path, a mapping, an OmegaConf config or a :class:`kestrel_core.RunConfig`
+            (never modified). On a run directory that holds a ``config.yml``: ``None`` resumes
+            the run with that config; a config that equals it resumes too; one that differs
+            is an error unless ``mode`` says what to do.
+        run_dir: the run directory (created). Nothing inside it refers to it by an absolute
+            path, so a copy or a moved run directory works where it is.
+        overrides: dotlist overrides (``"graph.theta.estimator.max_epochs=10"``).
+        seed: the run's seed; ``None`` draws fresh entropy (recorded in the result and in
+            ``status.json``).
+        timeout: seconds after which the run stops gracefully, as on Ctrl-C.
+        address: Ray cluster to join (default: ``RAY_ADDRESS``, else a local Ray). A Ray
+            already running in this process is used as it is.
+        auto_sample: draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples at the end.
+        progress: ``None`` (live table on a terminal, log lines otherwise), ``False``, a number
+            of seconds between log lines, or an object with ``start``/``update``/``stop``.
+        mode: on an existing run: ``"auto"`` (resume when ``config`` is ``None`` or equals
+            the run's config, else raise), ``"resume"`` (the run's own config plus
+            ``overrides``; a ``config`` that differs is ignored, with a warning naming the
+            keys) or ``"restart"`` (move the old contents to
+            ``RUN/previous/N/`` and start afresh with ``config``, or the run's own config when
+            it is ``None``). Ignored for a new run directory.
+        epochs: train every estimator this many epochs more than its saved weights have
+            (``max_epochs`` counts the epochs of every launch); ``None``: the config's. Refused
+            together with a ``graph.<node>.estimator.max_epochs`` override.
+        deterministic: train under the deterministic round schedule (with a ``seed``: the same
+            buffers, weights and samples under any machine load; training waits for each
+            round, see :class:`kestrel_core.Rounds`); ``None``: the config's ``deterministic``
+            (default false).
+
+    Returns:
+        A :class:`RunResult` (status ``"completed"``, ``"interrupted"`` (Ctrl-C) or
+        ``"timeout"``).
+
+    Raises:
+        ConfigError, GraphError: the config or an argument is invalid (before anything is
+            written); in ``"auto"`` mode, the config differs from the run's own (the message
+            names the keys, old → new); ``epochs`` with a ``max_epochs`` override.
+        ClusterError: ``address`` (or ``ray.address``, ``RAY_ADDRESS``) is not ``host:port``
+            (before anything is written), or no Ray cluster answers there.
+        RunError: a node failed during the run (status ``"failed"`` in ``status.json``; every
+            actor of the run was killed).
+        KeyboardInterrupt: a second Ctrl-C (status ``"aborted"``).
+    """
+    t_start = time.monotonic()  # RUN/profile.json counts from here
+    overrides = [overrides] if isinstance(overrides, str) else list(overrides)
+    check_epochs_overrides(overrides, epochs)  # every argument check before anything is written
+    session = RunSession.for_launch(config, run_dir, overrides=overrides, seed=seed, mode=mode)
+    # a budget smaller than the initial simulation: said before anything is written or started
+    check_initial_budget(session.config, session.run.snapshots, fresh=session.mode == "restart")
+    _check_address(address, session.config.ray)
+    session.create()
+    launcher: Launcher | None = None
+    interrupted = False
+    error: BaseException | None = None
+    try:
+        with driver_logger(session.run, console=progress is not False) as log:
+            if session.archived:
+                log.info(
+                    "run %s: restarted; the old contents are in %s",
+                    session.run.root,
+                    session.archived,
+                )
+            elif session.config_from_run:
+                log.info("run %s: continuing with its config.yml", session.run.root)
+            for note in session.notes:  # a config ignored, rows simulated under other values
+                log.warning("%s", note)
+                if progress is False:  # no console lines: a warning is still said
+                    print(f"warning: {note}", file=sys.stderr)
+            reporter = make_progress(progress, log)
+            watch = LaunchWatch(reporter.update)  # also counts restarts, writes checkpoints
+            # the stop handlers go in after ray.init, which installs its own SIGTERM handler
+            t_ray = time.monotonic()
+            with session.ray(address, log, capture=True), StopControl(timeout) as stop:
+                launcher = Launcher(
+                    session,
+                    stop=stop,
+                    log=log,
+                    on_progress=watch,
+                    auto_sample=auto_sample,
+                    epochs=epochs,
+                    deterministic=deterministic,
+                )
+                launcher.profile.add("preflight", t_ray - t_start)
+                launcher.profile.add("ray_start", launcher.t0 - t_ray)
+                watch.launcher = launcher
+                # a failure saves the buffer and the live estimators' weights before the actors die
+                session.on_failure = functools.partial(save_on_failure, launcher)
+                reporter.start()
+                try:
+                    result = launcher.run()
+                    result.stop_signal = stop.signal
+                    return result
+                finally:
+                    reporter.stop()
+    except BaseException as err:
+        interrupted = isinstance(err, KeyboardInterrupt)
+        error = err
+        raise
+    finally:
+        session.end_launch(None if launcher is None else launcher.result, interrupted, error)
+
+
+def _check_address(address: str | None, ray_kwargs: Any) -> None:
+    """The form of the address Ray would join (``--address``, else the config's
+    ``ray.address``, else ``RAY_ADDRESS``), checked before the run is written; none is used
+    when Ray already runs in this process."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    configured = dict(ray_kwargs or {}).get("address")
+    for value, source in (
+        (address, "--address"),
+        (configured, "ray.address (config)"),
+        (os.environ.get("RAY_ADDRESS"), "RAY_ADDRESS"),
+    ):
+        if value:
+            check_address_format(str(value), source)
+            return

@@ -1,0 +1,256 @@
+"""The driver's side of the resimulation rounds: when one is drawn, how many samples, the budget.
+
+Rounds are paced by training (:class:`kestrel_core.Rounds`): round ``k`` is drawn once every
+estimator node has fixed its proposal for it (at epoch ``k·E`` of its training call), fewer
+than two rounds are in flight (one when deterministic), ``buffer.simulate_interval`` seconds
+have passed since
+the previous round began (a minimum spacing, 0 by default; not used when deterministic, where
+training waits for each round, so a spacing would only stall it) and the budget has simulations
+left. The round draws ``simulate_count`` latents (fewer: what the budget has left, or — with
+``simulate_when_full: false`` — what the buffer can take), simulates the rest of the graph
+and appends; then every estimator hears that round ``k`` is in the store.
+
+Without determinism two rounds may be in flight: a round's calls are submitted without waiting
+for them (:meth:`~kestrel_ray.DeployedGraph.submit_from_proposal`), its trace is collected and
+appended once its calls are done, and the next round is drawn as soon as it is due — its calls
+queue on the node actors behind the current round's, so a simulator replica that finishes its
+part of one round starts on the next at once. Two is the bound (backpressure: a slow simulator
+never has more than one round waiting behind the one it runs). Deterministic launches,
+graphs with a node ``timeout`` (whose hang watch waits for each call), and buffers whose blocks
+and three rounds would not fit the object store (a second round in flight would make Ray spill,
+:func:`~kestrel.preflight._capacity.rounds_in_flight`) keep one round at a time.
+
+When the budget is spent, or the launch stops, the estimators hear that no more rounds come.
+After training ended with budget left (``max_epochs`` reached), the rest of the budget is drawn
+from the final proposals (one warning), so a budget is always spent exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from kestrel.controller._budget import Budget
+from kestrel_core import BufferConfig
+from kestrel_ray._errors import RunError, describe_failure, unwrap_error
+
+__all__ = ["Resimulation"]
+
+
+@dataclass
+class _Round:
+    """A round drawn: its calls (``submitted``), then its append once collected."""
+
+    k: int
+    rows: int
+    submitted: Any
+    append: Any = None  # the append's ref, once the trace is collected
+    invalid: int = 0
+
+
+class Resimulation:
+    """The rounds of one launch's training phase.
+
+    Args:
+        dg: the deployed graph.
+        buffer: the buffer config (``simulate_count``, ``epochs_per_round``,
+            ``simulate_interval``, ``simulate_when_full``, ``max_samples``).
+        budget: the run's budget (updated as rows reach the store).
+        deterministic: the estimators train under a deterministic schedule (one round in
+            flight).
+        in_flight: the most rounds in flight otherwise (2; 1 where two rounds' blocks would
+            not fit the object store, :func:`~kestrel.preflight._capacity.rounds_in_flight`).
+        append: ``append(trace, what)`` → the append's ref (the launcher counts non-finite rows).
+        finish: ``finish(ref)`` → rows kept, once the append is done.
+        stats: ``stats()`` → the store's counts (for ``simulate_when_full: false``).
+        log: the driver's logger.
+    """
+
+    def __init__(
+        self,
+        dg: Any,
+        buffer: BufferConfig,
+        budget: Budget,
+        *,
+        deterministic: bool,
+        in_flight: int = 2,
+        append: Callable[[Any, str], Any],
+        finish: Callable[[Any], int],
+        stats: Callable[[], dict[str, int]],
+        log: logging.Logger,
+    ):
+        self.dg, self.buffer, self.budget = dg, buffer, budget
+        self.deterministic = deterministic
+        self._append, self._finish, self._stats, self.log = append, finish, stats, log
+        self.round = 0  # the last round drawn (its index: rounds may be skipped)
+        self.drawn = 0  # rounds drawn
+        self._ready: dict[str, Any] | None = None  # node → ref: is round self.round + 1 ready
+        self._pending: deque[_Round] = deque()  # rounds in flight, oldest first
+        self._depth = 1 if deterministic else max(1, int(in_flight))
+        self._next = 0.0
+        self._closed = False
+        self._warned = False
+        self._interval = float(buffer.simulate_interval)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Give the estimators their schedule (call before training starts)."""
+        self.dg.configure_rounds(
+            int(self.buffer.epochs_per_round),
+            deterministic=self.deterministic,
+            open=self.budget.holds_training,
+        )
+        if self.budget.spent:
+            self.close("the simulation budget is spent", last=0)
+        if self.deterministic and self._interval:
+            self.log.warning(
+                "deterministic: buffer.simulate_interval (%g s) is not used; training waits for "
+                "each round, so rounds follow the epochs alone (deterministic: false keeps it)",
+                float(self.buffer.simulate_interval),
+            )
+            self._interval = 0.0
+        self._next = time.monotonic() + self._interval
+
+    def close(self, why: str, last: int | None = None) -> None:
+        """No more rounds after round ``last`` (``None``: stopping): tell the estimators (once)."""
+        if not self._closed:
+            self._closed = True
+            self.dg.close_rounds(last)
+            self.log.info(
+                "rounds: no more (%s); %d rounds drawn (the last: round %d)",
+                why,
+                self.drawn,
+                self.round,
+            )
+
+    @property
+    def busy(self) -> bool:
+        """A round is in flight (simulating or appending)."""
+        return bool(self._pending)
+
+    @property
+    def in_flight(self) -> int:
+        """Rows of the rounds drawn that have not reached the store."""
+        return sum(r.rows for r in self._pending)
+
+    def more_after_training(self) -> bool:
+        """Rounds are still owed once every estimator's training ended (budget left)."""
+        return (
+            not self._closed
+            and self.budget.total is not None
+            and not self.budget.spent
+            and not self.budget.stop_early
+        )
+
+    # -- one turn ------------------------------------------------------------------------------
+    def step(self, *, training: bool, stopping: bool) -> None:
+        """Finish a done append; draw the next round when it is due.
+
+        Args:
+            training: some estimator is still training.
+            stopping: the launch is stopping (no new rounds).
+        """
+        self._advance(wait=False)
+        if stopping:
+            self.close("the launch is stopping")
+            return
+        if len(self._pending) >= self._depth or self._closed:
+            return
+        if training and time.monotonic() < self._next:  # no spacing once training ended
+            return
+        if not training and not self.more_after_training():
+            return
+        if self._ready is None:
+            self._ready = self.dg.round_ready_refs(self.round + 1)
+        refs = list(self._ready.values())
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        if len(done) < len(refs):
+            return
+        rounds = self._ready_rounds()
+        self._ready = None
+        self._draw(max(rounds.values(), default=self.round + 1), training)
+
+    def _ready_rounds(self) -> dict[str, int]:
+        assert self._ready is not None  # step() asked
+        out = {}
+        for node, ref in self._ready.items():
+            try:
+                out[node] = int(ray.get(ref))
+            except ray.exceptions.RayError as err:
+                cause = unwrap_error(err, node, "round_ready")
+                raise RunError(
+                    f"node {node!r} failed: " + describe_failure(cause, remote=err, node=node),
+                    node=node,
+                ) from err
+        return out
+
+    def _draw(self, k: int, training: bool) -> None:
+        self._next = time.monotonic() + self._interval
+        self.round = k
+        self.drawn += 1
+        n = self.budget.take(self._size(), reserved=self.in_flight)
+        if not training and n and not self._warned:
+            self._warned = True
+            self.log.warning(
+                "budget: training ended with %d simulations of the budget left; drawing them "
+                "from the final proposal (they stay in the buffer for a later launch, e.g. "
+                "with --epochs N)",
+                self.budget.left,
+            )
+        if n == 0:  # nothing to simulate this round (the buffer is full): it is in the store
+            self.dg.round_appended(k)
+            return
+        submitted = self.dg.submit_from_proposal(n)
+        self._pending.append(_Round(k, int(n), submitted))
+        if submitted.watched:  # a node's hang watch waits for its calls: one round at a time
+            self._depth = 1
+            self._collect(self._pending[-1])
+
+    def _size(self) -> int:
+        count = int(self.buffer.simulate_count)
+        if self.buffer.simulate_when_full:
+            return count
+        training = int(self._stats().get("training", 0)) + self.in_flight
+        return max(0, min(count, int(self.buffer.max_samples) - training))
+
+    def drain(self) -> None:
+        """Wait for the rounds in flight (if any) and account for them, oldest first."""
+        self._advance(wait=True)
+
+    def _advance(self, *, wait: bool) -> None:
+        """Collect and append the rounds whose calls are done (every round: ``wait``), in
+        order; account for the appends that finished, oldest first."""
+        for r in self._pending:
+            if r.append is None:
+                if not (wait or r.submitted.ready()):
+                    break
+                self._collect(r)
+        while self._pending:
+            head = self._pending[0]
+            if head.append is None or not (wait or _ready(head.append)):
+                break
+            self._pending.popleft()
+            self._finish(head.append)
+            self.budget.count(head.rows, head.invalid)
+            self.dg.round_appended(head.k, last=self.budget.spent)
+            if self.budget.spent:
+                self.close(f"the simulation budget of {self.budget.total} is spent", last=head.k)
+
+    def _collect(self, r: _Round) -> None:
+        """The round's trace (raises its simulation's failure), appended."""
+        trace = r.submitted.collect()
+        valid = trace.valid_rows()
+        r.invalid = 0 if valid is None else int((~valid).sum())
+        r.rows = int(trace.n)
+        r.append = self._append(trace, "resimulation")
+
+
+def _ready(ref: Any) -> bool:
+    done, _ = ray.wait([ref], timeout=0)
+    return bool(done)

@@ -1,0 +1,1 @@
+"""``kestrel export``: a run's samples for the tools scientists already use."""

@@ -1,0 +1,1 @@
+"""What a running launch keeps on disk: checkpoints and the buffer journal."""

@@ -1,0 +1,203 @@
+"""The launch's buffer journal: every append on disk until a snapshot holds it, replayed on resume.
+
+A launch's buffer is on disk as its last snapshot (``buffer.npz``: at the end, on failure, and
+at every checkpoint, :mod:`._checkpoint`). Rows appended since would die with the store actor
+or with a ``kill -9`` of the driver. With ``buffer.journal: true`` (the default):
+
+* **write**: :class:`JournalWriter` is attached to the store's handle
+  (:meth:`~kestrel_ray.StoreHandle.set_journal`) once the saved buffer is back, so every append
+  of the launch — initial samples, initial simulation, resimulation rounds, the end-of-budget
+  draws — reaches it after the store accepted it: the driver reads the append's blocks (one
+  batched ``ray.get``) and writes ``RUN/buffer/journal/<first id>-<last id>.npz``
+  (:func:`kestrel_core.store.write_journal`: atomic, fsynced, no pickle);
+* **trim**: once a snapshot file is in place, the journal files it covers are deleted
+  (:func:`trim`, called by whoever writes ``buffer.npz``);
+* **replay**: a resumed launch puts the snapshot back, then :func:`replay_journal` appends the
+  journal's files beyond it in id order, block by block as they were appended, with their
+  original ids — the store's id count continues where the snapshot's stopped, so a file that
+  starts there gets its ids again and the buffer rules evict as they did. A file that cannot be
+  read (a ``.tmp`` of a write cut short, a truncated file) is skipped with a warning naming it
+  and left on disk; rows after a gap keep their ids too (put back as new rows).
+
+The cost is the driver reading every block it appends and writing it once; the writer times
+both (:attr:`JournalWriter.seconds`), and the launch logs the total.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import ray
+
+from kestrel_core import BlockMeta, StoreError
+from kestrel_core.store import (
+    JournalBlock,
+    journal_files,
+    read_journal_file,
+    trim_journal,
+    write_journal,
+)
+
+__all__ = ["JournalWriter", "Replayed", "replay_journal", "trim"]
+
+
+class JournalWriter:
+    """Writes each append the store accepted to the journal folder (the ``write`` of
+    :meth:`~kestrel_ray.StoreHandle.set_journal`).
+
+    A write that fails (disk full, a block lost) is logged, not raised: the launch goes on
+    without those rows on disk, as it would without a journal.
+
+    Args:
+        store: the store's handle (its ``wait`` reads the blocks). folder: the journal folder.
+        log: the driver's logger.
+
+    Attributes:
+        appends, rows, bytes: what was written. seconds: time spent reading the blocks
+        (``fetch``) and writing the files (``write``). failed: appends not written.
+    """
+
+    def __init__(self, store: Any, folder: str, log: logging.Logger):
+        self.store, self.folder, self.log = store, os.fspath(folder), log
+        self.appends = self.rows = self.bytes = self.failed = 0
+        self.seconds = {"fetch": 0.0, "write": 0.0}
+
+    def write(self, blocks: list[tuple[dict[str, Any], BlockMeta]], ids: np.ndarray) -> None:
+        """Write one append's rows: ``blocks`` as submitted, ``ids`` the int64 ids the store
+        gave them (in order)."""
+        blocks = [(block, meta) for block, meta in blocks if int(meta.n)]
+        keys = sorted(blocks[0][0]) if blocks else []
+        t0 = time.monotonic()
+        try:
+            values = self.store.wait([block[k] for block, _ in blocks for k in keys])
+            t1 = time.monotonic()
+            arrays: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+            valid = []
+            for b, (_, meta) in enumerate(blocks):
+                n = int(meta.n)
+                for j, key in enumerate(keys):
+                    arrays[key].append(np.asarray(values[b * len(keys) + j])[:n])
+                valid.append(np.ones(n, bool) if meta.valid is None else np.asarray(meta.valid))
+            rows = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in arrays.items()}
+            write_journal(
+                self.folder, ids, rows, np.concatenate(valid), [int(m.n) for _, m in blocks]
+            )
+        except (OSError, StoreError, ray.exceptions.RayError) as err:
+            self.failed += 1
+            self.log.warning(
+                "journal: ids %d…%d not written (%s); if this launch dies they are lost",
+                int(ids[0]),
+                int(ids[-1]),
+                str(err).splitlines()[0],
+            )
+            return
+        t2 = time.monotonic()
+        self.seconds["fetch"] += t1 - t0
+        self.seconds["write"] += t2 - t1
+        self.appends += 1
+        self.rows += len(ids)
+        self.bytes += sum(int(a.nbytes) for a in rows.values())
+
+    def summary(self) -> str:
+        """One line: what was written and what it cost."""
+        return (
+            f"{self.appends} appends, {self.rows} rows, {self.bytes / 2**20:.1f} MiB written in "
+            f"{sum(self.seconds.values()):.2f} s (reading blocks {self.seconds['fetch']:.2f} s, "
+            f"writing files {self.seconds['write']:.2f} s)"
+            + (f"; {self.failed} appends not written" if self.failed else "")
+        )
+
+
+@dataclass
+class Replayed:
+    """What :func:`replay_journal` put back.
+
+    Attributes:
+        files: the files appended, in id order. rows: their rows. valid: of those, valid
+        rows. invalid_by_id: ``(first id, invalid rows)`` per file (for the budget). next_id:
+        the store's id count after the replay. skipped: files ignored (unreadable, unfinished).
+    """
+
+    files: list[str] = field(default_factory=list)
+    rows: int = 0
+    valid: int = 0
+    invalid_by_id: list[tuple[int, int]] = field(default_factory=list)
+    next_id: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+
+def replay_journal(store: Any, folder: str, next_id: int, log: logging.Logger) -> Replayed:
+    """Append the journal's files beyond ``next_id`` (the restored snapshot's id count) to
+    ``store`` in id order, keeping their ids; returns what was put back.
+
+    Files below ``next_id`` are the snapshot's already (a trim cut short) and are left alone.
+
+    Raises:
+        StoreError: the store refused a file's rows (another key schema: the message names the
+            file); the files before it are in the store.
+    """
+    out = Replayed(next_id=int(next_id))
+    for file in journal_files(folder):
+        if file.last < out.next_id:
+            continue
+        try:
+            if file.first < out.next_id:
+                raise StoreError(f"{file.path}: ids overlap rows already restored")
+            block = read_journal_file(file)
+        except StoreError as err:
+            log.warning("journal: ignored: %s", err)
+            out.skipped.append(file.path)
+            continue
+        try:
+            _put_back(store, block, gap=block.ids[0] != out.next_id)
+        except StoreError as err:
+            raise StoreError(f"journal: {file.path} does not fit this run's store: {err}") from err
+        if block.ids[0] != out.next_id:
+            log.warning(
+                "journal: ids %d…%d are in neither the snapshot nor the journal (lost); the rows "
+                "of %s keep their ids and enter as new rows",
+                out.next_id,
+                int(block.ids[0]) - 1,
+                file.path,
+            )
+        out.files.append(file.path)
+        out.rows += block.n
+        out.valid += block.n - block.invalid
+        out.invalid_by_id.append((int(block.ids[0]), block.invalid))
+        out.next_id = int(block.ids[-1]) + 1
+    return out
+
+
+def _put_back(store: Any, block: JournalBlock, *, gap: bool) -> None:
+    """Append ``block``'s blocks as they were appended (their ids follow the store's); after
+    a gap, restore its valid rows with their ids instead (an append cannot skip ids)."""
+    if gap:
+        keep = block.valid
+        arrays = {k: np.ascontiguousarray(a[keep]) for k, a in block.arrays.items()}
+        refs = {k: ray.put(a) for k, a in arrays.items()}
+        n = int(keep.sum())
+        store.restore(refs, BlockMeta.of(arrays, n), block.ids[keep], next_id=block.ids[-1] + 1)
+        return
+    parts = []
+    for arrays, valid in block.blocks():
+        arrays = {k: np.ascontiguousarray(a) for k, a in arrays.items()}
+        meta = BlockMeta.of(arrays, len(next(iter(arrays.values()))), valid=valid)
+        parts.append(({k: ray.put(a) for k, a in arrays.items()}, meta))
+    done = store.wait(store.submit_append(parts))
+    if len(done.ids) != block.n or int(done.ids[0]) != int(block.ids[0]):
+        raise StoreError(f"the store gave ids {int(done.ids[0])}… instead of {int(block.ids[0])}…")
+
+
+def trim(folder: str, next_id: int, log: logging.Logger) -> int:
+    """After a snapshot with id count ``next_id`` is on disk (``write_buffer_file`` fsyncs it):
+    delete the journal files it covers; returns how many. Errors are logged."""
+    try:
+        return len(trim_journal(folder, next_id))
+    except OSError as err:
+        log.warning("journal: not trimmed: %s", err)
+        return 0

@@ -1,0 +1,1 @@
+"""``kestrel plot``: corner plots of sample files and predictive bands."""

@@ -1,0 +1,188 @@
+"""Does the training buffer fit in Ray's object store? Checked when a launch starts.
+
+The store keeps at most ``max(max_samples, min_samples) + validation_samples`` samples alive
+(:func:`kestrel_core.rotate`), each as one row of every node's ``value`` (and a prior's or
+estimator's ``log_prob``) in Ray's object store. The bytes of one sample come from the dry run
+(:func:`kestrel.preflight._dryrun.dry_run`, before Ray starts); the store's capacity from
+``ray.cluster_resources()["object_store_memory"]`` once Ray runs. A buffer larger than the
+store stops the launch before any actor starts, naming both sizes::
+
+    buffer: max_samples 100000 + validation_samples 16 samples × 1 MiB per sample = 97.7 GiB;
+    Ray's object store holds 200 MiB (ray.cluster_resources()['object_store_memory']) …
+
+rather than after minutes of simulation, as Ray's spilling to disk slows to a crawl or its
+``ObjectStoreFullError``.
+
+A buffer that fits can still make Ray spill: the store frees a block (one append's rows) only
+once every row of it is dead, so up to ``simulate_count - 1`` dead rows stay with the live ones,
+and the next round (``simulate_count`` rows) is created before the append frees anything. When
+``(live + 2 × simulate_count) × bytes per sample`` passes :data:`TIGHT` of the store, a warning
+says so (Ray then spills to disk, bounded but slow); the measured case is in RELIABILITY.md.
+
+Nodes the dry run did not check (``dry_run: false`` and their descendants) are not counted; the
+log line says so.
+
+Shape symbols: n the dry run's draws.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from kestrel_core import ConfigError
+
+__all__ = [
+    "bytes_per_sample",
+    "buffer_capacity",
+    "check_capacity",
+    "rounds_in_flight",
+    "store_capacity",
+    "size_text",
+]
+
+#: a warning when the buffer's blocks and a round in flight may take more than this share
+TIGHT = 0.9
+
+
+def bytes_per_sample(outputs: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, int]:
+    """Bytes one sample takes in the object store, per node.
+
+    Args:
+        outputs: the dry run's ``{node: {field: (n, …) array}}`` (``value``, ``log_prob``).
+
+    Returns:
+        node → bytes per sample (the node's fields together, rounded up).
+    """
+    out = {}
+    for node, fields in outputs.items():
+        arrays = [np.asarray(a) for a in fields.values()]
+        n = max((a.shape[0] for a in arrays if a.ndim), default=1)
+        out[node] = -(-sum(a.nbytes for a in arrays) // max(n, 1))
+    return out
+
+
+def buffer_capacity(buffer: Any) -> int:
+    """The most samples the store keeps alive: ``max(max_samples, min_samples) +
+    validation_samples`` of a :class:`kestrel_core.BufferConfig`."""
+    return max(int(buffer.max_samples), int(buffer.min_samples)) + int(buffer.validation_samples)
+
+
+def store_capacity() -> float | None:
+    """Bytes of the running Ray's object store (summed over its nodes), or ``None`` if unknown."""
+    import ray
+
+    value = ray.cluster_resources().get("object_store_memory")
+    return float(value) if value else None
+
+
+def size_text(nbytes: float) -> str:
+    """``nbytes`` in binary units: ``"512 B"``, ``"1 MiB"``, ``"97.7 GiB"``."""
+    value, units = float(nbytes), ("B", "KiB", "MiB", "GiB", "TiB")
+    unit = 0
+    while abs(value) >= 1024 and unit < len(units) - 1:
+        value, unit = value / 1024, unit + 1
+    return f"{int(value)} B" if unit == 0 else f"{value:.3g} {units[unit]}"
+
+
+def check_capacity(
+    buffer: Any,
+    per_sample: Mapping[str, int],
+    capacity: float | None,
+    *,
+    unchecked: Sequence[str] = (),
+    log: logging.Logger | None = None,
+) -> int:
+    """Refuse a buffer that cannot fit in the object store; log how much of it it takes.
+
+    Args:
+        buffer: the run's :class:`kestrel_core.BufferConfig` (``min_samples``,
+            ``max_samples``, ``validation_samples``, ``simulate_count``).
+        per_sample: node → bytes per sample (:func:`bytes_per_sample`).
+        capacity: the object store's bytes (:func:`store_capacity`); ``None``: not checked.
+        unchecked: nodes the dry run did not check (their bytes are unknown, not counted).
+        log: where the sizes are noted (an info line; a warning when the buffer's blocks and a
+            round in flight may take more than :data:`TIGHT` of the store).
+
+    Returns:
+        The buffer's bytes (``buffer_capacity(buffer) × sum(per_sample)``).
+
+    Raises:
+        ConfigError: the buffer alone needs more bytes than the store has; the message names
+            the counts, the bytes per sample, both totals and the two remedies.
+    """
+    sample = int(sum(per_sample.values()))
+    keep = buffer_capacity(buffer)
+    need = keep * sample
+    if capacity is None or sample == 0:
+        return need
+    counts = (
+        f"max_samples {int(buffer.max_samples)}"
+        + (
+            f" (min_samples {int(buffer.min_samples)})"
+            if int(buffer.min_samples) > int(buffer.max_samples)
+            else ""
+        )
+        + f" + validation_samples {int(buffer.validation_samples)}"
+    )
+    store = f"Ray's object store holds {size_text(capacity)}"
+    if need > capacity:
+        fits = max(0, int(capacity // sample) - int(buffer.validation_samples))
+        raise ConfigError(
+            f"buffer: {counts} samples × {size_text(sample)} per sample = {size_text(need)}; "
+            f"{store} (ray.cluster_resources()['object_store_memory']), so the buffer cannot "
+            f"fit: lower buffer.max_samples to at most {fits}, or give Ray a larger store "
+            "(ray.object_store_memory in the config, or a larger cluster)"
+        )
+    if log is not None:
+        skipped = f"; not counted (not dry-run): {list(unchecked)}" if unchecked else ""
+        log.info(
+            "buffer: %d samples × %s = %s of the %s object store (%.0f %%)%s",
+            keep,
+            size_text(sample),
+            size_text(need),
+            size_text(capacity),
+            100.0 * need / capacity,
+            skipped,
+        )
+        round_bytes = _round_bytes(buffer, sample)
+        peak = need + 2 * round_bytes
+        if peak > TIGHT * capacity:
+            log.warning(
+                "buffer: its blocks and a round in flight may take %s (%.0f %%) of the %s "
+                "object store (live %s + 2 rounds of %s); Ray spills to disk beyond it (slow): "
+                "lower buffer.simulate_count or buffer.max_samples, or give Ray more "
+                "ray.object_store_memory",
+                size_text(peak),
+                100.0 * peak / capacity,
+                size_text(capacity),
+                size_text(need),
+                size_text(round_bytes),
+            )
+    return need
+
+
+def rounds_in_flight(buffer: Any, per_sample: Mapping[str, int], capacity: float | None) -> int:
+    """How many resimulation rounds may be in flight at once (:mod:`._rounds`): 2 — the next
+    round's calls queue on the simulator replicas behind the current one's — when the buffer's
+    blocks and three rounds' (two in flight, one being replaced) fit in :data:`TIGHT` of the
+    object store; else 1, so a second round's blocks never make Ray spill. 2 when a size is
+    unknown (``capacity`` ``None``, no bytes measured).
+
+    Args:
+        buffer: the run's :class:`kestrel_core.BufferConfig`. per_sample: node → bytes per
+            sample (:func:`bytes_per_sample`). capacity: the object store's bytes.
+    """
+    sample = int(sum(per_sample.values()))
+    if capacity is None or sample == 0:
+        return 2
+    fits = buffer_capacity(buffer) * sample + 3 * _round_bytes(buffer, sample) <= TIGHT * capacity
+    return 2 if fits else 1
+
+
+def _round_bytes(buffer: Any, sample: int) -> int:
+    """Bytes of one resimulation round: ``simulate_count`` samples of ``sample`` bytes."""
+    return int(getattr(buffer, "simulate_count", 0) or 0) * sample

@@ -1,0 +1,1 @@
+"""How a launch reports: progress, status, profile, driver and node logs."""

@@ -1,0 +1,66 @@
+"""What a launch reports at every poll: ``RUN/status.json`` (also at each phase change) and the
+:class:`~kestrel.report._progress.ProgressState` its progress display reads."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kestrel.report._progress import ProgressState
+
+__all__ = ["launch_status", "launch_progress"]
+
+
+def launch_status(launcher: Any) -> dict[str, Any]:
+    """The status of a :class:`~kestrel.controller._launcher.Launcher` as plain containers.
+
+    Keys: ``status``, ``reason``, ``seed``, ``resumed``, ``restored`` (the buffer counts put
+    back), ``epochs``, ``samples``, ``simulated`` (valid rows kept), ``nonfinite``, ``errors``,
+    ``restarts``, ``observation_checks`` (kept from the file: what sampling recorded),
+    ``budget`` (``total``, ``used``, ``invalid``, ``left``), ``rounds`` (resimulation rounds
+    drawn), ``deterministic``, ``buffer`` (the store's counts), ``wall_time`` (s),
+    ``placement``, ``cluster``, ``updated`` (local time).
+    """
+    r, run = launcher.result, launcher.session.run
+    restored = launcher.resume.restored
+    return {
+        "status": r.status,
+        "reason": r.reason,
+        "seed": r.seed,
+        "resumed": r.resumed,
+        "restored": restored.counts() if restored else None,
+        "epochs": r.epochs,
+        "samples": r.samples,
+        "simulated": r.simulated,
+        "nonfinite": r.nonfinite,
+        "errors": r.errors,
+        "restarts": r.restarts,
+        "observation_checks": run.read_status().get("observation_checks") or {},
+        "budget": launcher.budget.as_status(),
+        "rounds": launcher.resim.drawn if launcher.resim is not None else 0,
+        "deterministic": launcher.deterministic,
+        "buffer": launcher.stats,
+        "wall_time": round(time.monotonic() - launcher.t0, 3),
+        "placement": r.placement,
+        "cluster": launcher.cluster,
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def launch_progress(launcher: Any, nodes: dict[str, dict[str, Any]], now: float) -> ProgressState:
+    """The :class:`ProgressState` of a launcher at ``time.monotonic()`` ``now``; ``nodes``:
+    estimator node → its estimator's latest status. The rate is over the whole launch since its
+    first simulation began."""
+    r = launcher.result
+    since = now - launcher._first_append if launcher._first_append is not None else 0.0
+    budget = launcher.budget
+    return ProgressState(
+        now - launcher.t0,
+        launcher.phase,
+        nodes,
+        dict(launcher.stats),
+        r.simulated,
+        r.simulated / since if since > 0 else 0.0,
+        dict(r.nonfinite),
+        budget.as_status() if budget.total is not None else {},
+    )
