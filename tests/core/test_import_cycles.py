@@ -1,4 +1,4 @@
-"""No import cycle among the modules of kestrel_core, kestrel_ray and kestrel_torch.
+"""No import cycle among the modules of the four packages; the layer rule; no private imports.
 
 The sources are parsed with :mod:`ast`, never imported, so this runs where neither ray nor
 torch is installed. Edges are every ``import``/``from … import`` statement between modules of
@@ -23,6 +23,15 @@ PACKAGES = {
     "kestrel_core": ROOT / "packages" / "kestrel-core" / "src" / "kestrel_core",
     "kestrel_ray": ROOT / "packages" / "kestrel-ray" / "src" / "kestrel_ray",
     "kestrel_torch": ROOT / "packages" / "kestrel-torch" / "src" / "kestrel_torch",
+    "kestrel": ROOT / "packages" / "kestrel" / "src" / "kestrel",
+}
+#: package → the packages (and third-party layers) it must never import (DESIGN §2): core never
+#: imports ray or torch, ray and torch never import each other, no library imports the
+#: application
+FORBIDDEN = {
+    "kestrel_core": {"ray", "torch", "zuko", "kestrel_ray", "kestrel_torch", "kestrel"},
+    "kestrel_ray": {"torch", "zuko", "kestrel_torch", "kestrel"},
+    "kestrel_torch": {"ray", "kestrel_ray", "kestrel"},
 }
 
 
@@ -79,7 +88,7 @@ def graph(packages: dict[str, Path] = PACKAGES) -> dict[str, set[str]]:
 
 def test_the_three_packages_have_no_import_cycle():
     deps = graph()
-    assert {"kestrel_core.store", "kestrel_ray", "kestrel_torch"} <= set(
+    assert {"kestrel_core.store", "kestrel_ray", "kestrel_torch", "kestrel.cli"} <= set(
         deps
     )  # the files were found
     try:
@@ -106,3 +115,42 @@ def test_the_checker_sees_a_cycle(tmp_path):
     except graphlib.CycleError:
         return
     raise AssertionError("the cycle _a → _sub._b → _a was not found")
+
+
+def statements(package: str) -> Iterator[tuple[str, str]]:
+    """``(module, imported module)`` for every absolute import statement of ``package``."""
+    for name, (path, _) in modules({package: PACKAGES[package]}).items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.Import):
+                yield from ((name, a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                yield name, node.module
+
+
+def test_the_layer_rule():
+    found = [
+        f"{name} imports {target}"
+        for package, forbidden in FORBIDDEN.items()
+        for name, target in statements(package)
+        if target.split(".")[0] in forbidden
+    ]
+    assert found == []
+
+
+def test_no_package_imports_a_private_module_of_another():
+    found = [
+        f"{name} imports {target}"
+        for package in PACKAGES
+        for name, target in statements(package)
+        if target.split(".")[0] in PACKAGES
+        and target.split(".")[0] != package
+        and any(p.startswith("_") and not p.startswith("__") for p in target.split(".")[1:])
+    ]
+    assert found == []
+
+
+def test_each_library_top_level_holds_its_face_and_concept_folders():
+    for package in ("kestrel_core", "kestrel_ray", "kestrel_torch"):
+        modules_at_top = sorted(p.name for p in PACKAGES[package].glob("*.py"))
+        assert len(modules_at_top) <= 6, (package, modules_at_top)
+        assert {"__init__.py", "_errors.py"} <= set(modules_at_top), package

@@ -18,6 +18,8 @@ __all__ = [
     "CountError",
     "OutputTypeError",
     "StoreWarning",
+    "ObservationWarning",
+    "ReproducibilityWarning",
     # trace
     "flat_key",
     "split_key",
@@ -72,6 +74,8 @@ __all__ = [
     "BlockIndex",
     # diagnostics
     "c2st",
+    "calibration_report",
+    "binomial_band",
 ]
 
 from kestrel_core.__about__ import __version__
@@ -83,6 +87,7 @@ from kestrel_core._errors import (
     KestrelError,
     OutOfSupportError,
     OutputTypeError,
+    ReproducibilityWarning,
     ShapeError,
     SimulatorError,
     StoreError,
@@ -110,12 +115,13 @@ from kestrel_core.config._config import (
 )
 from kestrel_core.config._instantiate import import_target, instantiate
 from kestrel_core.diagnostics._c2st import c2st
+from kestrel_core.diagnostics._calibration import binomial_band, calibration_report
 from kestrel_core.execute._boundary import as_record, call_simulator, check_count, finite_rows
 from kestrel_core.execute._forward import sample_forward
 from kestrel_core.execute._random import seed_sequence, spawn_rngs
 from kestrel_core.execute._rounds import Rounds
 from kestrel_core.graph._graph import Graph, Node, Spec
-from kestrel_core.graph._observe import check_observation, load_observation
+from kestrel_core.graph._observe import ObservationWarning, check_observation, load_observation
 from kestrel_core.graph._trace import (
     check_trace,
     flat_key,

@@ -15,7 +15,7 @@ import traceback
 from typing import Any
 
 from kestrel_core import KestrelError, SimulatorError
-from kestrel_core.execute._blame import attached_traceback
+from kestrel_core.internal import attached_traceback
 
 __all__ = ["RunError", "ClusterError", "unwrap_error", "describe_failure"]
 

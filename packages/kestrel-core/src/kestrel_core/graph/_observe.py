@@ -338,12 +338,15 @@ def fit_given_observation(graph: Any, name: str, obs: Any) -> np.ndarray:
     return check_observation(name, obs, tuple(own.shape))
 
 
-def absolute_observation_spec(spec: str, base_dir: str | os.PathLike[str]) -> str:
-    """``"data/obs.npz['x']"`` with its path made absolute against ``base_dir``."""
+def split_observation_spec(spec: str) -> tuple[str, str]:
+    """``"data/obs.npz['x']"`` → ``("data/obs.npz", "['x']")``; a spec without a key → ``(spec, "")``."""
     text = spec.strip()
     match = _KEYED.match(text)
-    path, suffix = (
-        (match["path"].strip(), text[match.end("path") :].strip()) if match else (text, "")
-    )
+    return (match["path"].strip(), text[match.end("path") :].strip()) if match else (text, "")
+
+
+def absolute_observation_spec(spec: str, base_dir: str | os.PathLike[str]) -> str:
+    """``"data/obs.npz['x']"`` with its path made absolute against ``base_dir``."""
+    path, suffix = split_observation_spec(spec)
     full = os.path.normpath(os.path.join(os.fspath(base_dir), os.path.expanduser(path)))
     return full + suffix

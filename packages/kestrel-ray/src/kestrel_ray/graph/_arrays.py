@@ -19,8 +19,7 @@ import numpy as np
 import ray
 
 from kestrel_core import ConfigError, Graph, GraphError, KestrelError, OutputTypeError, ShapeError
-from kestrel_core.graph._inputs import as_input
-from kestrel_core.graph._observe import fit_given_observation
+from kestrel_core.internal import as_input, fit_given_observation
 from kestrel_ray.graph._refs import Column, RefTrace
 
 __all__ = ["put_rows", "observation_columns", "given_columns", "read_arrays"]

@@ -31,12 +31,7 @@ from kestrel_core import (
     StoreWarning,
     check_count,
 )
-from kestrel_core.execute._plan import (
-    call_conditions,
-    forward_plan,
-    inference_plan,
-    resimulation_plan,
-)
+from kestrel_core.internal import call_conditions, forward_plan, inference_plan, resimulation_plan
 from kestrel_ray._errors import unwrap_error
 from kestrel_ray.graph._arrays import given_columns, observation_columns, read_arrays
 from kestrel_ray.graph._deployment import Deployment

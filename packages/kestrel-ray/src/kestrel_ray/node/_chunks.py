@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kestrel_core import ShapeError, finite_rows
-from kestrel_core.execute._onerror import format_full, skipped_values
+from kestrel_core.internal import format_full, skipped_values
 
 __all__ = [
     "BroadcastMemo",

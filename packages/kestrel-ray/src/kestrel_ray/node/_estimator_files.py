@@ -18,8 +18,7 @@ from typing import Any, Literal
 import ray
 
 from kestrel_core import EstimatorError
-from kestrel_core._protocols import ESTIMATOR_FILE
-from kestrel_core.files._atomic import read_estimator_file, write_atomic
+from kestrel_core.internal import ESTIMATOR_FILE, read_estimator_file, write_atomic
 from kestrel_ray._errors import unwrap_error
 
 __all__ = ["estimator_file", "transfer_estimators"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from kestrel_core import EstimatorError, Rounds
-from kestrel_core.execute._boundary import accepts_keyword
+from kestrel_core.internal import accepts_keyword
 from kestrel_ray.store._view import RayBufferView
 
 __all__ = ["TrainingMethods"]

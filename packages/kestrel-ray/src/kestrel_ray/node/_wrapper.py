@@ -43,8 +43,7 @@ from kestrel_core import (
     check_count,
     seed_sequence,
 )
-from kestrel_core.execute._boundary import call_estimator
-from kestrel_core.execute._onerror import Attempt, simulate_or_skip
+from kestrel_core.internal import Attempt, call_estimator, simulate_or_skip
 from kestrel_ray.cluster._imports import local_import_paths, local_spec
 from kestrel_ray.graph._refs import chunk_grid
 from kestrel_ray.node._chunks import (

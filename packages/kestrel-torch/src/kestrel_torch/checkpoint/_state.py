@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from kestrel_core.files._atomic import write_atomic
+from kestrel_core.internal import write_atomic
 from kestrel_torch._errors import CheckpointError
 from kestrel_torch.train._fit import FitState
 

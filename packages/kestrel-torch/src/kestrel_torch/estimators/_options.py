@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from kestrel_core.config._suggest import unknown
+from kestrel_core.internal import unknown
 from kestrel_torch._errors import ConfigError
 
 __all__ = ["EstimatorOptions", "GaussianOptions", "FlowOptions", "LikelihoodOptions", "option"]

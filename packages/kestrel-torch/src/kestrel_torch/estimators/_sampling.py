@@ -27,9 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from kestrel_core import EstimatorContext, Record
-from kestrel_core.graph._inputs import COMPLEX_HINT, as_input
-from kestrel_core.graph._observe import ObservationWarning, check_finite_observation
+from kestrel_core import EstimatorContext, ObservationWarning, Record
+from kestrel_core.internal import COMPLEX_HINT, as_input, check_finite_observation
 from kestrel_torch._errors import EstimatorError
 from kestrel_torch.estimators._guards import (
     Finding,

@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from kestrel_core import flat_key, instantiate
-from kestrel_core.config._instantiate import argument_problems, import_target
+from kestrel_core import flat_key, import_target, instantiate
+from kestrel_core.internal import argument_problems
 from kestrel_torch._errors import ConfigError, EstimatorError, KestrelError
 from kestrel_torch.nets._float64 import KeepFloat64
 

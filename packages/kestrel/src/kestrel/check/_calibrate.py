@@ -50,15 +50,19 @@ from kestrel_core import (
     ConfigError,
     EstimatorError,
     RunConfig,
+    calibration_report,
     check_count,
     flat_key,
     seed_sequence,
 )
-from kestrel_core.diagnostics._calibration import calibration_report
-from kestrel_core.execute._forward import build_simulator
-from kestrel_core.execute._onerror import SkipLog
-from kestrel_core.execute._plan import forward_plan, inference_plan, resimulation_plan
-from kestrel_core.files._atomic import write_atomic
+from kestrel_core.internal import (
+    SkipLog,
+    build_simulator,
+    forward_plan,
+    inference_plan,
+    resimulation_plan,
+    write_atomic,
+)
 
 __all__ = ["CalibrationResult", "check_calibration", "SOURCES", "CHECKS_DIR"]
 

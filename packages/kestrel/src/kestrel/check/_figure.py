@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from kestrel_core.diagnostics._calibration import binomial_band
+from kestrel_core import binomial_band
 
 __all__ = ["calibration_figure", "MAX_PANELS"]
 

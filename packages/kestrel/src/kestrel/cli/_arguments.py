@@ -39,7 +39,7 @@ def config_from_args(args: argparse.Namespace, **kwargs: Any) -> Any:
     Raises:
         ConfigError, GraphError: as :func:`~kestrel_core.load_config`.
     """
-    from kestrel_core.config._config import load_config
+    from kestrel_core import load_config
 
     return load_config(args.config, args.overrides, **kwargs)
 

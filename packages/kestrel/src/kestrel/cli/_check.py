@@ -135,7 +135,7 @@ def summary_lines(result: Any) -> list[str]:
     if report.get("fixed"):
         fixed = ", ".join(f"{f['name']} = {f['value']:g}" for f in report["fixed"])
         lines.append(f"  fixed (constant, left out of ranks and TARP): {fixed}")
-    from kestrel_core.execute._onerror import SkipLog
+    from kestrel_core.internal import SkipLog
 
     if report.get("skipped"):  # on_error: skip
         lines.append(f"  {SkipLog(dict(report['skipped'])).line()}")

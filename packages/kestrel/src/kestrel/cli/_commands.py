@@ -224,7 +224,7 @@ def _run_sample(args: argparse.Namespace) -> int:
 
     from kestrel.sample._observations import parse_observation_args
     from kestrel.sample._sampling import sample_run
-    from kestrel_core.execute._onerror import print_report
+    from kestrel_core.internal import print_report
 
     result = sample_run(
         args.output,

@@ -41,9 +41,9 @@ from kestrel.cli._arguments import (
     positive_int,
 )
 from kestrel.cli._warnings import clean_warnings
+from kestrel_core import ConfigError, KestrelError
 from kestrel_core.__about__ import __version__
-from kestrel_core._errors import ConfigError, KestrelError
-from kestrel_core.execute._blame import attached_traceback, user_traceback
+from kestrel_core.internal import attached_traceback, user_traceback
 
 __all__ = ["main", "build_parser", "layer_installed", "LAYER_COMMANDS"]
 
@@ -66,11 +66,8 @@ def _cmd_graph(args: argparse.Namespace) -> int:
 def _cmd_simulate(args: argparse.Namespace) -> int:
     from kestrel.preflight._reproducible import warn_unreproducible
     from kestrel.rundir._outputs import check_output_file
-    from kestrel_core.execute._forward import sample_forward
-    from kestrel_core.execute._onerror import SkipLog, print_report
-    from kestrel_core.execute._random import seed_sequence
-    from kestrel_core.files._npz import save_npz
-    from kestrel_core.graph._trace import flat_key
+    from kestrel_core import flat_key, sample_forward, seed_sequence
+    from kestrel_core.internal import SkipLog, print_report, save_npz
 
     output = check_output_file(_npz_name(args.output), "-o", force=args.force)
     cfg = config_from_args(args)

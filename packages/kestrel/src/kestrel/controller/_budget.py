@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kestrel_core import ConfigError
-from kestrel_core.store._buffer_file import BUFFER_FILE
+from kestrel_core.internal import BUFFER_FILE
 
 __all__ = [
     "Budget",

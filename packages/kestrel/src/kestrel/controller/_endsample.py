@@ -10,7 +10,7 @@ from kestrel.rundir._samplefiles import observation_digest
 from kestrel.sample._guards import record, status_findings
 from kestrel.sample._sampling import draw_samples, shapes_text
 from kestrel_core import KestrelError, RunConfig
-from kestrel_core.execute._onerror import SkipLog
+from kestrel_core.internal import SkipLog
 
 __all__ = ["sample_at_end"]
 

@@ -32,7 +32,7 @@ from kestrel.controller._resume import BufferMismatch, saved_epoch
 from kestrel.persist._checkpoint import Checkpoint
 from kestrel_core import KestrelError, StoreError
 from kestrel_core.store import BUFFER_FILE
-from kestrel_ray.store._snapshot import snapshot_store
+from kestrel_ray.internal import snapshot_store
 
 __all__ = ["save_on_failure", "FAILURE_TIMEOUT"]
 

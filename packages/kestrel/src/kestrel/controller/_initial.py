@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from kestrel_core import ConfigError
-from kestrel_ray.graph._refs import RefTrace
+from kestrel_ray import RefTrace
 
 __all__ = ["append_initial_samples", "read_initial_samples"]
 

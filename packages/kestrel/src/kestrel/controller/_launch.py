@@ -24,7 +24,7 @@ from kestrel.preflight._launch_notes import check_epochs_overrides
 from kestrel.report._logging import driver_logger
 from kestrel.report._progress import make_progress
 from kestrel.session._session import RunSession
-from kestrel_ray.cluster._start import check_address_format
+from kestrel_ray.internal import check_address_format
 
 __all__ = ["launch"]
 

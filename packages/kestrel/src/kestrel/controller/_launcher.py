@@ -48,7 +48,8 @@ from kestrel.report._progress import ProgressState
 from kestrel.session._ray import cluster_nodes
 from kestrel.session._session import RunSession
 from kestrel_core import ConfigError, KestrelError
-from kestrel_ray._errors import RunError, describe_failure, unwrap_error
+from kestrel_ray import RunError
+from kestrel_ray.internal import describe_failure, unwrap_error
 
 __all__ = ["Launcher", "INITIAL_CHUNK"]
 

@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kestrel_ray.node._timeout import actor_info
+from kestrel_ray.internal import actor_info
 
 __all__ = ["RestartWatch", "actor_restarts"]
 

@@ -39,9 +39,9 @@ from kestrel.controller._budget import write_budget
 from kestrel.persist._journal import JournalWriter, Replayed, replay_journal, trim
 from kestrel.rundir._rundir import SAVED_MARKER
 from kestrel_core import ConfigError, StoreError
-from kestrel_core._protocols import ESTIMATOR_FILE
+from kestrel_core.internal import ESTIMATOR_FILE
 from kestrel_core.store import BufferSnapshot, read_buffer_file, write_buffer_file
-from kestrel_ray.store._snapshot import restore_store, snapshot_store
+from kestrel_ray.internal import restore_store, snapshot_store
 
 __all__ = ["LAUNCH_KEY", "launch_seed", "add_epochs", "Resume", "PREVIOUS_DIR", "BufferMismatch"]
 

@@ -38,7 +38,8 @@ import ray
 
 from kestrel.controller._budget import Budget
 from kestrel_core import BufferConfig
-from kestrel_ray._errors import RunError, describe_failure, unwrap_error
+from kestrel_ray import RunError
+from kestrel_ray.internal import describe_failure, unwrap_error
 
 __all__ = ["Resimulation"]
 

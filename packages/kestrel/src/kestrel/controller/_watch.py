@@ -20,7 +20,7 @@ from kestrel.controller._restarts import RestartWatch
 from kestrel.controller._states import Phase
 from kestrel.persist._checkpoint import Checkpoint
 from kestrel.report._progress import ProgressState
-from kestrel_ray.cluster._resources import actor_options
+from kestrel_ray.internal import actor_options
 
 __all__ = ["LaunchWatch"]
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from kestrel.plot._plot import MissingExtra
 from kestrel.rundir._read import RunSamples, read_run_samples
-from kestrel_core._errors import ConfigError
+from kestrel_core import ConfigError
 
 __all__ = ["export_run", "FORMATS"]
 

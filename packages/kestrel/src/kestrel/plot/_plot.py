@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kestrel.rundir._read import RunSamples, node_labels, read_run_samples
-from kestrel_core._errors import KestrelError
+from kestrel_core import KestrelError
 
 __all__ = ["plot_run", "corner_figure", "data_figure", "MissingExtra", "MAX_DIMS", "QUANTILES"]
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from kestrel.preflight._dryrun import dry_run as _dry_run
 from kestrel_core import ConfigError, KestrelError
-from kestrel_core.config._suggest import unknown
+from kestrel_core.internal import unknown
 
 __all__ = ["preflight", "ray_init_problems", "estimator_problems"]
 

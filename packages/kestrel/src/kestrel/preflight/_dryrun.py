@@ -41,15 +41,23 @@ from kestrel.preflight._reproducible import (
     unreproducible,
     unreproducible_message,
 )
-from kestrel_core._errors import GraphError, KestrelError, SimulatorError
-from kestrel_core.execute._blame import attached_traceback, user_traceback
-from kestrel_core.execute._boundary import as_record
-from kestrel_core.execute._forward import build_simulator
-from kestrel_core.execute._onerror import simulate_or_skip
-from kestrel_core.execute._random import seed_sequence
-from kestrel_core.graph._graph import Graph, Node
-from kestrel_core.graph._trace import flat_key
-from kestrel_core.store._meta import Expected
+from kestrel_core import (
+    Graph,
+    GraphError,
+    KestrelError,
+    Node,
+    SimulatorError,
+    as_record,
+    flat_key,
+    seed_sequence,
+)
+from kestrel_core.internal import (
+    Expected,
+    attached_traceback,
+    build_simulator,
+    simulate_or_skip,
+    user_traceback,
+)
 
 __all__ = ["dry_run", "DRY_RUN_DRAWS", "observation_problem", "expected_keys"]
 

@@ -21,7 +21,7 @@ from typing import Any
 from kestrel.rundir._code import code_changes
 from kestrel.rundir._config import run_config_changes
 from kestrel_core import ConfigError, KestrelError, load_config
-from kestrel_core.config._diff import Change, describe_changes
+from kestrel_core.internal import Change, describe_changes
 
 __all__ = ["row_key", "rows_changed_note", "ignored_config_note", "check_epochs_overrides"]
 

@@ -21,8 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from kestrel_core._errors import ReproducibilityWarning
-from kestrel_core.execute._boundary import call_simulator
+from kestrel_core import ReproducibilityWarning, call_simulator
 
 __all__ = ["unreproducible", "unreproducible_message", "ReproducibilityWarning"]
 
@@ -94,7 +93,7 @@ def warn_unreproducible(graph: Any, values: Mapping[str, np.ndarray], seed: int 
     """
     import warnings
 
-    from kestrel_core.execute._forward import build_simulator
+    from kestrel_core.internal import build_simulator
 
     found = []
     for name in graph.forward_order:

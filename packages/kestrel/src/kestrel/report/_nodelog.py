@@ -38,7 +38,7 @@ from typing import Any
 import ray
 
 from kestrel.report._actorio import capture_prints, capture_warnings
-from kestrel_ray.node._wrapper import NodeWrapper
+from kestrel_ray import NodeWrapper
 
 __all__ = ["RunNodeWrapper", "NodeLogSink", "METRIC_COLUMNS"]
 

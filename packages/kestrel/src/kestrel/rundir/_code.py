@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kestrel_core.config._diff import Change
+from kestrel_core.internal import Change
 
 __all__ = ["code_changes", "target_modules", "module_file"]
 

@@ -27,10 +27,15 @@ from typing import Any
 
 import numpy as np
 
-from kestrel_core._errors import ConfigError, KestrelError
-from kestrel_core.config._config import RunConfig, load_config
-from kestrel_core.config._diff import MISSING, Change, array_digest, config_changes, text_digest
-from kestrel_core.graph._observe import _KEYED, load_observation
+from kestrel_core import ConfigError, KestrelError, RunConfig, load_config, load_observation
+from kestrel_core.internal import (
+    MISSING,
+    Change,
+    array_digest,
+    config_changes,
+    split_observation_spec,
+    text_digest,
+)
 
 __all__ = [
     "RUN_CONFIG_FILE",
@@ -67,12 +72,7 @@ def _observation_sources(config: RunConfig) -> dict[str, tuple[str | None, str]]
         if spec is None or config.graph.nodes[name].observed is None:
             continue
         if isinstance(spec, (str, os.PathLike)):
-            text = os.fspath(spec).strip()
-            match = _KEYED.match(text)
-            path, suffix = (
-                (match["path"].strip(), text[match.end("path") :].strip()) if match else (text, "")
-            )
-            out[name] = (path, suffix)
+            out[name] = split_observation_spec(os.fspath(spec))
         else:
             out[name] = (None, "")
     return out

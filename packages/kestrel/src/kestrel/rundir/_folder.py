@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from kestrel_core._errors import ConfigError
+from kestrel_core import ConfigError
 
 __all__ = [
     "RUN_FILE",

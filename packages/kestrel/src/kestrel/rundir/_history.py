@@ -28,7 +28,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kestrel_core.files._atomic import write_atomic
+from kestrel_core.internal import write_atomic
 
 __all__ = ["RunHistory", "RUN_FILE", "failure_reason"]
 

@@ -35,7 +35,7 @@ from kestrel.rundir._config import run_config_changes
 from kestrel.rundir._folder import check_launch_folder, check_restart_keeps
 from kestrel.rundir._rundir import PREVIOUS_DIR, RunDir
 from kestrel_core import ConfigError, KestrelError, RunConfig, load_config
-from kestrel_core.config._diff import Change, describe_changes
+from kestrel_core.internal import Change, describe_changes
 
 __all__ = ["launch_plan", "MODES", "differs_message"]
 

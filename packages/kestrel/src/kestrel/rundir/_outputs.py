@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from kestrel_core._errors import ConfigError
+from kestrel_core import ConfigError
 
 __all__ = ["check_output_file", "inside"]
 

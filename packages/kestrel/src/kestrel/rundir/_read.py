@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 import kestrel.rundir._samplefiles as samplefiles
-from kestrel_core._errors import ConfigError
-from kestrel_core.graph._observe import load_observation
+from kestrel_core import ConfigError, load_observation
 
 __all__ = [
     "RunSamples",
@@ -215,7 +214,7 @@ def read_run_samples(
             samples, or a node's ``names`` do not match its dimension in the file.
     """
     from kestrel.rundir._folder import check_run_folder
-    from kestrel_core.graph._names import check_names, check_names_size
+    from kestrel_core.internal import check_names, check_names_size
 
     run_dir = os.path.abspath(os.fspath(run_dir))
     check_run_folder(run_dir)  # a run a launch wrote, never a model folder

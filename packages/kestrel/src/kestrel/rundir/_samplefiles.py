@@ -28,9 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from kestrel_core._errors import ConfigError
-from kestrel_core.files._atomic import write_atomic
-from kestrel_core.files._npz import save_npz
+from kestrel_core import ConfigError
+from kestrel_core.internal import save_npz, write_atomic
 
 __all__ = [
     "OBSERVED_MODES",

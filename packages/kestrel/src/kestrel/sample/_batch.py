@@ -31,7 +31,7 @@ from kestrel.rundir._samplefiles import OBSERVED_MODES
 from kestrel.sample._guards import capture, issue, merge_rows, renumber, status_findings
 from kestrel.sample._observations import given_observations, read_observation
 from kestrel_core import ConfigError, KestrelError, RunConfig, ShapeError, check_count, flat_key
-from kestrel_core.execute._plan import inference_plan, resimulation_plan
+from kestrel_core.internal import inference_plan, resimulation_plan
 
 __all__ = [
     "Batch",
@@ -151,8 +151,7 @@ def _call(dg: Any, n: int, plan: Sequence[tuple[str, str]], shared: Any, rows: A
 
     if isinstance(dg, LocalGraph):
         return dg.run(n, plan, shared, rows=rows)
-    from kestrel_ray.graph._arrays import observation_columns, put_rows
-    from kestrel_ray.node._handles import collect_trace
+    from kestrel_ray.internal import collect_trace, observation_columns, put_rows
 
     # a DeployedGraph: the columns DeployedGraph.run builds, with n-row columns for ``rows``
     dg._check_deployed()

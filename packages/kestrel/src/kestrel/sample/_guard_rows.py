@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kestrel_core.graph._observe import ObservationWarning
+from kestrel_core import ObservationWarning
 
 __all__ = ["rows_text", "renumber", "merge_rows", "unique_findings"]
 

@@ -40,9 +40,8 @@ import numpy as np
 from kestrel.rundir._rundir import RunDir
 from kestrel.rundir._samplefiles import observation_digest
 from kestrel.sample._guard_rows import merge_rows, renumber, rows_text, unique_findings
-from kestrel_core import RunConfig
-from kestrel_core.files._atomic import write_atomic
-from kestrel_core.graph._observe import ObservationWarning
+from kestrel_core import ObservationWarning, RunConfig
+from kestrel_core.internal import write_atomic
 
 __all__ = [
     "trains_with_proposals",

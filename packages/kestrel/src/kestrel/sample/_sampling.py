@@ -45,13 +45,13 @@ from kestrel.sample._observations import given_observations
 from kestrel_core import (
     ConfigError,
     EstimatorError,
+    ObservationWarning,
     RunConfig,
     check_count,
     flat_key,
     seed_sequence,
 )
-from kestrel_core.execute._onerror import SkipLog
-from kestrel_core.graph._observe import ObservationWarning
+from kestrel_core.internal import SkipLog
 
 __all__ = [
     "MODES",

@@ -32,7 +32,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kestrel_ray.cluster._imports import SHIPPED_FROM_VAR
+from kestrel_ray.internal import SHIPPED_FROM_VAR
 
 __all__ = ["MAX_FILE_BYTES", "code_runtime_env", "shipped_excludes"]
 

@@ -36,21 +36,22 @@ from kestrel_core import (
     flat_key,
     seed_sequence,
 )
-from kestrel_core._protocols import ESTIMATOR_FILE
-from kestrel_core.execute._boundary import call_estimator
-from kestrel_core.execute._forward import build_simulator
-from kestrel_core.execute._onerror import simulate_or_skip, skipped_values
-from kestrel_core.execute._plan import (
+from kestrel_core.internal import (
+    ESTIMATOR_FILE,
+    as_input,
+    build_simulator,
     call_conditions,
+    call_estimator,
+    fit_given_observation,
     forward_plan,
     inference_plan,
+    read_estimator_file,
     resimulation_plan,
+    simulate_or_skip,
+    skipped_values,
 )
-from kestrel_core.files._atomic import read_estimator_file
-from kestrel_core.graph._inputs import as_input
-from kestrel_core.graph._observe import fit_given_observation
-from kestrel_ray.graph._refs import chunk_grid
-from kestrel_ray.node._chunks import rows_of, spans
+from kestrel_ray import chunk_grid
+from kestrel_ray.internal import rows_of, spans
 
 __all__ = ["LocalGraph", "LocalTrace"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import ray
 
 from kestrel.session._code import code_runtime_env
-from kestrel_ray.cluster._start import init_ray
+from kestrel_ray import init_ray
 
 __all__ = ["ray_for_run", "cluster_nodes"]
 

@@ -38,9 +38,8 @@ from kestrel.rundir._intent import launch_plan
 from kestrel.rundir._rundir import RunDir
 from kestrel.session._ray import cluster_nodes, ray_for_run
 from kestrel_core import ConfigError, EstimatorError, RunConfig, seed_sequence
-from kestrel_ray.graph._actors import check_graph_config
-from kestrel_ray.graph._deployed import DeployedGraph
-from kestrel_ray.node._wrapper import NodeWrapper
+from kestrel_ray import DeployedGraph, NodeWrapper
+from kestrel_ray.internal import check_graph_config
 
 __all__ = ["RunSession", "ray_for_run", "cluster_nodes"]
 

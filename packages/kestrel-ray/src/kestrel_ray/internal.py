@@ -1,0 +1,45 @@
+"""The semi-public room of kestrel-ray: what the ``kestrel`` application builds on.
+
+These names are not part of kestrel-ray's public API (:mod:`kestrel_ray`) and may change with
+any release; the application imports them from here, never from a private module (as
+``equinox.internal``). Each name is imported on first use (PEP 562), so importing this module
+does not import ray.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    pass
+
+#: name → the module that defines it
+_HOMES = {
+    "describe_failure": "kestrel_ray._errors",
+    "unwrap_error": "kestrel_ray._errors",
+    "SHIPPED_FROM_VAR": "kestrel_ray.cluster._imports",
+    "actor_options": "kestrel_ray.cluster._resources",
+    "check_address_format": "kestrel_ray.cluster._start",
+    "check_graph_config": "kestrel_ray.graph._actors",
+    "observation_columns": "kestrel_ray.graph._arrays",
+    "put_rows": "kestrel_ray.graph._arrays",
+    "rows_of": "kestrel_ray.node._chunks",
+    "spans": "kestrel_ray.node._chunks",
+    "collect_trace": "kestrel_ray.node._handles",
+    "actor_info": "kestrel_ray.node._timeout",
+    "restore_store": "kestrel_ray.store._snapshot",
+    "snapshot_store": "kestrel_ray.store._snapshot",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'kestrel_ray.internal' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
