@@ -160,7 +160,7 @@ def sample_forward(
             rec = as_record(name, "log_prob", out, len(value), fields=(LOG_PROB,))
             log_probs.append(rec[LOG_PROB])
         value = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-        if node.observed is not None:  # K08: (1, *D) becomes D here, with a warning
+        if node.observed is not None:  # (1, *D) becomes D here, with a warning
             graph.fit_observation(name, value.shape[1:])
         values[name] = trace[flat_key(name)] = value
         if log_probs:

@@ -180,7 +180,7 @@ class Graph:
     def fit_observation(self, name: str, sample_shape: Iterable[int]) -> np.ndarray:
         """Fit node ``name``'s observation to its per-sample shape ``D``, once it is known.
 
-        The one rule of :func:`~kestrel_core.check_observation` (case K08): an observation of
+        The one rule of :func:`~kestrel_core.check_observation`: an observation of
         shape ``D`` is kept; one of shape ``(1, *D)`` is replaced by its only row, with a
         :class:`UserWarning` naming both shapes (so every later step — the observation saved
         in the run, the conditions of the estimators — sees ``D``, never ``(1, 1, *D)``);
@@ -245,7 +245,7 @@ class Graph:
             if node.observed is not None:
                 shape = tuple(node.observed.shape)
                 left += f"  (observed {shape})"
-                if len(shape) > 1 and shape[0] == 1:  # K08: told now, settled by the dry run
+                if len(shape) > 1 and shape[0] == 1:  # told now, settled by the dry run
                     notes.append(
                         f"note: node {name!r}: observation of shape {shape}; if its simulator's "
                         f"per-sample shape is {shape[1:]}, the leading axis of 1 is dropped "

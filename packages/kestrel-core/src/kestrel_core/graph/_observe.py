@@ -5,7 +5,7 @@ per-sample shape ``D`` (batch shape ``(N, *D)``) has an observation of shape ``D
 
 An observation must be finite: a NaN or infinity is refused where the observation enters —
 loaded into a graph, given to ``kestrel sample --observation`` or to the Python API — with the
-node, the index and the value (case K24), never passed on to fail later elsewhere.
+node, the index and the value, never passed on to fail later elsewhere.
 Warnings about an observation relative to what an estimator was trained on (a feature constant
 in training, an observation far outside the training data, another observation than the one a
 run focused on) are :class:`ObservationWarning` instances, which carry their findings as
@@ -326,8 +326,7 @@ def fit_given_observation(graph: Any, name: str, obs: Any) -> np.ndarray:
     """An observation given for node ``name`` at run time, checked like every other one.
 
     The graph's own observation of the node fixes its shape ``D``: the given one must have it
-    (one of shape ``(1, *D)`` is used as ``D`` with a warning, :func:`check_observation`, case
-    K08). For a node without an observation of its own only finiteness is checked.
+    (one of shape ``(1, *D)`` is used as ``D`` with a warning, :func:`check_observation`). For a node without an observation of its own only finiteness is checked.
 
     Raises:
         ShapeError: another shape than ``D``. ConfigError: a NaN or ±inf (node, index, value).

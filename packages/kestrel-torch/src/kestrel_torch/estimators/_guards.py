@@ -8,7 +8,7 @@ observation's **embedding** ``s`` (what the head is conditioned on) with the sta
 head whitens ``s`` by — the float64 running mean, standard deviation and range ``[lo, hi]``
 of the training rows (:class:`~kestrel_torch.nets._moments.RunningMoments`):
 
-* **constant** (case K23): a feature that did not vary in training
+* **constant**: a feature that did not vary in training
   (:func:`~kestrel_torch.nets._moments.constant_features`) is left out of the whitening, so it
   carries no information; the finding says so, and says whether the observation holds another
   value (the simulator never produced it). The inputs of every
@@ -26,7 +26,7 @@ of the training rows (:class:`~kestrel_torch.nets._moments.RunningMoments`):
 Both run on a broadcast observation (one row of conditions, what every observation-conditioned
 sampling call gives), and on each observation of a batch (``kestrel sample --observation`` with
 ``(m, *D)`` rows: conditions made of runs of identical rows, each observation repeated for its
-draws), the findings then naming the observation's row (case K23); per-row conditions (n
+draws), the findings then naming the observation's row; per-row conditions (n
 different rows, none repeated) are not checked.
 """
 

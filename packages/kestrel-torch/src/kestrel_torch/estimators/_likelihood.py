@@ -34,7 +34,7 @@ class LikelihoodHead(PosteriorHead):
     ``w = (s − m) / σ`` (:attr:`context_stats`: the same statistics the observation guards
     read), conditioned on ``z`` whitened by the running statistics of the training latents;
     densities are returned in s-space (``log q(s) = log q(w) − Σ log σ``) in float64. A
-    feature constant in training (case K23) is left out of the whitening; in training it is
+    feature constant in training is left out of the whitening; in training it is
     replaced by standard-normal noise, so the flow learns it as carrying nothing and its
     density never collapses onto one value.
 

@@ -8,10 +8,10 @@ through ``prior.from_normal`` — which lands in the prior's support by construc
 densities get the Jacobian: ``log p(θ) = log p(z) + log|det ∂z/∂θ|``. Conditions arrive as
 arrays (or tensors) with a leading dimension of 1 (broadcast) or n; :class:`Conditions` checks
 them against the rows the model was built from and puts them on the device without copying a
-broadcast observation n times; a condition holding NaN or ±inf is refused there (case K24).
+broadcast observation n times; a condition holding NaN or ±inf is refused there.
 
 Every draw checks a broadcast observation — and each observation of a batch, runs of identical
-condition rows, its findings naming the row (case K23) — against the training data
+condition rows, its findings naming the row — against the training data
 (:mod:`~kestrel_torch.estimators._guards`: features constant in training, an observation far outside
 it); what it finds is warned about once (an :class:`~kestrel_core.graph._observe.ObservationWarning`
 per kind) and kept in :attr:`Conditions.findings`.

@@ -293,7 +293,7 @@ def check_embedding(
         rows: node → numpy array ``(k, *D)`` of simulated rows (the dry run's outputs); when
             every evidence node has rows, the built embedding is called once on them (a
             scaffold without rows arrives as ``None``), in training mode, on the CPU, without
-            gradients (case K17: a wrong ``in_features``, a forward that raises).
+            gradients (a wrong ``in_features``, a forward that raises).
 
     Raises:
         ConfigError: an ``_input_`` that is neither evidence nor scaffold, an embedding class

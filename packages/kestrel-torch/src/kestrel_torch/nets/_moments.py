@@ -4,7 +4,7 @@ Shape symbols: N rows in a batch, D features.
 
 A feature whose training values do not vary (a simulator output that is always exactly 0) has
 no scale to whiten by: dividing by its ~0 standard deviation would turn any other value at
-inference into a huge input (case K23). Such **constant** features (:func:`constant_features`)
+inference into a huge input. Such **constant** features (:func:`constant_features`)
 are left out of the whitening — their whitened value is 0 whatever the input — so they carry no
 information, as they carried none in training.
 """

@@ -28,7 +28,7 @@ class RunningNorm(KeepFloat64, LazyBuffers):
     Before any statistics exist (eval mode on a fresh module) the forward is the identity.
     The output has the input's dtype and device. A feature that did not vary in the batches
     seen (:attr:`constant`) is left out: its output is 0 whatever the input (never a division
-    by its ~0 variance, case K23), and :meth:`inverse` gives back the constant.
+    by its ~0 variance), and :meth:`inverse` gives back the constant.
 
     Args:
         momentum: weight of a new batch, in (0, 1].

@@ -8,7 +8,7 @@ Built-in sub-commands (kestrel-core, no Ray, no PyTorch)::
     kestrel export   -o RUN [--format arviz] [--file SAMPLES.npz] [--to OUT.nc] [--force]
 
 An output file the user names (``simulate -o``, ``--image``, ``--to``) that exists is refused
-unless it lies inside the run or ``--force`` is given (K30, :mod:`kestrel.rundir._outputs`).
+unless it lies inside the run or ``--force`` is given (:mod:`kestrel.rundir._outputs`).
 
 ``key=value`` arguments are OmegaConf dotlist overrides (``graph.x.simulator.sigma=0.2``).
 Errors of the user's making (:class:`~kestrel_core.KestrelError`) print one message to

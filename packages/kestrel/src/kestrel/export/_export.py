@@ -91,7 +91,7 @@ def export_run(
         output: the file (default ``RUN/export/posterior.nc``).
         sample_file: export this ``.npz`` (one of the run's posterior sample files) instead
             of the newest one.
-        force: replace a file outside the run that already exists (K30: refused otherwise).
+        force: replace a file outside the run that already exists (refused otherwise).
 
     Returns:
         The path written.

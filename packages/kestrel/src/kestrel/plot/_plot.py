@@ -216,7 +216,7 @@ def plot_run(
             beside it as ``<stem>_<node><ext>``.
         sample_file: draw this ``.npz`` (one of the run's sample files of ``mode``) instead of
             the newest one.
-        force: replace image files outside the run that already exist (K30: refused
+        force: replace image files outside the run that already exist (refused
             otherwise); a name without a suffix gets ``.png``.
 
     Returns:

@@ -10,13 +10,13 @@
   embedding's misspelt keyword or ``_input_`` fails before Ray starts too. After a dry run it
   gets the simulated rows of the node's evidence as well (``rows=``, numpy arrays), and calls
   the embedding once on them: a wrong ``in_features`` or a forward that raises is a
-  ``ConfigError`` naming ``graph.<node>.estimator.embedding`` before Ray starts (case K17).
+  ``ConfigError`` naming ``graph.<node>.estimator.embedding`` before Ray starts.
 * simulators (a launch) — the dry run of kestrel-core (:func:`kestrel.preflight._dryrun.dry_run`):
   every simulator once on two prior draws, in this process, its output checked against the
   node's observation, so a 59-vs-60 simulator or one that raises is blamed by node, ``_target_``
   and the user's file and line before Ray starts. ``dry_run: false`` on a node skips it (and
   its descendants). The per-sample shape it finds settles an observed node's observation
-  (:meth:`~kestrel_core.Graph.fit_observation`, case K08): one of shape ``(1, *D)`` is used —
+  (:meth:`~kestrel_core.Graph.fit_observation`): one of shape ``(1, *D)`` is used —
   and saved in the run — as ``D``, with a warning, so no later step sees ``(1, 1, *D)``.
 """
 
@@ -57,7 +57,7 @@ def estimator_problems(
 
     With ``outputs`` (the dry run's fields per node), an estimator's ``check_conditions`` also
     gets ``rows``: node → numpy array ``(k, *D)`` of the dry run's values, so that it can call
-    its embedding on them (case K17); numpy only, the estimator converts.
+    its embedding on them; numpy only, the estimator converts.
     """
     problems = []
     imports = tuple(config.paths.imports or ())
@@ -114,10 +114,10 @@ def preflight(
         return []
     outputs = {} if outputs is None else outputs
     notes = _dry_run(config.graph, outputs=outputs)
-    for name, fields in outputs.items():  # K08: the simulator's shape settles the observation's
+    for name, fields in outputs.items():  # the simulator's shape settles the observation's
         if config.graph.nodes[name].observed is not None:
             config.graph.fit_observation(name, fields["value"].shape[1:])
-    problems = estimator_problems(config, outputs)  # K17: the embeddings on the dry run's rows
+    problems = estimator_problems(config, outputs)  # the embeddings on the dry run's rows
     if problems:
         raise ConfigError(_joined(problems))
     return notes

@@ -1,12 +1,12 @@
 """What a launch on an existing run says before it starts: the notes of a resume.
 
-* **rows changed** (case K31): ``--resume`` with overrides that change what a buffer row means
+* **rows changed**: ``--resume`` with overrides that change what a buffer row means
   — a node's ``simulator`` section (the prior's ``priors`` too), its ``parents``, a node added
   or removed, the code the targets import — restores rows simulated under the old values;
   the launch warns in one line naming the keys (old → new) and the remedy (``--restart``).
   Estimator, ``sample``, ``buffer`` and ``budget`` keys change no row and say nothing; neither
   does ``observed``: a row is a draw of the model, whatever the observation it was proposed for.
-* **config ignored** (case K32): ``--resume`` with a ``-c CONFIG`` that differs from the run's
+* **config ignored**: ``--resume`` with a ``-c CONFIG`` that differs from the run's
   ``config.yml`` uses the run's own; the launch says so, naming the keys that differ.
 * **epochs** : ``--epochs N`` (``N`` more than the saved weights have) together with a
   ``max_epochs`` override (a total) is refused, naming both.

@@ -1,4 +1,4 @@
-"""Whether two configs of a run import the same code (case K32: the code folder counts).
+"""Whether two configs of a run import the same code (the code folder counts).
 
 ``paths.imports`` is left out of the key-by-key comparison of a run's recorded config with a
 new one (:func:`kestrel.rundir._config.run_config_changes`): where the code lies is not what

@@ -86,7 +86,7 @@ def _observation_spec(name: str, source: str | None, suffix: str) -> str:
 def _holds(source: str, suffix: str, observed: np.ndarray | None) -> bool:
     """Whether the file ``source`` (with its ``['key']`` suffix) still holds an array of the
     loaded observation's shape — not so when it is gone, or when the loaded one lost a leading
-    axis of 1 (case K08, :meth:`~kestrel_core.Graph.fit_observation`)."""
+    axis of 1 (:meth:`~kestrel_core.Graph.fit_observation`)."""
     if not os.path.isfile(source):
         return False
     if observed is None:  # not loaded: nothing to compare, the file is the observation
@@ -103,7 +103,7 @@ def save_observations(config: RunConfig, run_root: str | os.PathLike[str]) -> di
     A file observation is copied as it is (an ``.npz`` keeps its other arrays, e.g. the
     ``<node>_true`` values ``kestrel plot`` marks); an in-memory one, one whose file is
     gone, or one whose loaded array has another shape than the file's (a ``(1, *D)`` file
-    fitted to ``D`` by the dry run, case K08) is saved from the loaded array as
+    fitted to ``D`` by the dry run) is saved from the loaded array as
     ``<node>.npy``. A file already in place is kept.
 
     Args:
@@ -215,7 +215,7 @@ def run_config_changes(
     )
     before = observation_digests(old)
     mine = old.graph.observations
-    after = {  # a (1, *D) observation is the run's D one (K08: fitted at the launch's dry run)
+    after = {  # a (1, *D) observation is the run's D one (fitted at the launch's dry run)
         name: array_digest(obs[0] if name in mine and obs.shape == (1, *mine[name].shape) else obs)
         for name, obs in new.graph.observations.items()
     }
@@ -269,7 +269,7 @@ def _existing_imports(imports: Any, root: str) -> Any:
 
     Of a folder recorded both absolute and relative to the run, the relative one is used when
     it exists (a copied or moved project uses its own copy of the code, never the original's
-    through the absolute path, K30), else the absolute one; folders that exist neither way are
+    through the absolute path), else the absolute one; folders that exist neither way are
     left out — all of them are kept when none exists (so the import error names them).
     """
     if not isinstance(imports, list) or not all(

@@ -1,4 +1,4 @@
-"""May Kestrel write this file? The rule for the output paths a user names (K30).
+"""May Kestrel write this file? The rule for the output paths a user names.
 
 ``kestrel simulate -o OUT``, ``kestrel plot --image IMAGE`` and ``kestrel export --to OUT`` write
 where they are told, but never over a file Kestrel did not write: a path that already exists

@@ -167,7 +167,7 @@ def check_sample_file(
     """Check that ``path`` is one of this run's sample files of ``mode`` (``NNNNNN.npz`` under
     ``samples/<mode>/`` or one of its observation folders), not the observation beside them,
     the user's data or another run's samples: ``kestrel plot --file`` and ``export --file``
-    draw only what the run sampled (K30).
+    draw only what the run sampled.
 
     Returns:
         ``path`` made absolute.

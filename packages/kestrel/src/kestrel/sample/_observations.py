@@ -34,7 +34,7 @@ def read_observation(spec: Any, node: str | None = None) -> np.ndarray:
 
     Raises:
         ConfigError: no such file or key (the message lists the keys of an ``.npz``), or a
-            NaN or ±inf in the data (node, index, value; case K24).
+            NaN or ±inf in the data (node, index, value).
     """
     if isinstance(spec, (str, os.PathLike)):
         text = os.fspath(spec)
