@@ -1,8 +1,9 @@
-"""The kestrel command: graph, simulate, plugin sub-commands, error handling."""
+"""The kestrel command: graph, simulate, the layer sub-commands, error handling."""
 
 import hashlib
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 
 import kestrel.cli._main as _cli
 from kestrel.cli import main
+from kestrel.cli._arguments import add_config_arguments
 from kestrel_core import load_config
 from tests.core.test_config import write_run
 
@@ -19,26 +21,16 @@ EXAMPLE_CONFIGS = sorted((ROOT / "examples").glob("*/*.yml"))
 
 
 @pytest.fixture
-def no_plugins(monkeypatch):
-    """As in a core-only install: no package provides kestrel.commands."""
-    monkeypatch.setattr(_cli, "entry_points", lambda group: [])
-
-
-class FakeEntryPoint:
-    def __init__(self, name, register):
-        self.name, self.value, self._register = name, f"fake_pkg:{name}", register
-
-    def load(self):
-        if isinstance(self._register, Exception):
-            raise self._register
-        return self._register
+def no_layers(monkeypatch):
+    """As in an install without kestrel-ray and kestrel-torch."""
+    monkeypatch.setattr(_cli, "layer_installed", lambda module: False)
 
 
 def digest(path):
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def test_graph_prints_the_description(tmp_path, capsys, no_plugins):
+def test_graph_prints_the_description(tmp_path, capsys, no_layers):
     config = write_run(tmp_path)
     assert main(["graph", "-c", str(config)]) == 0
     out = capsys.readouterr().out
@@ -46,7 +38,7 @@ def test_graph_prints_the_description(tmp_path, capsys, no_plugins):
     assert "Nodes: 3 | Observed: x | Estimators: none" in out
 
 
-def test_simulate_writes_one_array_per_node(tmp_path, capsys, no_plugins):
+def test_simulate_writes_one_array_per_node(tmp_path, capsys, no_layers):
     config = write_run(tmp_path)
     out_path = tmp_path / "out" / "prior.npz"
     assert main(["simulate", "-c", str(config), "-n", "6", "-o", str(out_path), "--seed", "4"]) == 0
@@ -59,7 +51,7 @@ def test_simulate_writes_one_array_per_node(tmp_path, capsys, no_plugins):
         assert data["theta"].shape == data["mu"].shape == data["x"].shape == (6, 2)
 
 
-def test_simulate_same_seed_gives_identical_files(tmp_path, no_plugins, capsys):
+def test_simulate_same_seed_gives_identical_files(tmp_path, no_layers, capsys):
     config = write_run(tmp_path)
     paths = [tmp_path / f"{name}.npz" for name in ("a", "b", "c")]
     for path, seed in zip(paths, ("1", "1", "2")):
@@ -69,7 +61,7 @@ def test_simulate_same_seed_gives_identical_files(tmp_path, no_plugins, capsys):
     assert digest(paths[0]) == digest(paths[1]) != digest(paths[2])
 
 
-def test_simulate_without_seed_prints_the_entropy_that_reproduces_it(tmp_path, no_plugins, capsys):
+def test_simulate_without_seed_prints_the_entropy_that_reproduces_it(tmp_path, no_layers, capsys):
     config = write_run(tmp_path)
     main(["simulate", "-c", str(config), "-n", "3", "-o", str(tmp_path / "a.npz")])
     seed = capsys.readouterr().out.split("(seed ")[1].split(")")[0]
@@ -77,7 +69,7 @@ def test_simulate_without_seed_prints_the_entropy_that_reproduces_it(tmp_path, n
     assert digest(tmp_path / "a.npz") == digest(tmp_path / "b.npz")
 
 
-def test_overrides_anywhere_on_the_command_line(tmp_path, no_plugins, capsys):
+def test_overrides_anywhere_on_the_command_line(tmp_path, no_layers, capsys):
     config = write_run(tmp_path)
     out = tmp_path / "o.npz"
     argv = [
@@ -96,7 +88,7 @@ def test_overrides_anywhere_on_the_command_line(tmp_path, no_plugins, capsys):
         np.testing.assert_array_equal(data["x"], data["theta"] + 100.0)
 
 
-def test_user_errors_print_one_message_and_exit_1(tmp_path, capsys, no_plugins):
+def test_user_errors_print_one_message_and_exit_1(tmp_path, capsys, no_layers):
     config = write_run(tmp_path)
     assert (
         main(
@@ -123,7 +115,7 @@ def test_user_errors_print_one_message_and_exit_1(tmp_path, capsys, no_plugins):
     assert "config file not found" in capsys.readouterr().err
 
 
-def test_debug_shows_the_traceback(tmp_path, monkeypatch, no_plugins):
+def test_debug_shows_the_traceback(tmp_path, monkeypatch, no_layers):
     config = write_run(tmp_path)
     with pytest.raises(Exception, match="sigmaa"):
         main(["--debug", "graph", "-c", str(config), "graph.x.simulator.sigmaa=1"])
@@ -142,13 +134,13 @@ def test_debug_shows_the_traceback(tmp_path, monkeypatch, no_plugins):
         [],
     ],
 )
-def test_usage_errors_exit_2(argv, capsys, no_plugins):
+def test_usage_errors_exit_2(argv, capsys, no_layers):
     assert main(argv) == 2
     assert capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["launch", "sample"])
-def test_layer_command_without_its_package(command, capsys, no_plugins):
+def test_layer_command_without_its_package(command, capsys, no_layers):
     assert main([command, "-c", "config.yml", "posterior"]) == 2
     captured = capsys.readouterr()
     assert (
@@ -157,25 +149,29 @@ def test_layer_command_without_its_package(command, capsys, no_plugins):
     )
 
 
-def test_help_lists_the_layer_commands(capsys, no_plugins):
+def test_help_lists_the_layer_commands(capsys, no_layers):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "graph" in out and "simulate" in out and "needs kestrel-ray" in out
 
 
-def test_plugins_register_sub_commands(monkeypatch, capsys):
+def test_layer_commands_register_sub_commands(monkeypatch, capsys):
     seen = {}
 
     def register(subparsers):
         p = subparsers.add_parser("launch", help="train")
-        _cli.add_config_arguments(p)
+        add_config_arguments(p)
         p.add_argument("--timeout", type=float)
         p.set_defaults(func=lambda args: seen.update(vars(args)) or 3)
 
-    monkeypatch.setattr(
-        _cli,
-        "entry_points",
-        lambda group: [FakeEntryPoint("launch", register)] if group == "kestrel.commands" else [],
+    fake = types.ModuleType("fake_commands")
+    fake.launch_command = register
+    monkeypatch.setitem(sys.modules, "fake_commands", fake)
+    monkeypatch.setitem(
+        _cli.LAYER_COMMANDS, "launch", ("fake_commands", "launch_command", ("kestrel_ray",))
+    )
+    monkeypatch.setitem(
+        _cli.LAYER_COMMANDS, "sample", ("fake_commands", "sample_command", ("no_such_layer",))
     )
     assert main(["launch", "-c", "my.yml", "--timeout", "5", "buffer.min_samples=2"]) == 3
     assert (
@@ -184,16 +180,17 @@ def test_plugins_register_sub_commands(monkeypatch, capsys):
         and seen["overrides"] == ["buffer.min_samples=2"]
     )
     assert main(["--help"]) == 0
-    assert "needs kestrel-ray" in capsys.readouterr().out  # sample is still missing
+    assert "needs no-such-layer" in capsys.readouterr().out  # sample's layer is missing
 
 
-def test_a_broken_plugin_only_breaks_its_command(monkeypatch, tmp_path, capsys):
-    broken = FakeEntryPoint("launch", ImportError("No module named 'ray'"))
-    monkeypatch.setattr(_cli, "entry_points", lambda group: [broken])
+def test_a_broken_command_only_breaks_itself(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(
+        _cli.LAYER_COMMANDS, "launch", ("no_such_module_here", "launch_command", ())
+    )
     assert main(["launch"]) == 2
     assert (
-        "kestrel launch: the command failed to load (fake_pkg:launch): ImportError: No module named 'ray'"
-        in capsys.readouterr().err
+        "kestrel launch: the command failed to load (no_such_module_here:launch_command): "
+        "ModuleNotFoundError: No module named 'no_such_module_here'" in capsys.readouterr().err
     )
     assert main(["graph", "-c", str(write_run(tmp_path))]) == 0
 
@@ -201,7 +198,7 @@ def test_a_broken_plugin_only_breaks_its_command(monkeypatch, tmp_path, capsys):
 def test_console_entry_point_runs_without_traceback(tmp_path):
     config = write_run(tmp_path)
     ok = subprocess.run(
-        [sys.executable, "-m", "kestrel.cli._main", "graph", "-c", str(config)],
+        [sys.executable, "-m", "kestrel", "graph", "-c", str(config)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -211,7 +208,7 @@ def test_console_entry_point_runs_without_traceback(tmp_path):
         [
             sys.executable,
             "-m",
-            "kestrel.cli._main",
+            "kestrel",
             "graph",
             "-c",
             str(config),
@@ -234,7 +231,7 @@ def test_console_entry_point_runs_without_traceback(tmp_path):
 @pytest.mark.parametrize(
     "config", EXAMPLE_CONFIGS, ids=[f"{p.parent.name}/{p.name}" for p in EXAMPLE_CONFIGS]
 )
-def test_every_example_config_loads_and_simulates(config, tmp_path, capsys, no_plugins):
+def test_every_example_config_loads_and_simulates(config, tmp_path, capsys, no_layers):
     assert main(["graph", "-c", str(config)]) == 0
     assert (
         main(
@@ -249,7 +246,7 @@ def test_every_example_config_loads_and_simulates(config, tmp_path, capsys, no_p
             assert data[name].shape == (3, *obs.shape)
 
 
-def test_example05_prior_simulation(tmp_path, capsys, no_plugins):
+def test_example05_prior_simulation(tmp_path, capsys, no_layers):
     config = ROOT / "examples" / "05_linear_regression" / "config.yml"
     files = [tmp_path / "p1.npz", tmp_path / "p2.npz"]
     for path in files:

@@ -15,6 +15,8 @@ EXPECTED = [
     "CountError",
     "OutputTypeError",
     "StoreWarning",
+    "ObservationWarning",
+    "ReproducibilityWarning",
     "flat_key",
     "split_key",
     "flatten",
@@ -63,6 +65,8 @@ EXPECTED = [
     "InMemoryBufferView",
     "BlockIndex",
     "c2st",
+    "calibration_report",
+    "binomial_band",
 ]
 
 

@@ -1,7 +1,7 @@
 """kestrel_core never imports ray or torch, nor pytest (checked in a fresh interpreter).
 
 (The ``kestrel`` command lives in the application package, ``kestrel``:
-``tests/app/test_layering.py`` checks what it imports.)
+``tests/app/test_api.py`` checks what it imports.)
 """
 
 import subprocess

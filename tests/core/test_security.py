@@ -21,7 +21,7 @@ from kestrel_core.config._instantiate import import_target
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
 #: (file, call) pairs allowed to unpickle: the driver's own node blob, sent in memory
-ALLOWED = {("kestrel_ray/_wrapper.py", "cloudpickle.loads")}
+ALLOWED = {("kestrel_ray/node/_wrapper.py", "cloudpickle.loads")}
 UNPICKLERS = {"pickle", "cloudpickle", "marshal", "dill", "joblib", "shelve"}
 
 

@@ -25,15 +25,18 @@ def test_public_api_is_pinned():
         "NodeHandle",
         "MultiplexNodeWrapper",
         "RayBufferView",
-        "launch",
-        "RunResult",
         "RunError",
-        "sample_run",
-        "SampleResult",
-        "RunDir",
     ]
     for name in kestrel_ray.__all__:
         assert hasattr(kestrel_ray, name)
+
+
+@pytest.mark.parametrize("name", ["launch", "RunResult", "sample_run", "SampleResult", "RunDir"])
+def test_the_application_names_that_moved_to_kestrel_still_work_with_a_warning(name):
+    import kestrel
+
+    with pytest.warns(DeprecationWarning, match=f"kestrel_ray.{name} moved to kestrel.{name}"):
+        assert getattr(kestrel_ray, name) is getattr(kestrel, name)
 
 
 def test_importing_kestrel_ray_never_imports_torch():

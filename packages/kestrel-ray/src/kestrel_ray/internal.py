@@ -10,7 +10,16 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    pass
+    from kestrel_ray._errors import describe_failure, unwrap_error
+    from kestrel_ray.cluster._imports import SHIPPED_FROM_VAR
+    from kestrel_ray.cluster._resources import actor_options
+    from kestrel_ray.cluster._start import check_address_format
+    from kestrel_ray.graph._actors import check_graph_config
+    from kestrel_ray.graph._arrays import observation_columns, put_rows
+    from kestrel_ray.node._chunks import rows_of, spans
+    from kestrel_ray.node._handles import collect_trace
+    from kestrel_ray.node._timeout import actor_info
+    from kestrel_ray.store._snapshot import restore_store, snapshot_store
 
 #: name → the module that defines it
 _HOMES = {
@@ -29,7 +38,22 @@ _HOMES = {
     "restore_store": "kestrel_ray.store._snapshot",
     "snapshot_store": "kestrel_ray.store._snapshot",
 }
-__all__ = sorted(_HOMES)
+__all__ = [
+    "SHIPPED_FROM_VAR",
+    "actor_info",
+    "actor_options",
+    "check_address_format",
+    "check_graph_config",
+    "collect_trace",
+    "describe_failure",
+    "observation_columns",
+    "put_rows",
+    "restore_store",
+    "rows_of",
+    "snapshot_store",
+    "spans",
+    "unwrap_error",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -21,7 +21,16 @@ __all__ = ["user_traceback", "attach_user_traceback", "attached_traceback", "USE
 USER_TRACEBACK = "kestrel_user_traceback"
 #: top-level modules whose frames are never the user's
 _INTERNAL = frozenset(
-    {"kestrel_core", "kestrel_ray", "kestrel_torch", "ray", "asyncio", "concurrent", "threading"}
+    {
+        "kestrel",
+        "kestrel_core",
+        "kestrel_ray",
+        "kestrel_torch",
+        "ray",
+        "asyncio",
+        "concurrent",
+        "threading",
+    }
 )
 _PATHS = sysconfig.get_paths()
 _STDLIB = tuple(

@@ -38,7 +38,8 @@ __all__ = [
 ]
 
 _KEYED = re.compile(r"""^(?P<path>.+?)\[\s*(?P<q>['"])(?P<key>.*)(?P=q)\s*\]\s*$""")
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+#: the folder of the kestrel_core package (this module lies in its ``graph/``)
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def user_stacklevel() -> int:
@@ -48,10 +49,7 @@ def user_stacklevel() -> int:
 
     level = 1
     frame: types.FrameType | None = sys._getframe(1)
-    while (
-        frame is not None
-        and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == _PACKAGE_DIR
-    ):
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
         frame = frame.f_back
         level += 1
     return level

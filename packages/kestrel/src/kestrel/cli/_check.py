@@ -1,11 +1,11 @@
-"""The ``kestrel check`` sub-command (entry point ``kestrel.commands``), and its report lines.
+"""The ``kestrel check`` sub-command, and its report lines.
 
 ::
 
     kestrel check calibration -o RUN [-n 200] [--samples 1000] [--from proposal|prior]
                   [--seed S] [--ray] [--address ADDR] [--no-image] [key=value ...]
 
-Ray and torch are imported only when the command runs (see :mod:`._calibrate`).
+Ray and torch are imported only when the command runs (see :mod:`kestrel.check._calibrate`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The ``kestrel launch`` and ``kestrel sample`` sub-commands (entry points ``kestrel.commands``).
+"""The ``kestrel launch`` and ``kestrel sample`` sub-commands.
 
 ::
 
@@ -9,7 +9,7 @@
                    [--observation [NODE=]FILE[:key] ...] [--ray] [key=value ...]
 
 Ray is imported only when a command runs, so ``kestrel --help`` stays fast; ``kestrel sample``
-draws in one process without Ray unless it needs Ray (see :mod:`._sampling`).
+draws in one process without Ray unless it needs Ray (see :mod:`kestrel.sample._sampling`).
 """
 
 from __future__ import annotations

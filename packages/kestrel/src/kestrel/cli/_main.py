@@ -1,6 +1,6 @@
 """The ``kestrel`` command.
 
-Built-in sub-commands (kestrel-core, no Ray, no PyTorch)::
+Sub-commands that need neither Ray nor PyTorch::
 
     kestrel graph    -c CONFIG [key=value ...]                       # print the graph
     kestrel simulate -c CONFIG -n N -o OUT.npz [--seed S] [--force] [key=value ...]
@@ -33,6 +33,7 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 
+from kestrel.__about__ import __version__
 from kestrel.cli._arguments import (
     add_config_arguments,
     config_from_args,
@@ -42,7 +43,6 @@ from kestrel.cli._arguments import (
 )
 from kestrel.cli._warnings import clean_warnings
 from kestrel_core import ConfigError, KestrelError
-from kestrel_core.__about__ import __version__
 from kestrel_core.internal import attached_traceback, user_traceback
 
 __all__ = ["main", "build_parser", "layer_installed", "LAYER_COMMANDS"]
