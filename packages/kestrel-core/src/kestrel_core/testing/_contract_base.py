@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pytest
@@ -23,18 +23,18 @@ V, T, D, X, DEL = (
 KEYS = ("theta.value", "theta.log_prob", "x.value")
 
 
-def rows_for(ids: np.ndarray) -> dict[str, np.ndarray]:
+def rows_for(ids: np.ndarray | Sequence[int]) -> dict[str, np.ndarray]:
     """Arrays whose values encode the sample id, so any read can be checked.
 
     Returns:
         ``{"theta.value": float64 (n, 2), "theta.log_prob": float64 (n,), "x.value":
         float32 (n, 3)}`` for ``ids`` of shape ``(n,)``.
     """
-    ids = np.asarray(ids, dtype=np.int64)
+    arr = np.asarray(ids, dtype=np.int64)
     return {
-        "theta.value": np.stack([ids, -ids], axis=1).astype(np.float64),
-        "theta.log_prob": ids * 0.5,
-        "x.value": np.repeat(ids[:, None], 3, axis=1).astype(np.float32),
+        "theta.value": np.stack([arr, -arr], axis=1).astype(np.float64),
+        "theta.log_prob": arr * 0.5,
+        "x.value": np.repeat(arr[:, None], 3, axis=1).astype(np.float32),
     }
 
 
