@@ -138,7 +138,7 @@ def test_ray_only_where_a_cluster_is_named_or_a_simulator_runs_in_parallel(tmp_p
 
 
 def test_demo_removes_its_temporary_run_directory(tmp_path, monkeypatch):
-    import kestrel_ray
+    import kestrel
 
     sys.path.insert(0, str(REPO / "examples" / "05_linear_regression"))
     try:
@@ -152,7 +152,7 @@ def test_demo_removes_its_temporary_run_directory(tmp_path, monkeypatch):
         raise KeyboardInterrupt  # the user stops the demo
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(kestrel_ray, "launch", fake_launch)
+    monkeypatch.setattr(kestrel, "launch", fake_launch)
     with pytest.raises(KeyboardInterrupt):
         demo.main([])
     assert seen and Path(seen[0]).name.startswith("kestrel-demo-05-")

@@ -5,8 +5,8 @@ actor awaits its parents' refs itself), reads back only the small meta dict of e
 (per-sample shapes, dtypes, non-finite counts, or the error of a failed node), and hands block
 refs to the store. Arrays come back only from :meth:`DeployedGraph.to_arrays`, when asked, and
 enter only as observations or given samples (:mod:`kestrel_ray.graph._arrays`). The graph owns every
-actor it starts (see :class:`~kestrel_ray.graph._deployment.Deployment`) and is the only caller of
-their methods.
+actor it starts through the :class:`~kestrel_ray.graph._deployment.Deployment` it holds (which
+starts, keeps and kills them) and is the only caller of their methods.
 
 Randomness follows kestrel-core's scheme: the run's ``SeedSequence`` spawns one child per node
 in forward order, and each call spawns one grandchild per chunk of that node's child — on the
@@ -20,13 +20,14 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import ray
 
 from kestrel_core import (
     ConfigError,
+    Graph,
     GraphError,
     StoreWarning,
     check_count,
@@ -37,12 +38,16 @@ from kestrel_ray.graph._arrays import given_columns, observation_columns, read_a
 from kestrel_ray.graph._deployment import Deployment
 from kestrel_ray.graph._refs import Column, RefTrace, chunk_grid
 from kestrel_ray.node._estimator_files import transfer_estimators
-from kestrel_ray.node._handles import Pending, SubmittedTrace, collect_trace
+from kestrel_ray.node._handles import NodeHandle, Pending, SubmittedTrace, collect_trace
+from kestrel_ray.node._multiplex import MultiplexNodeWrapper
+from kestrel_ray.node._wrapper import NodeWrapper
 
 __all__ = ["DeployedGraph"]
 
+G = TypeVar("G", bound="DeployedGraph")
 
-class DeployedGraph(Deployment):
+
+class DeployedGraph:
     """A graph on Ray actors — one per node (``num_actors`` replicas when > 1) plus a sample
     store — driven with ObjectRefs only: sampling calls, appends, training, estimator files.
 
@@ -67,6 +72,131 @@ class DeployedGraph(Deployment):
     Example:
         ``with DeployedGraph(graph, seed=0) as dg: arrays = dg.to_arrays(dg.sample(1024))``
     """
+
+    #: the actor class of the nodes (``ray.remote`` is applied at deploy; a subclass or the
+    #: ``wrapper_cls`` argument swaps it)
+    wrapper_cls: type = NodeWrapper
+
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        seed: int | np.random.SeedSequence | None = None,
+        store: Any = None,
+        run_dir: str | os.PathLike[str] | None = None,
+        buffer: Any = None,
+        ready_timeout: float = 60.0,
+        estimators: bool = True,
+        wrapper_cls: type | None = None,
+    ):
+        if wrapper_cls is not None:
+            self.wrapper_cls = wrapper_cls
+        #: the actors: started, kept and killed there; every call to them is made here
+        self._deployment = Deployment(
+            graph,
+            seed=seed,
+            store=store,
+            run_dir=run_dir,
+            buffer=buffer,
+            ready_timeout=ready_timeout,
+            estimators=estimators,
+            wrapper_cls=self.wrapper_cls,
+        )
+        #: node → the epoch count of the weights the last save wrote (:meth:`estimator_files`)
+        self.saved_epochs: dict[str, int | None] = {}
+
+    @classmethod
+    def from_config(cls: type[G], config: Any, *, seed: int | None = None, store: Any = None) -> G:
+        """Build from a :class:`kestrel_core.RunConfig` (graph, buffer, run directory)."""
+        return cls(
+            config.graph, seed=seed, store=store, run_dir=config.run_dir, buffer=config.buffer
+        )
+
+    # -- lifecycle (the deployment's) ----------------------------------------------------------
+    def __enter__(self: G) -> G:
+        return self.deploy()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.shutdown()
+
+    @property
+    def graph(self) -> Graph:
+        """The deployed :class:`kestrel_core.Graph`."""
+        return self._deployment.graph
+
+    @property
+    def seed(self) -> Any:
+        """The entropy of the run's ``SeedSequence`` (the seed given, or the one drawn)."""
+        return self._deployment.seed
+
+    @property
+    def run_dir(self) -> str | None:
+        """The run directory (``None``: none given)."""
+        return self._deployment.run_dir
+
+    @property
+    def deployed(self) -> bool:
+        """Whether the actors are running."""
+        return self._deployment.deployed
+
+    @property
+    def store(self) -> Any:
+        """The store's :class:`~kestrel_ray.StoreHandle` (``None`` before :meth:`deploy` when none
+        was given)."""
+        return self._deployment.store
+
+    @property
+    def actors(self) -> list[Any]:
+        """Every node actor this graph started (replicas included), plus its own store."""
+        return self._deployment.actors
+
+    def deploy(self: G) -> G:
+        """Check resources, start the store and one actor per node (replica), wait until ready.
+
+        Returns:
+            ``self``.
+
+        Raises:
+            GraphError: the graph is invalid.
+            ConfigError: an estimator node has ``num_actors > 1``, or a resource request can never
+                be met ("node 'x' requests 2 GPUs; the cluster has 0") — before any actor starts.
+            SimulatorError, EstimatorError: a node's simulator or estimator failed to build (the
+                node's name and the original exception text), or an actor did not start within
+                ``ready_timeout``.
+        """
+        self._deployment.deploy()
+        return self
+
+    def shutdown(self, wait: float = 10.0) -> None:
+        """Kill every actor this graph started (not a store passed in). Idempotent.
+
+        Args:
+            wait: seconds to wait until Ray reports every killed actor dead (``ray.kill`` is
+                asynchronous; 0 returns at once).
+        """
+        self._deployment.shutdown(wait)
+
+    def handle(self, name: str) -> NodeHandle | MultiplexNodeWrapper:
+        """The driver-side handle of node ``name`` (to submit calls with explicit conditions).
+
+        Raises:
+            KestrelError: not deployed. GraphError: unknown node.
+        """
+        return self._deployment.handle(name)
+
+    def _check_deployed(self) -> None:
+        """Raise :class:`~kestrel_core.KestrelError` unless deployed (``kestrel.sample`` calls
+        :meth:`_submit` itself)."""
+        self._deployment.check_deployed()
+
+    @property
+    def _obs_columns(self) -> dict[str, Column]:
+        """The graph's own observations as broadcast columns (``kestrel.sample``'s too)."""
+        return self._deployment.obs_columns
+
+    @property
+    def _latents(self) -> list[str]:
+        return self._deployment.latents
 
     # -- sampling ------------------------------------------------------------------------------
     def sample(self, n: int) -> RefTrace:
@@ -169,7 +299,7 @@ class DeployedGraph(Deployment):
         :meth:`run` does. ``n`` = 0 calls no simulator."""
         self._check_deployed()
         n = check_count(n)
-        avail: dict[str, Column] = dict(self._obs_columns)
+        avail: dict[str, Column] = dict(self._deployment.obs_columns)
         if observations:
             avail.update(observation_columns(self.graph, observations))
         return SubmittedTrace(n, self._submit(n, plan, avail, {}) if n else {})
@@ -191,13 +321,15 @@ class DeployedGraph(Deployment):
         latents = set(self._latents)
         for name, method in plan:
             if name in given:  # seeds=None: the node's own streams stay as they were
-                pending = self._handles[name].submit(method, n, {name: given[name]}, chunks, None)
+                pending = self._deployment.handles[name].submit(
+                    method, n, {name: given[name]}, chunks, None
+                )
             else:
                 conds = call_conditions(
                     self.graph, name, method, latent=name in latents, known=known
                 )
-                pending = self._handles[name].submit(
-                    method, n, conds, chunks, self._seqs[name].spawn(len(chunks))
+                pending = self._deployment.handles[name].submit(
+                    method, n, conds, chunks, self._deployment.seqs[name].spawn(len(chunks))
                 )
             calls.pop(name, None)
             calls[name] = (method, pending)
@@ -221,7 +353,7 @@ class DeployedGraph(Deployment):
             StoreError: the keys or per-sample shapes break the store's key schema, or the
                 trace's keys do not share blocks.
         """
-        store = self._deployed_store()
+        store = self._deployment.deployed_store()
         ref = store.submit_append(trace.blocks())
         if not wait:
             return ref
@@ -236,7 +368,7 @@ class DeployedGraph(Deployment):
         Raises:
             StoreError: the store did not answer within ``timeout`` seconds.
         """
-        return self._deployed_store().with_options(timeout=timeout).stats()
+        return self._deployment.deployed_store().with_options(timeout=timeout).stats()
 
     def to_arrays(
         self, trace: RefTrace, keys: Sequence[str] | None = None
@@ -252,7 +384,10 @@ class DeployedGraph(Deployment):
     def start_training(self) -> dict[str, Any]:
         """Start ``train(store)`` on every estimator node; returns ``{node: ObjectRef}``."""
         self._check_deployed()
-        return {name: self._estimator(name).train_ref(self._store) for name in self._latents}
+        return {
+            name: self._deployment.estimator(name).train_ref(self._deployment.store)
+            for name in self._latents
+        }
 
     def configure_rounds(
         self, epochs_per_round: int = 1, *, deterministic: bool = False, open: bool = False
@@ -265,7 +400,7 @@ class DeployedGraph(Deployment):
         """
         self._check_deployed()
         refs = {
-            name: self._estimator(name).actor.configure_rounds.remote(
+            name: self._deployment.estimator(name).actor.configure_rounds.remote(
                 epochs_per_round, deterministic, open
             )
             for name in self._latents
@@ -281,25 +416,26 @@ class DeployedGraph(Deployment):
         proposal, to the round its next ``sample_proposal`` call draws from."""
         self._check_deployed()
         return {
-            name: self._estimator(name).actor.round_ready.remote(int(k)) for name in self._latents
+            name: self._deployment.estimator(name).actor.round_ready.remote(int(k))
+            for name in self._latents
         }
 
     def round_appended(self, k: int, last: bool = False) -> None:
         """Tell every estimator node that round ``k`` is in the store (``last``: and no round
         follows); fire and forget."""
         for name in self._latents:
-            self._estimator(name).actor.round_appended.remote(int(k), bool(last))
+            self._deployment.estimator(name).actor.round_appended.remote(int(k), bool(last))
 
     def close_rounds(self, last: int | None = None) -> None:
         """Tell every estimator node that no round follows round ``last`` (``None``: none
         follows what was appended, e.g. when stopping); fire and forget."""
         for name in self._latents:
-            self._estimator(name).actor.close_rounds.remote(last)
+            self._deployment.estimator(name).actor.close_rounds.remote(last)
 
     def request_stop(self) -> None:
         """Ask every estimator to stop after its current step (fire and forget)."""
         for name in self._latents:
-            self._estimator(name).request_stop()
+            self._deployment.estimator(name).request_stop()
 
     def status(self, timeout: float = 2.0) -> dict[str, Any]:
         """Node statuses (a list per multiplexed node) and the store's counts.
@@ -309,7 +445,7 @@ class DeployedGraph(Deployment):
             StoreError: the store did not answer within ``timeout``.
         """
         self._check_deployed()
-        refs = {name: h.status_refs() for name, h in self._handles.items()}
+        refs = {name: h.status_refs() for name, h in self._deployment.handles.items()}
         out: dict[str, Any] = {name: ray.get(r, timeout=timeout) for name, r in refs.items()}
         out = {name: v[0] if len(v) == 1 else v for name, v in out.items()}
         out["_store"] = self.buffer_stats(timeout)
@@ -325,7 +461,7 @@ class DeployedGraph(Deployment):
             KestrelError: an actor failed (naming the node).
         """
         self._check_deployed()
-        refs = {name: h.open_log_refs() for name, h in self._handles.items()}
+        refs = {name: h.open_log_refs() for name, h in self._deployment.handles.items()}
         out = {}
         for name, node_refs in refs.items():
             try:
@@ -337,7 +473,7 @@ class DeployedGraph(Deployment):
     def node_actors(self) -> dict[str, list[Any]]:
         """node → its actor handles (replica ``i`` at index ``i``)."""
         self._check_deployed()
-        return {name: list(h.actors) for name, h in self._handles.items()}
+        return {name: list(h.actors) for name, h in self._deployment.handles.items()}
 
     def save(
         self, directory: str | os.PathLike[str] | None = None, nodes: Iterable[str] | None = None
@@ -390,6 +526,6 @@ class DeployedGraph(Deployment):
             if name not in self._latents:
                 raise GraphError(f"{method}: node {name!r} has no estimator deployed")
         folders = {name: os.path.join(os.fspath(directory), name) for name in names}
-        actors = {name: self._estimator(name).actor for name in names}
+        actors = {name: self._deployment.estimator(name).actor for name in names}
         self.saved_epochs = transfer_estimators(method, actors, folders)
         return folders

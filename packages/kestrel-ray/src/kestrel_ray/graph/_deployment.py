@@ -2,18 +2,19 @@
 
 A graph's node actors are started by :func:`~kestrel_ray.graph._actors.start_node_actors` and its
 store here; the deployment keeps their handles, and :meth:`Deployment.shutdown` kills every
-actor it started (never a store passed in). :class:`~kestrel_ray.DeployedGraph` derives from it
-and is the only caller of the actors' methods.
+actor it started (never a store passed in). A :class:`~kestrel_ray.DeployedGraph` holds one
+deployment (it is not one) and is the only caller of the actors' methods; the deployment hands
+it the handles (:attr:`Deployment.handles`) and the store (:meth:`Deployment.deployed_store`).
 
 Randomness follows kestrel-core's scheme: the run's ``SeedSequence`` spawns one child per node
-in forward order (kept in ``_seqs``; a call spawns one grandchild per chunk), and one integer
-of the root seeds the store's random subsets.
+in forward order (kept in :attr:`Deployment.seqs`; a call spawns one grandchild per chunk), and
+one integer of the root seeds the store's random subsets.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -28,22 +29,19 @@ from kestrel_ray.store._handle import StoreHandle
 
 __all__ = ["Deployment"]
 
-D = TypeVar("D", bound="Deployment")
-
 
 class Deployment:
     """The actors of a graph: one per node (``num_actors`` replicas when > 1) plus a sample store.
 
     Starts them (:meth:`deploy`), owns them (:attr:`actors`) and kills them (:meth:`shutdown`);
-    :class:`~kestrel_ray.DeployedGraph` adds the operations that call them.
+    the :class:`~kestrel_ray.DeployedGraph` that holds it makes the calls.
 
     Args:
-        graph, seed, store, run_dir, buffer, ready_timeout, estimators, wrapper_cls: see
+        graph, seed, store, run_dir, buffer, ready_timeout, estimators: see
             :class:`~kestrel_ray.DeployedGraph`.
+        wrapper_cls: the node actor class (``ray.remote`` is applied at :meth:`deploy`; default
+            :class:`~kestrel_ray.NodeWrapper`).
     """
-
-    #: the actor class of the nodes (``ray.remote`` is applied at deploy; tests swap it)
-    wrapper_cls: type = NodeWrapper
 
     def __init__(
         self,
@@ -62,35 +60,21 @@ class Deployment:
         self._root = seed_sequence(seed)
         self.seed = self._root.entropy
         self.run_dir = None if run_dir is None else os.fspath(run_dir)
-        #: node → the epoch count of the weights the last save wrote (``estimator_files``)
-        self.saved_epochs: dict[str, int | None] = {}
         self._buffer = buffer
         self._store: StoreHandle | None = (
             store if store is None or isinstance(store, StoreHandle) else StoreHandle(store)
         )
         self._own_store = store is None
         self._ready_timeout = float(ready_timeout)
-        if wrapper_cls is not None:
-            self.wrapper_cls = wrapper_cls
+        #: the node actor class
+        self.wrapper_cls: type = NodeWrapper if wrapper_cls is None else wrapper_cls
         order = graph.forward_order
-        self._seqs = dict(zip(order, self._root.spawn(len(order))))
+        #: node → its ``SeedSequence`` (children of the root, in forward order)
+        self.seqs = dict(zip(order, self._root.spawn(len(order))))
         self._handles: dict[str, NodeHandle | MultiplexNodeWrapper] = {}
         self._obs_columns: dict[str, Column] = {}
 
-    @classmethod
-    def from_config(cls: type[D], config: Any, *, seed: int | None = None, store: Any = None) -> D:
-        """Build from a :class:`kestrel_core.RunConfig` (graph, buffer, run directory)."""
-        return cls(
-            config.graph, seed=seed, store=store, run_dir=config.run_dir, buffer=config.buffer
-        )
-
     # -- lifecycle -----------------------------------------------------------------------------
-    def __enter__(self: D) -> D:
-        return self.deploy()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.shutdown()
-
     @property
     def deployed(self) -> bool:
         """Whether the actors are running."""
@@ -110,7 +94,7 @@ class Deployment:
             out.append(self._store.actor)
         return out
 
-    def deploy(self: D) -> D:
+    def deploy(self) -> Deployment:
         """Check resources, start the store and one actor per node (replica), wait until ready.
 
         Returns:
@@ -132,7 +116,7 @@ class Deployment:
                 self._store = self._start_store()
             self._handles = start_node_actors(
                 self.graph,
-                self._seqs,
+                self.seqs,
                 self.wrapper_cls,
                 estimators=self._estimators,
                 ready_timeout=self._ready_timeout,
@@ -165,8 +149,19 @@ class Deployment:
             self._store = None
 
     @property
-    def _latents(self) -> list[str]:
+    def latents(self) -> list[str]:
+        """The nodes whose estimators are deployed (none with ``estimators=False``)."""
         return self.graph.latents if self._estimators else []
+
+    @property
+    def handles(self) -> dict[str, NodeHandle | MultiplexNodeWrapper]:
+        """node → its driver-side handle (empty when not deployed)."""
+        return self._handles
+
+    @property
+    def obs_columns(self) -> dict[str, Column]:
+        """The graph's own observations as broadcast columns (empty when not deployed)."""
+        return self._obs_columns
 
     def handle(self, name: str) -> NodeHandle | MultiplexNodeWrapper:
         """The driver-side handle of node ``name`` (to submit calls with explicit conditions).
@@ -174,26 +169,32 @@ class Deployment:
         Raises:
             KestrelError: not deployed. GraphError: unknown node.
         """
-        self._check_deployed()
+        self.check_deployed()
         self.graph[name]
         return self._handles[name]
 
-    def _estimator(self, name: str) -> NodeHandle:
+    def estimator(self, name: str) -> NodeHandle:
+        """The handle of estimator node ``name`` (never multiplexed)."""
         handle = self._handles[name]
         assert isinstance(handle, NodeHandle)  # estimator nodes are never multiplexed (deploy)
         return handle
 
-    def _deployed_store(self) -> StoreHandle:
+    def deployed_store(self) -> StoreHandle:
         """The store's handle once deployed.
 
         Raises:
             KestrelError: not deployed.
         """
-        self._check_deployed()
+        self.check_deployed()
         assert self._store is not None  # deploy() starts one when none was given
         return self._store
 
-    def _check_deployed(self) -> None:
+    def check_deployed(self) -> None:
+        """Raise unless deployed.
+
+        Raises:
+            KestrelError: not deployed.
+        """
         if not self.deployed:
             raise KestrelError(
                 "DeployedGraph is not deployed; call deploy() (or use it in a `with`)"

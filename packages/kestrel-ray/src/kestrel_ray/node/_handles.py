@@ -111,12 +111,16 @@ def _consume(pending: Pending) -> None:
 
 
 class ActorGroup:
-    """The calls every actor of a node answers (one actor, or each replica of a multiplexed node)."""
+    """The actors of one node (one actor, or each replica of a multiplexed node) and the calls
+    every one of them answers. :class:`NodeHandle` and
+    :class:`~kestrel_ray.MultiplexNodeWrapper` each hold one.
 
-    @property
-    def actors(self) -> list[Any]:
-        """Every actor behind this handle."""
-        raise NotImplementedError
+    Args:
+        actors: the actor handles, replica ``i`` at index ``i``.
+    """
+
+    def __init__(self, actors: Sequence[Any]):
+        self.actors = list(actors)
 
     def status_refs(self) -> list[Any]:
         """One ref per actor to its ``status()`` dict."""
@@ -127,7 +131,7 @@ class ActorGroup:
         return [actor.open_log.remote() for actor in self.actors]
 
 
-class NodeHandle(ActorGroup):
+class NodeHandle:
     """One node actor as the driver sees it.
 
     Args:
@@ -148,11 +152,20 @@ class NodeHandle(ActorGroup):
         self.actor = actor
         self.fields = {m: tuple(f) for m, f in fields.items()}
         self.timeout = timeout
+        self._group = ActorGroup([actor])
 
     @property
     def actors(self) -> list[Any]:
         """Every actor behind this handle."""
-        return [self.actor]
+        return list(self._group.actors)
+
+    def status_refs(self) -> list[Any]:
+        """One ref per actor to its ``status()`` dict."""
+        return self._group.status_refs()
+
+    def open_log_refs(self) -> list[Any]:
+        """One ref per actor to ``open_log()`` (run actors only, see ``RunNodeWrapper``)."""
+        return self._group.open_log_refs()
 
     def train_ref(self, store: Any) -> Any:
         """Start ``train(store)`` on the actor; the ref resolves to its final status when

@@ -17,7 +17,7 @@ from kestrel_ray.node._handles import ActorGroup, NodeHandle, Pending
 __all__ = ["MultiplexNodeWrapper"]
 
 
-class MultiplexNodeWrapper(ActorGroup):
+class MultiplexNodeWrapper:
     """Split each call of one node over ``k`` replicas.
 
     ``[0, n)`` is cut at ``int(i·n/k)``; replicas whose slice is empty are not called
@@ -34,11 +34,20 @@ class MultiplexNodeWrapper(ActorGroup):
         self.name = name
         self.replicas = list(replicas)
         self.fields = self.replicas[0].fields
+        self._group = ActorGroup([r.actor for r in self.replicas])
 
     @property
     def actors(self) -> list[Any]:
         """Every replica actor."""
-        return [r.actor for r in self.replicas]
+        return list(self._group.actors)
+
+    def status_refs(self) -> list[Any]:
+        """One ref per replica to its ``status()`` dict."""
+        return self._group.status_refs()
+
+    def open_log_refs(self) -> list[Any]:
+        """One ref per replica to ``open_log()`` (run actors only, see ``RunNodeWrapper``)."""
+        return self._group.open_log_refs()
 
     def slices(self, n: int) -> list[tuple[int, int, int]]:
         """``(replica, start, stop)`` for the replicas that get rows of an ``n``-sample call."""

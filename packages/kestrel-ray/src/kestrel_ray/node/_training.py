@@ -1,10 +1,16 @@
 """The training side of a node actor: train, stop, the round schedule, estimator bytes.
 
-A mixin of :class:`~kestrel_ray.node._wrapper.NodeWrapper` (an async Ray actor). The driver
-configures the round schedule (:class:`kestrel_core.Rounds`) before it starts training, then
-asks :meth:`TrainingMethods.round_ready` before each resimulation round (the answer names the
-round whose proposal the next ``sample_proposal`` call draws from) and reports each round's
-append with :meth:`TrainingMethods.round_appended`.
+:class:`Training` is a component of :class:`~kestrel_ray.node._wrapper.NodeWrapper` (an async
+Ray actor), which holds one and answers the driver's calls by delegating to it; it holds the
+estimator-training state (the estimator, the round schedule and the round the next proposal
+draws from) and never sees the actor. The driver configures the round schedule
+(:class:`kestrel_core.Rounds`) before it starts training, then asks :meth:`Training.round_ready`
+before each resimulation round (the answer names the round whose proposal the next
+``sample_proposal`` call draws from) and reports each round's append with
+:meth:`Training.round_appended`.
+
+Every method runs on the actor's event loop (none blocks it): training steps and sampling
+calls interleave there.
 """
 
 from __future__ import annotations
@@ -15,26 +21,31 @@ from kestrel_core import EstimatorError, Rounds
 from kestrel_core.internal import accepts_keyword
 from kestrel_ray.store._view import RayBufferView
 
-__all__ = ["TrainingMethods"]
+__all__ = ["Training"]
 
 
-class TrainingMethods:
-    """Training, the round schedule and estimator bytes of a node actor."""
+class Training:
+    """Training, the round schedule and estimator bytes of one node's estimator.
 
-    _name: str
-    _state: str
-    _estimator: Any
-    _rounds: Rounds | None
-    _round: int | None
+    Args:
+        name: the node's name (in error messages).
+        estimator: the node's estimator, or ``None`` (a node without one: training raises,
+            the rest are no-ops).
 
-    def _check(self) -> None:  # NodeWrapper's
-        raise NotImplementedError
+    Attributes:
+        estimator: as given.
+        rounds: the round schedule (``None``: none configured).
+        round: the round the next ``sample_proposal`` draws from (``None``: the latest model).
+    """
 
-    async def status(self) -> dict[str, Any]:  # NodeWrapper's
-        raise NotImplementedError
+    def __init__(self, name: str, estimator: Any) -> None:
+        self.name = name
+        self.estimator = estimator
+        self.rounds: Rounds | None = None
+        self.round: int | None = None
 
     # -- rounds ------------------------------------------------------------------------------
-    async def configure_rounds(
+    def configure_rounds(
         self, epochs_per_round: int = 1, deterministic: bool = False, open: bool = False
     ) -> None:
         """A fresh round schedule for the next :meth:`train` (see :class:`kestrel_core.Rounds`).
@@ -42,99 +53,94 @@ class TrainingMethods:
         Raises:
             ConfigError: ``epochs_per_round`` is not an integer ≥ 1.
         """
-        self._rounds = Rounds(epochs_per_round, deterministic=deterministic, open=open)
-        self._round = None
+        self.rounds = Rounds(epochs_per_round, deterministic=deterministic, open=open)
+        self.round = None
 
     async def round_ready(self, k: int) -> int:
         """Wait until round ``k`` may be drawn; returns the round the next ``sample_proposal``
         draws from (``k``, or a later one when not deterministic). At once without a schedule
         or after training ended."""
-        if self._rounds is None:
-            self._round = None
+        if self.rounds is None:
+            self.round = None
             return int(k)
-        self._round = await self._rounds.wait_ready(int(k))
-        return self._round
+        self.round = await self.rounds.wait_ready(int(k))
+        return self.round
 
-    async def round_appended(self, k: int, last: bool = False) -> None:
+    def round_appended(self, k: int, last: bool = False) -> None:
         """Round ``k``'s rows are in the store (``last``: no round follows)."""
-        if self._rounds is not None:
-            self._rounds.appended(int(k), bool(last))
+        if self.rounds is not None:
+            self.rounds.appended(int(k), bool(last))
 
-    async def close_rounds(self, last: int | None = None) -> None:
+    def close_rounds(self, last: int | None = None) -> None:
         """No more rounds come after round ``last`` (budget spent; ``None``: stopping)."""
-        if self._rounds is not None:
-            self._rounds.close(last)
+        if self.rounds is not None:
+            self.rounds.close(last)
 
     # -- training ----------------------------------------------------------------------------
-    async def train(self, store: Any) -> dict[str, Any]:
-        """Train the estimator from the store until it stops; sampling calls interleave.
+    def require_estimator(self) -> None:
+        """Raise unless there is an estimator to train.
+
+        Raises:
+            EstimatorError: the node has no estimator.
+        """
+        if self.estimator is None:
+            raise EstimatorError(f"node {self.name!r} has no estimator to train")
+
+    async def train(self, store: Any) -> None:
+        """Train the estimator from the store until it stops (sampling calls interleave on the
+        event loop); the round schedule is finished however training ends.
 
         Args:
             store: the store's :class:`~kestrel_ray.StoreHandle`; the estimator reads it
                 through a :class:`~kestrel_ray.RayBufferView` (futures, no blocking get).
 
-        Returns:
-            The final :meth:`status`.
-
         Raises:
             EstimatorError: the node has no estimator. The estimator's own exceptions pass
                 through with a note naming the node.
         """
-        self._check()
-        if self._estimator is None:
-            raise EstimatorError(f"node {self._name!r} has no estimator to train")
-        self._state = "training"
+        self.require_estimator()
         view = RayBufferView(store, use_futures=True)
-        rounds = self._rounds
+        rounds = self.rounds
         try:
-            if rounds is not None and accepts_keyword(self._estimator.train, "rounds"):
-                await self._estimator.train(view, rounds=rounds)
+            if rounds is not None and accepts_keyword(self.estimator.train, "rounds"):
+                await self.estimator.train(view, rounds=rounds)
             else:  # an estimator without rounds: rounds are paced by the driver's clock alone
                 if rounds is not None:
                     rounds.finish()
-                await self._estimator.train(view)
+                await self.estimator.train(view)
         except Exception as err:
-            self._state = "failed"
             if hasattr(err, "add_note"):
-                err.add_note(f"(raised while training the estimator of node {self._name!r})")
+                err.add_note(f"(raised while training the estimator of node {self.name!r})")
             raise
         finally:
             if rounds is not None:
                 rounds.finish()
-        self._state = "done"
-        return await self.status()
 
-    async def request_stop(self) -> None:
-        """Ask the estimator to stop training after its current step."""
-        if self._estimator is not None:
-            self._estimator.request_stop()
+    def request_stop(self) -> None:
+        """Ask the estimator to stop training after its current step (no-op without one)."""
+        if self.estimator is not None:
+            self.estimator.request_stop()
 
-    async def save_bytes(self) -> bytes | None:
-        """The estimator's state as bytes (``None`` without estimator), for the driver to write.
+    # -- estimator bytes ---------------------------------------------------------------------
+    def save_bytes(self) -> bytes | None:
+        """The estimator's state as bytes (``None`` without estimator)."""
+        return None if self.estimator is None else self.estimator.save_bytes()
 
-        No actor method takes a run-directory path: on a cluster the actor's machine has its
-        own disk, and the run directory lives with the driver.
-        """
-        self._check()
-        return None if self._estimator is None else self._estimator.save_bytes()
-
-    async def save_state(self) -> tuple[bytes | None, int | None]:
+    def save_state(self) -> tuple[bytes | None, int | None]:
         """:meth:`save_bytes` and the epoch count those weights reached (the estimator's status
-        ``epoch``), read in the same turn of the event loop: no training step falls between.
-        ``(None, None)`` without estimator."""
-        self._check()
-        if self._estimator is None:
+        ``epoch``), read together (no await between them). ``(None, None)`` without
+        estimator."""
+        if self.estimator is None:
             return None, None
-        data = self._estimator.save_bytes()
-        epoch = (self._estimator.status() or {}).get("epoch")
+        data = self.estimator.save_bytes()
+        epoch = (self.estimator.status() or {}).get("epoch")
         return data, None if epoch is None else int(epoch)
 
-    async def load_bytes(self, data: bytes, source: str = "checkpoint bytes") -> None:
+    def load_bytes(self, data: bytes, source: str = "checkpoint bytes") -> None:
         """Restore the estimator from :meth:`save_bytes`' output; a no-op without estimator.
 
         Args:
             data: the state. source: its name in error messages (the driver's file).
         """
-        self._check()
-        if self._estimator is not None:
-            self._estimator.load_bytes(data, source=source)
+        if self.estimator is not None:
+            self.estimator.load_bytes(data, source=source)

@@ -18,7 +18,9 @@ estimator. A sampling call receives ``n``, condition *descriptors* and the chunk
 
 Simulators run in a worker thread (one call at a time), so the event loop stays free for
 ``status``; estimator sampling runs on the event loop between training steps, which is how
-training and proposal sampling interleave without pausing training.
+training and proposal sampling interleave without pausing training. Training, the round
+schedule and the estimator's bytes are the actor's :class:`~kestrel_ray.node._training.Training`
+component; the actor's methods of the same names delegate to it.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from kestrel_ray.node._chunks import (
     skipped_values,
     spans,
 )
-from kestrel_ray.node._training import TrainingMethods
+from kestrel_ray.node._training import Training
 
 __all__ = ["NodeWrapper", "SAMPLING_METHODS"]
 
@@ -66,7 +68,7 @@ SAMPLING_METHODS = ("sample", "sample_posterior", "sample_proposal")
 BROADCAST_MEMO = 8
 
 
-class NodeWrapper(TrainingMethods):
+class NodeWrapper:
     """Ray actor class (async) for one node.
 
     Shape symbols: n samples of a call, c rows of a chunk, D the node's per-sample shape.
@@ -97,11 +99,16 @@ class NodeWrapper(TrainingMethods):
         self._samples = 0
         self._seconds: dict[str, float] = {}  # busy seconds per part (see status)
         self._sim_lock: asyncio.Lock | None = None
-        self._estimator = None
-        self._rounds = None
-        self._round: int | None = None
+        self._estimator: Any = None
         self._simulator: Any = None
         self._template: tuple[tuple[int, ...], np.dtype] | None = None  # last (D, dtype)
+        self._build(node_blob, seed, import_paths)
+        #: training, the round schedule and the estimator's bytes
+        self._training = Training(self._name, self._estimator)
+
+    def _build(self, node_blob: bytes, seed: Any, import_paths: Sequence[str]) -> None:
+        """Load the node and build its simulator (and estimator); a failure is kept in
+        ``_error`` for :meth:`ready` to raise, and the state stays ``initializing``."""
         for path in reversed(local_import_paths(list(import_paths))):
             if path not in sys.path:
                 sys.path.insert(0, path)
@@ -196,6 +203,86 @@ class NodeWrapper(TrainingMethods):
         if self._estimator is not None:
             out["estimator"] = dict(self._estimator.status())
         return out
+
+    # -- rounds (the Training component's) -----------------------------------------------------
+    async def configure_rounds(
+        self, epochs_per_round: int = 1, deterministic: bool = False, open: bool = False
+    ) -> None:
+        """A fresh round schedule for the next :meth:`train` (see :class:`kestrel_core.Rounds`).
+
+        Raises:
+            ConfigError: ``epochs_per_round`` is not an integer ≥ 1.
+        """
+        self._training.configure_rounds(epochs_per_round, deterministic, open)
+
+    async def round_ready(self, k: int) -> int:
+        """Wait until round ``k`` may be drawn; returns the round the next ``sample_proposal``
+        draws from (``k``, or a later one when not deterministic). At once without a schedule
+        or after training ended."""
+        return await self._training.round_ready(k)
+
+    async def round_appended(self, k: int, last: bool = False) -> None:
+        """Round ``k``'s rows are in the store (``last``: no round follows)."""
+        self._training.round_appended(k, last)
+
+    async def close_rounds(self, last: int | None = None) -> None:
+        """No more rounds come after round ``last`` (budget spent; ``None``: stopping)."""
+        self._training.close_rounds(last)
+
+    # -- training (the Training component's) --------------------------------------------------
+    async def train(self, store: Any) -> dict[str, Any]:
+        """Train the estimator from the store until it stops; sampling calls interleave.
+
+        Args:
+            store: the store's :class:`~kestrel_ray.StoreHandle`; the estimator reads it
+                through a :class:`~kestrel_ray.RayBufferView` (futures, no blocking get).
+
+        Returns:
+            The final :meth:`status`.
+
+        Raises:
+            EstimatorError: the node has no estimator. The estimator's own exceptions pass
+                through with a note naming the node.
+        """
+        self._check()
+        self._training.require_estimator()
+        self._state = "training"
+        try:
+            await self._training.train(store)
+        except Exception:
+            self._state = "failed"
+            raise
+        self._state = "done"
+        return await self.status()
+
+    async def request_stop(self) -> None:
+        """Ask the estimator to stop training after its current step."""
+        self._training.request_stop()
+
+    async def save_bytes(self) -> bytes | None:
+        """The estimator's state as bytes (``None`` without estimator), for the driver to write.
+
+        No actor method takes a run-directory path: on a cluster the actor's machine has its
+        own disk, and the run directory lives with the driver.
+        """
+        self._check()
+        return self._training.save_bytes()
+
+    async def save_state(self) -> tuple[bytes | None, int | None]:
+        """:meth:`save_bytes` and the epoch count those weights reached (the estimator's status
+        ``epoch``), read in the same turn of the event loop: no training step falls between.
+        ``(None, None)`` without estimator."""
+        self._check()
+        return self._training.save_state()
+
+    async def load_bytes(self, data: bytes, source: str = "checkpoint bytes") -> None:
+        """Restore the estimator from :meth:`save_bytes`' output; a no-op without estimator.
+
+        Args:
+            data: the state. source: its name in error messages (the driver's file).
+        """
+        self._check()
+        self._training.load_bytes(data, source)
 
     # -- sampling ----------------------------------------------------------------------------
     async def sample(
@@ -295,7 +382,7 @@ class NodeWrapper(TrainingMethods):
                 t0 = time.perf_counter()
                 conds = {k: rows_of(v, a, c, n) for k, v in arrays.items()}
                 # seq: the draws; a proposal draws from the model of the round the driver asked for
-                out = call_estimator(self._estimator, method, c, conds, seq, self._round)
+                out = call_estimator(self._estimator, method, c, conds, seq, self._training.round)
                 records.append(as_record(self._name, method, out, c))
                 self._busy(method, t0)
                 await asyncio.sleep(0)  # let training take a step between chunks

@@ -1,11 +1,13 @@
 """The driver's files of a store: snapshot rows and the journal of appends.
 
 The store actor never touches a disk (the run directory lives with the driver, possibly on
-another machine). What it hands back, the driver's :class:`~kestrel_ray.StoreHandle` writes:
+another machine). What it hands back, the driver's :class:`~kestrel_ray.StoreHandle` writes
+through the :class:`StoreFiles` it holds (shared with its
+:meth:`~kestrel_ray.StoreHandle.with_options` copies; a handle sent to an actor has none):
 
 * the per-sample snapshots an append names (``Appended.snapshots``, ``buffer.snapshot_every``):
-  :meth:`DriverFiles.write_snapshots`;
-* with a journal attached (:meth:`DriverFiles.set_journal`; a launch attaches
+  :meth:`StoreFiles.write_snapshots`;
+* with a journal attached (:meth:`StoreFiles.set_journal`; a launch attaches
   :class:`kestrel.persist._journal.JournalWriter`), every append that succeeded: the blocks
   :meth:`~kestrel_ray.StoreHandle.submit_append` sent are remembered until
   :meth:`~kestrel_ray.StoreHandle.appended` has the store's answer, then passed to the
@@ -15,7 +17,7 @@ another machine). What it hands back, the driver's :class:`~kestrel_ray.StoreHan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,7 @@ import numpy as np
 from kestrel_core import BlockMeta
 from kestrel_core.store import write_snapshots
 
-__all__ = ["DriverFiles", "JournalHook"]
+__all__ = ["StoreFiles", "JournalHook"]
 
 Blocks = list[tuple[dict[str, Any], BlockMeta]]
 
@@ -55,49 +57,59 @@ class JournalHook:
             self.writer.write(blocks, ids)
 
 
-class DriverFiles:
-    """The file side of :class:`~kestrel_ray.StoreHandle` (a mixin: it uses ``self.wait``,
-    ``self._snapshot_dir`` and ``self._journal``)."""
+class StoreFiles:
+    """The driver's files of one store: its snapshot folder and its journal of appends.
 
-    _snapshot_dir: str | None
-    _journal: JournalHook
+    Args:
+        snapshot_dir: where :meth:`write_snapshots` writes (``None``: it writes nothing).
 
-    def wait(self, refs: Any) -> Any:  # the handle's
-        raise NotImplementedError
+    Attributes:
+        snapshot_dir: as given.
+        hook: the :class:`JournalHook` (the journal attached and the appends in flight).
+    """
+
+    def __init__(self, snapshot_dir: str | None = None) -> None:
+        self.snapshot_dir = snapshot_dir
+        self.hook = JournalHook()
 
     def set_journal(self, journal: Any) -> None:
         """From now on :meth:`~kestrel_ray.StoreHandle.appended` calls
         ``journal.write(blocks, ids)`` for every append that succeeded (``blocks``: the
         ``[(block, meta), …]`` submitted, ``block`` ``{flat_key: ObjectRef}``; ``ids``: their
-        int64 ids in order); its errors reach the caller. ``None`` stops. Shared with the
-        handle's :meth:`~kestrel_ray.StoreHandle.with_options` copies."""
-        self._journal.writer = journal
-        self._journal.pending.clear()
+        int64 ids in order); its errors reach the caller. ``None`` stops."""
+        self.hook.writer = journal
+        self.hook.pending.clear()
 
     @property
     def journal(self) -> Any:
         """The journal attached (``None``: none)."""
-        return self._journal.writer
+        return self.hook.writer
 
-    def write_snapshots(self, due: Sequence[tuple[np.ndarray, np.ndarray, Any]]) -> int:
+    def write_snapshots(
+        self, due: Sequence[tuple[np.ndarray, np.ndarray, Any]], wait: Callable[[list[Any]], Any]
+    ) -> int:
         """Write the snapshots an append returned as due (``Appended.snapshots``); returns how many.
 
-        The driver's side of snapshots: the store names the rows, this handle reads their
-        blocks (one batched ``ray.get``) and writes ``<snapshot_dir>/<id>.npz``. A no-op for a
-        handle without snapshot folder (an actor's copy, a store without snapshots).
+        The driver's side of snapshots: the store names the rows, this reads their blocks
+        (one batched ``wait``, the handle's) and writes ``<snapshot_dir>/<id>.npz``. A no-op
+        without snapshot folder.
+
+        Args:
+            due: ``[(ids, rows, block), …]``, ``block`` ``{flat_key: ObjectRef}``.
+            wait: refs → their values (:meth:`~kestrel_ray.StoreHandle.wait`).
 
         Raises:
             OSError: a file cannot be written.
         """
-        if self._snapshot_dir is None or not due:
+        if self.snapshot_dir is None or not due:
             return 0
         refs = [[block[k] for k in sorted(block)] for _, _, block in due]
-        values = self.wait([ref for group in refs for ref in group])
+        values = wait([ref for group in refs for ref in group])
         pos, written = 0, 0
         for ids, rows, block in due:
             keys = sorted(block)
             arrays = {k: np.asarray(v) for k, v in zip(keys, values[pos : pos + len(keys)])}
             pos += len(keys)
-            write_snapshots(self._snapshot_dir, ids, rows, arrays)
+            write_snapshots(self.snapshot_dir, ids, rows, arrays)
             written += len(rows)
         return written

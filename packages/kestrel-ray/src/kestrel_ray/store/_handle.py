@@ -9,8 +9,9 @@ Like :class:`~kestrel_ray.NodeHandle` for a node actor, a :class:`StoreHandle` w
   and the warnings of an append are raised in the caller;
 * ``submit_*`` and ``*_nowait`` methods for callers that must not block: the launch loop keeps
   one append in flight, a view releases its checkout without waiting;
-* the driver's files: the snapshot rows an append names, and every append that succeeds
-  handed to the journal (:meth:`StoreHandle.set_journal`, ``RUN/buffer/journal/`` in a launch).
+* the driver's files, through the :class:`~kestrel_ray.store._files.StoreFiles` it holds: the
+  snapshot rows an append names, and every append that succeeds handed to the journal
+  (:meth:`StoreHandle.set_journal`, ``RUN/buffer/journal/`` in a launch).
 
 A handle is small and picklable: the driver passes it to the node actors that train.
 """
@@ -29,12 +30,12 @@ import ray
 from kestrel_core import BlockMeta, Checkout, ConfigError, KestrelError, StoreError, StoreWarning
 from kestrel_core.store import Appended, Schema
 from kestrel_ray.store._actor import SampleStore
-from kestrel_ray.store._files import DriverFiles, JournalHook
+from kestrel_ray.store._files import StoreFiles
 
 __all__ = ["StoreHandle", "create_store"]
 
 
-class StoreHandle(DriverFiles):
+class StoreHandle:
     """A :class:`~kestrel_ray.SampleStore` actor as its callers see it.
 
     Args:
@@ -43,6 +44,8 @@ class StoreHandle(DriverFiles):
             (``None``: no limit).
         use_futures: wait through ``ObjectRef.future()`` instead of ``ray.get`` (inside an
             async actor: Ray's threads resolve the values, never the actor's event loop).
+        snapshot_dir: where this handle writes the snapshots the store has due
+            (:meth:`write_snapshots`; ``None``: none).
     """
 
     def __init__(
@@ -56,8 +59,8 @@ class StoreHandle(DriverFiles):
         self._actor = actor
         self._timeout = timeout
         self._use_futures = bool(use_futures)
-        self._snapshot_dir = snapshot_dir
-        self._journal = JournalHook()
+        #: the driver's files (snapshots, journal); shared with the with_options copies
+        self._files = StoreFiles(snapshot_dir)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the snapshot folder and the journal are the driver's: a handle sent to an actor
@@ -170,10 +173,8 @@ class StoreHandle(DriverFiles):
     ) -> StoreHandle:
         """The same actor, waited on differently (see the constructor)."""
         futures = self._use_futures if use_futures is None else use_futures
-        handle = StoreHandle(
-            self._actor, timeout=timeout, use_futures=futures, snapshot_dir=self._snapshot_dir
-        )
-        handle._journal = self._journal  # the same journal and appends in flight
+        handle = StoreHandle(self._actor, timeout=timeout, use_futures=futures)
+        handle._files = self._files  # the same snapshot folder, journal and appends in flight
         return handle
 
     def wait(self, refs: Any) -> Any:
@@ -208,6 +209,31 @@ class StoreHandle(DriverFiles):
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise StoreError(f"the sample store's actor is gone: {first}") from err
         return values[0] if single else values
+
+    # -- the driver's files ---------------------------------------------------------------------
+    def set_journal(self, journal: Any) -> None:
+        """From now on :meth:`appended` calls ``journal.write(blocks, ids)`` for every append
+        that succeeded (``blocks``: the ``[(block, meta), …]`` submitted, ``block``
+        ``{flat_key: ObjectRef}``; ``ids``: their int64 ids in order); its errors reach the
+        caller. ``None`` stops. Shared with the handle's :meth:`with_options` copies."""
+        self._files.set_journal(journal)
+
+    @property
+    def journal(self) -> Any:
+        """The journal attached (``None``: none)."""
+        return self._files.journal
+
+    def write_snapshots(self, due: Sequence[tuple[np.ndarray, np.ndarray, Any]]) -> int:
+        """Write the snapshots an append returned as due (``Appended.snapshots``); returns how many.
+
+        The driver's side of snapshots: the store names the rows, this handle reads their
+        blocks (one batched :meth:`wait`) and writes ``<snapshot_dir>/<id>.npz``. A no-op for a
+        handle without snapshot folder (an actor's copy, a store without snapshots).
+
+        Raises:
+            OSError: a file cannot be written.
+        """
+        return self._files.write_snapshots(due, self.wait)
 
     # -- the SampleStore protocol (blocking) --------------------------------------------------------
     def append(self, block: Mapping[str, Any], meta: BlockMeta) -> np.ndarray:
@@ -321,7 +347,7 @@ class StoreHandle(DriverFiles):
         """
         sent = [(dict(block), meta) for block, meta in blocks]
         ref = self._actor.append_blocks.remote(sent)
-        self._journal.submitted(ref, sent)
+        self._files.hook.submitted(ref, sent)
         return ref
 
     def appended(self, ref: Any) -> Appended:
@@ -336,10 +362,10 @@ class StoreHandle(DriverFiles):
             OSError: a snapshot file cannot be written (a journal's own errors: see
                 :meth:`set_journal`).
         """
-        blocks = self._journal.take(ref)
+        blocks = self._files.hook.take(ref)
         done = self.wait(ref)
         self.write_snapshots(done.snapshots)
-        self._journal.done(blocks, done.ids)
+        self._files.hook.done(blocks, done.ids)
         return done
 
     def submit_checkout(
