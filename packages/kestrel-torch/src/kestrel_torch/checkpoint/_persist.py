@@ -1,7 +1,9 @@
 """Checkpoints of a :class:`~kestrel_torch.estimators._stepwise.StepwiseEstimator`: its whole training
 state as bytes (for the driver to write) or as ``<directory>/estimator.pt``.
 
-The format is :mod:`._checkpoint`'s: tensors and plain containers only, read back with
+:class:`Checkpoints` is the part of the estimator that makes and restores them (the estimator
+holds one and its ``save_bytes``, ``load_bytes``, ``save`` and ``load`` delegate to it). The
+format is :mod:`._state`'s: tensors and plain containers only, read back with
 ``torch.load(weights_only=True)``.
 """
 
@@ -18,66 +20,65 @@ from kestrel_torch.estimators._binding import Binding
 from kestrel_torch.estimators._options import EstimatorOptions
 from kestrel_torch.train._fit import FitState
 
-__all__ = ["Checkpointing"]
+__all__ = ["Checkpoints"]
 
 
-class Checkpointing:
-    """The save/load methods of an estimator (a mixin of ``StepwiseEstimator``)."""
+class Checkpoints:
+    """The save and load methods of one estimator (held by ``StepwiseEstimator``, whose
+    ``save_bytes``, ``load_bytes``, ``save`` and ``load`` delegate here; arguments and errors
+    as documented there).
 
-    options: EstimatorOptions
-    _fit: FitState
-    _init: dict[str, torch.Tensor]
-    _bound: Callable[[], Binding]
-    _start: Callable[[Mapping[str, torch.Tensor]], None]
+    Args:
+        estimator: the estimator's class name (checked on load).
+        options: its options (the ``lr`` option is recorded in the header).
+        fit: its training state, packed on save and restored in place on load.
+        bound: returns its :class:`~kestrel_torch.estimators._binding.Binding` (raises
+            ``EstimatorError`` before ``setup``).
+        init: returns the condition rows its model was built from (packed on save).
+        start: builds a fresh model from such rows (called on load, before the weights are
+            restored).
+    """
+
+    def __init__(
+        self,
+        estimator: str,
+        options: EstimatorOptions,
+        fit: FitState,
+        bound: Callable[[], Binding],
+        init: Callable[[], Mapping[str, torch.Tensor]],
+        start: Callable[[Mapping[str, torch.Tensor]], None],
+    ) -> None:
+        self._estimator = estimator
+        self._options = options
+        self._fit = fit
+        self._bound = bound
+        self._init = init
+        self._start = start
 
     def _header(self) -> dict[str, Any]:
         context = self._bound().context
         return {
-            "estimator": type(self).__name__,
+            "estimator": self._estimator,
             "node": context.node,
             "latent_dim": int(context.prior.dim),
-            "lr_option": float(self.options.lr),
+            "lr_option": float(self._options.lr),
         }
 
     def save_bytes(self) -> bytes:
-        """The checkpoint as bytes: current and best models, optimiser, schedule, epoch counter.
-
-        Tensors and plain containers only, for ``torch.load(weights_only=True)`` (:meth:`load_bytes`).
-
-        Raises:
-            EstimatorError: :meth:`setup` was not called.
-        """
-        return checkpoint.to_bytes(checkpoint.pack(self._fit, self._header(), self._init))
+        """The checkpoint as bytes (see ``StepwiseEstimator.save_bytes``)."""
+        return checkpoint.to_bytes(checkpoint.pack(self._fit, self._header(), self._init()))
 
     def load_bytes(self, data: bytes, *, source: str = "checkpoint bytes") -> None:
-        """Restore what :meth:`save_bytes` returned, onto this estimator's device.
-
-        Training resumes from the loaded weights, optimiser and best model; ``total_epochs`` continues.
-
-        Args:
-            data: the checkpoint. source: its name in messages.
-
-        Raises:
-            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) not a checkpoint, or
-                one of another estimator class or parameter dimension.
-        """
+        """Restore what :meth:`save_bytes` returned (see ``StepwiseEstimator.load_bytes``)."""
         payload = checkpoint.from_bytes(data, self._bound().device, source=source)
         checkpoint.unpack(payload, self._fit, self._header(), self._start, source=source)
 
     def save(self, directory: str) -> None:
-        """Write :meth:`save_bytes` to ``<directory>/estimator.pt`` (atomically).
-
-        Raises:
-            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) the file cannot be written.
-        """
+        """Write :meth:`save_bytes` to ``<directory>/estimator.pt`` (atomically)."""
         checkpoint.write_checkpoint(Path(directory) / checkpoint.CHECKPOINT_FILE, self.save_bytes())
 
     def load(self, directory: str) -> None:
-        """Restore ``<directory>/estimator.pt`` (see :meth:`load_bytes`).
-
-        Raises:
-            CheckpointError: no checkpoint, or one of another class or parameter dimension.
-        """
+        """Restore ``<directory>/estimator.pt`` (see :meth:`load_bytes`)."""
         path = Path(directory) / checkpoint.CHECKPOINT_FILE
         self._bound()
         self.load_bytes(checkpoint.read_checkpoint(path), source=f"checkpoint {str(path)!r}")

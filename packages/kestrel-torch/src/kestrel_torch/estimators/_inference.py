@@ -2,8 +2,9 @@
 draws, posterior draws, γ-tempered proposal draws (the model fixed per resimulation round while
 training) and the posterior's log density; all but the prior's from the best model.
 
-The arithmetic is :mod:`._sampling`'s (conditions to tensors, draws and densities mapped back
-to θ-space); these are the estimator's public methods around it.
+:class:`Inference` is the part of the estimator that does them (the estimator holds one and
+its public sampling methods delegate to it). The arithmetic is :mod:`._sampling`'s
+(conditions to tensors, draws and densities mapped back to θ-space).
 """
 
 from __future__ import annotations
@@ -27,14 +28,37 @@ __all__ = ["Inference"]
 
 
 class Inference:
-    """The sampling and density methods of an estimator (a mixin of ``StepwiseEstimator``)."""
+    """The sampling and density methods of one estimator (held by ``StepwiseEstimator``, whose
+    ``prior``, ``sample_prior``, ``sample_posterior``, ``sample_proposal`` and ``log_prob``
+    delegate here; arguments, returns and errors as documented there).
 
-    options: EstimatorOptions
-    _fit: FitState
-    _conditions: Conditions | None
-    _clipped: int
-    _proposals: ProposalRounds
-    _bound: Callable[[], Binding]
+    Args:
+        options: the estimator's options (``gamma``, ``prior_epochs``).
+        fit: the estimator's training state (its best model and epoch counter are read).
+        bound: returns the estimator's :class:`~kestrel_torch.estimators._binding.Binding`
+            (raises ``EstimatorError`` before ``setup``).
+        conditions: returns the estimator's
+            :class:`~kestrel_torch.estimators._sampling.Conditions` (``None`` before a model
+            is built).
+
+    Attributes:
+        proposals: the model each resimulation round's proposal draws from.
+        clipped: the head's clipped directions after the latest non-empty draw.
+    """
+
+    def __init__(
+        self,
+        options: EstimatorOptions,
+        fit: FitState,
+        bound: Callable[[], Binding],
+        conditions: Callable[[], Conditions | None],
+    ) -> None:
+        self._options = options
+        self._fit = fit
+        self._bound = bound
+        self._conditions = conditions
+        self.proposals = ProposalRounds()
+        self.clipped = 0
 
     @property
     def prior(self) -> Any:
@@ -42,32 +66,14 @@ class Inference:
         return self._bound().context.prior
 
     def sample_prior(self, n: int, rng: CallRng = None) -> Record:
-        """``n`` prior draws from ``rng`` (else the sampling stream): float64 value, log_prob.
-
-        Raises:
-            TypeError, ValueError: ``n`` is not a non-negative integer.
-        """
+        """``n`` prior draws from ``rng`` (else the sampling stream): float64 value, log_prob."""
         n = check_count(n)
         return prior_draws(self.prior, n, self._bound().rng if rng is None else rng)
 
     def sample_posterior(
         self, n: int, conditions: Mapping[str, Any], rng: CallRng = None
     ) -> Record:
-        """``n`` draws from the posterior given ``conditions``.
-
-        Args:
-            n: number of draws.
-            conditions: evidence node → array ``(n, *D)`` or ``(1, *D)`` (broadcast); other
-                nodes are ignored, scaffolds are never used at inference.
-            rng: the call's generator (else the sampling stream); never from option ``seed``.
-
-        Returns:
-            ``{"value": float64 (n, F), "log_prob": float64 (n,)}``; ``log_prob`` is the
-            θ-space log density of the distribution the value was drawn from.
-
-        Raises:
-            EstimatorError: no trained model yet, or a missing/mis-shaped condition.
-        """
+        """``n`` draws from the best model's posterior given ``conditions``."""
         n = check_count(n)
         if self._fit.best is None:
             raise EstimatorError(
@@ -79,33 +85,25 @@ class Inference:
     def sample_proposal(
         self, n: int, conditions: Mapping[str, Any], rng: CallRng = None, round: int | None = None
     ) -> Record:
-        """``n`` draws from the γ-tempered posterior ∝ prior · likelihood^γ (prior draws early on).
-
-        Prior draws are returned before the first epoch, while ``total_epochs < prior_epochs``
-        and for ``gamma = 0``. Args, returns and raises as :meth:`sample_posterior`, plus:
-
-        Args:
-            round: the resimulation round (:meth:`train`'s ``rounds``): draw from the model
-                fixed for it; ``None``, or a round not fixed (training ended before it): the
-                current best model.
-        """
+        """``n`` draws from the γ-tempered posterior (round ``round``'s model if fixed), or
+        prior draws early on."""
         n = check_count(n)
-        if round is not None and self._proposals.has(round):
-            model = self._proposals.model(round)
+        if round is not None and self.proposals.has(round):
+            model = self.proposals.model(round)
             if model is None:
                 return self.sample_prior(n, rng)
-            return self._draw(n, conditions, self.options.gamma, rng, model)
+            return self._draw(n, conditions, self._options.gamma, rng, model)
         if self._prior_proposal():
             return self.sample_prior(n, rng)
-        return self._draw(n, conditions, self.options.gamma, rng)
+        return self._draw(n, conditions, self._options.gamma, rng)
+
+    def fix_proposal(self, k: int) -> None:
+        """Round ``k`` draws from the best model as it is now (``None``: from the prior)."""
+        self.proposals.fix(k, None if self._prior_proposal() else self._fit.best)
 
     def _prior_proposal(self) -> bool:
-        opts = self.options
+        opts = self._options
         return self._fit.best is None or self._fit.epochs < opts.prior_epochs or opts.gamma == 0
-
-    def _fix_proposal(self, k: int) -> None:
-        """Round ``k`` draws from the best model as it is now (``None``: from the prior)."""
-        self._proposals.fix(k, None if self._prior_proposal() else self._fit.best)
 
     def _best_model(self) -> NPEModel | None:
         return cast("NPEModel | None", self._fit.best)
@@ -119,32 +117,20 @@ class Inference:
         model: Any = None,
     ) -> Record:
         model, b = model if model is not None else self._best_model(), self._bound()
-        assert model is not None and self._conditions is not None  # checked by the callers
+        prepared = self._conditions()
+        assert model is not None and prepared is not None  # checked by the callers
         generator = b.sample_generator if rng is None else call_generator(rng, b.device)
-        record = draw(model, b.context.prior, n, self._conditions, conditions, gamma, generator)
+        record = draw(model, b.context.prior, n, prepared, conditions, gamma, generator)
         if n:
-            self._clipped = model.head.clipped
+            self.clipped = model.head.clipped
         return record
 
     def log_prob(self, theta: Any, conditions: Mapping[str, Any]) -> np.ndarray:
-        """Log density of the posterior at ``theta`` given ``conditions``.
-
-        Uses the best model, like the sampling methods; deterministic.
-
-        Args:
-            theta: array ``(N, F)`` inside the prior's support.
-            conditions: evidence node → array ``(N, *D)`` or ``(1, *D)``.
-
-        Returns:
-            float64 ``(N,)``, θ-space.
-
-        Raises:
-            EstimatorError: no trained model, or a missing/mis-shaped condition.
-            OutOfSupportError: ``theta`` outside the prior's support.
-        """
+        """Log density of the best model's posterior at ``theta`` given ``conditions``."""
         context = self._bound().context
         model = self._best_model()
-        if model is None or self._conditions is None:
+        prepared = self._conditions()
+        if model is None or prepared is None:
             raise EstimatorError(
                 f"node {context.node!r}: log_prob needs a trained model; "
                 "train at least one epoch or load a checkpoint first"
@@ -155,4 +141,4 @@ class Inference:
                 f"node {context.node!r}: log_prob expects theta of shape (N, "
                 f"{context.prior.full_dim}), got {theta.shape}"
             )
-        return log_density(model, context.prior, theta, self._conditions, conditions)
+        return log_density(model, context.prior, theta, prepared, conditions)

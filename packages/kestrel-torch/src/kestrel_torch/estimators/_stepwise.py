@@ -6,9 +6,10 @@ Shape symbols: n draws, N values, F all parameters of the latent node, D its fre
 parts of this package, one module each: the frozen options (``_options``), node checks, device
 and seeds (``_binding``), embedding + head (``_model``, with the head interface in ``_head``),
 buffer rows and the NPE loss (``_rows``, ``_loss``), the epoch loop (``_fit``), sampling and
-conditions (``_sampling``), the sampling and density methods (``_inference``), checkpoints as
-bytes or files (``_persist``, ``_checkpoint``). A concrete estimator names its options class and
-builds its head; nothing else.
+conditions (``_sampling``). It holds two parts it delegates to: the sampling and density
+methods (an :class:`~kestrel_torch.estimators._inference.Inference`) and checkpoints as bytes or
+files (a :class:`~kestrel_torch.checkpoint._persist.Checkpoints`, format in ``_state``). A
+concrete estimator names its options class and builds its head; nothing else.
 """
 
 from __future__ import annotations
@@ -25,11 +26,12 @@ from kestrel_core import (
     TRAINABLE,
     BufferView,
     EstimatorContext,
+    Record,
     Rounds,
     Status,
 )
 from kestrel_torch._errors import EstimatorError
-from kestrel_torch.checkpoint._persist import Checkpointing
+from kestrel_torch.checkpoint._persist import Checkpoints
 from kestrel_torch.data._batch import Batch
 from kestrel_torch.data._loader import CachedDataLoader
 from kestrel_torch.estimators._binding import Binding
@@ -40,12 +42,13 @@ from kestrel_torch.nets._embedding import check_embedding
 from kestrel_torch.nets._head import PosteriorHead
 from kestrel_torch.nets._model import build_model
 from kestrel_torch.train._fit import FitState, fit, train_step
-from kestrel_torch.train._pacing import DeferredDiscards, Pacing, ProposalRounds
+from kestrel_torch.train._pacing import DeferredDiscards, Pacing
+from kestrel_torch.train._rng import CallRng
 
 __all__ = ["StepwiseEstimator"]
 
 
-class StepwiseEstimator(Checkpointing, Inference):
+class StepwiseEstimator:
     """Base of Kestrel's estimators: neural posterior estimation (NPE) trained step by step.
 
     A subclass sets :attr:`options_class` and implements :meth:`make_head`. The estimator works
@@ -86,8 +89,19 @@ class StepwiseEstimator(Checkpointing, Inference):
         self._stop_requested = False
         self._state = "idle"
         self._error: str | None = None
-        self._clipped = 0
-        self._proposals = ProposalRounds()
+        # the parts the public sampling and checkpoint methods delegate to (bound methods, not
+        # closures, so that a deep copy or a pickle of the estimator stays whole)
+        self._inference = Inference(
+            self.options, self._fit, self._bound, conditions=self._current_conditions
+        )
+        self._checkpoints = Checkpoints(
+            type(self).__name__,
+            self.options,
+            self._fit,
+            self._bound,
+            init=self._init_rows,
+            start=self._start,
+        )
 
     def make_head(self, dim: int, context_dim: int) -> PosteriorHead:
         """The head for ``dim`` (D) free parameters and an embedding of width ``context_dim`` (E)."""
@@ -127,6 +141,12 @@ class StepwiseEstimator(Checkpointing, Inference):
         if self._binding is None:
             raise EstimatorError(f"{type(self).__name__}: call setup(context) first")
         return self._binding
+
+    def _current_conditions(self) -> Conditions | None:
+        return self._conditions
+
+    def _init_rows(self) -> Mapping[str, torch.Tensor]:
+        return self._init
 
     @property
     def total_epochs(self) -> int:
@@ -218,7 +238,7 @@ class StepwiseEstimator(Checkpointing, Inference):
         discards = DeferredDiscards(view) if rounds is not None and rounds.deterministic else None
         train_loader = self._loader(discards or view, TRAINABLE, "train")
         val_loader: CachedDataLoader | None = None
-        self._proposals.clear()
+        self._inference.proposals.clear()
         try:
             with self._fit.timings.timed("cache_fill"):
                 await asyncio.to_thread(train_loader.sync)
@@ -230,7 +250,7 @@ class StepwiseEstimator(Checkpointing, Inference):
                 self._start_from_cache(train_loader)
             stop = lambda: self._stop_requested  # noqa: E731
             loaders = [train_loader] + ([val_loader] if val_loader is not None else [])
-            pacing = Pacing(rounds, self._fix_proposal, loaders, discards, stop)
+            pacing = Pacing(rounds, self._inference.fix_proposal, loaders, discards, stop)
             await fit(
                 self._fit,
                 b.loss,
@@ -280,7 +300,115 @@ class StepwiseEstimator(Checkpointing, Inference):
             "nonfinite_rows": loss.nonfinite_rows if loss is not None else 0,
             "skipped_steps": loss.skipped_steps if loss is not None else 0,
             "discarded": loss.discarded if loss is not None else 0,
-            "clipped_directions": self._clipped,
+            "clipped_directions": self._inference.clipped,
             "error": self._error,
             "observation_checks": list(self._conditions.findings) if self._conditions else [],
         }
+
+    # -- sampling and densities (the Inference part) -----------------------------------------
+    @property
+    def prior(self) -> Any:
+        """The latent node's prior (a :class:`kestrel_core.Product`)."""
+        return self._inference.prior
+
+    def sample_prior(self, n: int, rng: CallRng = None) -> Record:
+        """``n`` prior draws from ``rng`` (else the sampling stream): float64 value, log_prob.
+
+        Raises:
+            TypeError, ValueError: ``n`` is not a non-negative integer.
+        """
+        return self._inference.sample_prior(n, rng)
+
+    def sample_posterior(
+        self, n: int, conditions: Mapping[str, Any], rng: CallRng = None
+    ) -> Record:
+        """``n`` draws from the posterior given ``conditions``.
+
+        Args:
+            n: number of draws.
+            conditions: evidence node → array ``(n, *D)`` or ``(1, *D)`` (broadcast); other
+                nodes are ignored, scaffolds are never used at inference.
+            rng: the call's generator (else the sampling stream); never from option ``seed``.
+
+        Returns:
+            ``{"value": float64 (n, F), "log_prob": float64 (n,)}``; ``log_prob`` is the
+            θ-space log density of the distribution the value was drawn from.
+
+        Raises:
+            EstimatorError: no trained model yet, or a missing/mis-shaped condition.
+        """
+        return self._inference.sample_posterior(n, conditions, rng)
+
+    def sample_proposal(
+        self, n: int, conditions: Mapping[str, Any], rng: CallRng = None, round: int | None = None
+    ) -> Record:
+        """``n`` draws from the γ-tempered posterior ∝ prior · likelihood^γ (prior draws early on).
+
+        Prior draws are returned before the first epoch, while ``total_epochs < prior_epochs``
+        and for ``gamma = 0``. Args, returns and raises as :meth:`sample_posterior`, plus:
+
+        Args:
+            round: the resimulation round (:meth:`train`'s ``rounds``): draw from the model
+                fixed for it; ``None``, or a round not fixed (training ended before it): the
+                current best model.
+        """
+        return self._inference.sample_proposal(n, conditions, rng, round)
+
+    def log_prob(self, theta: Any, conditions: Mapping[str, Any]) -> np.ndarray:
+        """Log density of the posterior at ``theta`` given ``conditions``.
+
+        Uses the best model, like the sampling methods; deterministic.
+
+        Args:
+            theta: array ``(N, F)`` inside the prior's support.
+            conditions: evidence node → array ``(N, *D)`` or ``(1, *D)``.
+
+        Returns:
+            float64 ``(N,)``, θ-space.
+
+        Raises:
+            EstimatorError: no trained model, or a missing/mis-shaped condition.
+            OutOfSupportError: ``theta`` outside the prior's support.
+        """
+        return self._inference.log_prob(theta, conditions)
+
+    # -- checkpoints (the Checkpoints part) --------------------------------------------------
+    def save_bytes(self) -> bytes:
+        """The checkpoint as bytes: current and best models, optimiser, schedule, epoch counter.
+
+        Tensors and plain containers only, for ``torch.load(weights_only=True)`` (:meth:`load_bytes`).
+
+        Raises:
+            EstimatorError: :meth:`setup` was not called.
+        """
+        return self._checkpoints.save_bytes()
+
+    def load_bytes(self, data: bytes, *, source: str = "checkpoint bytes") -> None:
+        """Restore what :meth:`save_bytes` returned, onto this estimator's device.
+
+        Training resumes from the loaded weights, optimiser and best model; ``total_epochs`` continues.
+
+        Args:
+            data: the checkpoint. source: its name in messages.
+
+        Raises:
+            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) not a checkpoint, or
+                one of another estimator class or parameter dimension.
+        """
+        self._checkpoints.load_bytes(data, source=source)
+
+    def save(self, directory: str) -> None:
+        """Write :meth:`save_bytes` to ``<directory>/estimator.pt`` (atomically).
+
+        Raises:
+            CheckpointError: (an :class:`~kestrel_core.EstimatorError`) the file cannot be written.
+        """
+        self._checkpoints.save(directory)
+
+    def load(self, directory: str) -> None:
+        """Restore ``<directory>/estimator.pt`` (see :meth:`load_bytes`).
+
+        Raises:
+            CheckpointError: no checkpoint, or one of another class or parameter dimension.
+        """
+        self._checkpoints.load(directory)

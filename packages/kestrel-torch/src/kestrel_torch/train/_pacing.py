@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from kestrel_core import BufferView, Rounds
+from kestrel_core import BufferView, Fetch, Rounds
 from kestrel_torch.data._loader import CachedDataLoader
 
 __all__ = ["DeferredDiscards", "Pacing", "ProposalRounds"]
@@ -28,7 +28,7 @@ __all__ = ["DeferredDiscards", "Pacing", "ProposalRounds"]
 class DeferredDiscards:
     """A store view whose :meth:`discard` s wait for :meth:`flush` (deterministic training).
 
-    Every other attribute is the wrapped view's.
+    A :class:`kestrel_core.BufferView`: :meth:`fetch` and :meth:`stats` are the wrapped view's.
 
     Args:
         view: the view to read from and, on :meth:`flush`, to discard on.
@@ -37,6 +37,21 @@ class DeferredDiscards:
     def __init__(self, view: BufferView):
         self._view = view
         self._pending: list[np.ndarray] = []
+
+    def fetch(
+        self,
+        statuses: Sequence[int],
+        keys: Sequence[str],
+        *,
+        max_samples: int = 0,
+        held_ids: np.ndarray | None = None,
+    ) -> Fetch:
+        """The wrapped view's ``fetch`` (checkout, batched reads, release; blocking)."""
+        return self._view.fetch(statuses, keys, max_samples=max_samples, held_ids=held_ids)
+
+    def stats(self) -> dict[str, int]:
+        """The wrapped view's ``stats`` (the store's counts)."""
+        return self._view.stats()
 
     def discard(self, ids: Sequence[int] | np.ndarray) -> None:
         """Remember ``ids`` (int64) to mark DISFAVOURED at the next :meth:`flush`."""
@@ -53,9 +68,6 @@ class DeferredDiscards:
         self._pending = []
         self._view.discard(ids)
         return int(ids.size)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._view, name)
 
 
 class ProposalRounds:

@@ -20,7 +20,8 @@ between actors and the store):
 
 Rows with a NaN or ±inf in any key are counted per node and appended marked invalid: the store
 keeps them dead, so training never reads them (a round without a valid row is an error).
-The polls and their reports (``status.json``, progress, ``profile.json``): :mod:`._reporting`."""
+The polls and their reports (``status.json``, progress, ``profile.json``): the launcher's
+:class:`~kestrel.controller._reporting.LaunchReporter` (:mod:`._reporting`)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import ray
 from kestrel.controller._budget import Budget, check_initial_budget, restore_counts, write_budget
 from kestrel.controller._endsample import sample_at_end
 from kestrel.controller._initial import append_initial_samples
-from kestrel.controller._reporting import LaunchReports
+from kestrel.controller._reporting import LaunchReporter
 from kestrel.controller._result import RunResult
 from kestrel.controller._resume import Resume, add_epochs
 from kestrel.controller._rounds import Resimulation
@@ -58,7 +59,7 @@ INITIAL_CHUNK = 4096
 _POLL = 0.05  # seconds: how long one ray.wait on the training calls may block
 
 
-class Launcher(LaunchReports):
+class Launcher:
     """One launch: its phases in order, the training loop one :meth:`_step` at a time.
 
     Args:
@@ -73,6 +74,10 @@ class Launcher(LaunchReports):
             (``max_epochs`` is a total over the run's launches); ``None``: the config's.
         deterministic: train under a deterministic round schedule (:class:`kestrel_core.Rounds`);
             ``None``: the config's ``deterministic`` (``null`` there: false).
+
+    Attributes:
+        reporter: the launch's :class:`~kestrel.controller._reporting.LaunchReporter` (polls,
+            ``status.json``, the progress callback, ``profile.json``).
     """
 
     def __init__(
@@ -93,7 +98,6 @@ class Launcher(LaunchReports):
         self.buffer = session.config.buffer
         self.stop = stop
         self.log = log
-        self.on_progress = on_progress
         self.auto_sample = auto_sample
         self.resume = Resume(session, log)
         self.max_epochs = add_epochs(self.cfg, session.run, epochs) if epochs is not None else {}
@@ -104,11 +108,8 @@ class Launcher(LaunchReports):
         self.dg: Any = None
         self.t0 = time.monotonic()
         self.profile = LaunchProfile(self.t0)  # RUN/profile.json (launch() adds what came before)
-        self.stats: dict[str, int] = {}
         self.cluster: dict[str, dict[str, float]] = {}
         self._first_append: float | None = None  # when this launch's first simulation began
-        self._last_report = 0.0
-        self._node_status: dict[str, dict[str, Any]] = {}
         self._training: dict[Any, str] = {}  # training call ref → node
         det = self.cfg.deterministic if deterministic is None else deterministic
         self.deterministic = bool(det)
@@ -116,6 +117,7 @@ class Launcher(LaunchReports):
         self.budget = Budget(budget.simulations, stop_early=budget.stop_early)
         self.resume.budget = self.budget  # written beside every buffer snapshot
         self.resim: Resimulation | None = None
+        self.reporter = LaunchReporter(self, on_progress)
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -127,7 +129,7 @@ class Launcher(LaunchReports):
             KeyboardInterrupt: a second Ctrl-C (status ``aborted``).
         """
         self.profile.enter(str(self.phase))
-        self._write_status()
+        self.reporter.write_status()
         self.log.info(
             "launch: run %s, seed %d%s, nodes %s, estimators %s, budget %s",
             self.session.run.root,
@@ -143,7 +145,7 @@ class Launcher(LaunchReports):
                 self.dg = dg
                 self.result.placement = self.session.placement
                 self.cluster = cluster_nodes()
-                self._write_status()
+                self.reporter.write_status()
                 self._resume()
                 self._initial_simulation()
                 if not self.stop.requested:
@@ -166,14 +168,14 @@ class Launcher(LaunchReports):
     def _enter(self, phase: Phase) -> None:
         self.phase = phase
         self.profile.enter(str(phase))
-        self._report(force=True)
+        self.reporter.report(force=True)
 
     def _end(self, status: RunStatus, reason: str) -> None:
         self.result.status, self.result.reason = status, reason
         self.result.wall_time = time.monotonic() - self.t0
-        self._write_status()
+        self.reporter.write_status()
         self.log.error("launch %s: %s", status, reason.splitlines()[0] if reason else "")
-        self._write_profile({})  # the driver's parts (the actors may be gone)
+        self.reporter.write_profile({})  # the driver's parts (the actors may be gone)
 
     # -- phases --------------------------------------------------------------------------------
     def _resume(self) -> None:
@@ -210,7 +212,7 @@ class Launcher(LaunchReports):
             self._append(trace, "initial simulation")
             self.budget.count(trace.n, 0 if valid is None else int((~valid).sum()))
             left -= n
-            self._report(force=True)
+            self.reporter.report(force=True)
 
     def _restore_budget(self) -> None:
         """A resumed run counts on from the simulations its saved buffer recorded."""
@@ -264,7 +266,7 @@ class Launcher(LaunchReports):
             self._enter(Phase.STOPPING)
         assert self.resim is not None  # _train made it
         self.resim.step(training=bool(self._training), stopping=self.phase is Phase.STOPPING)
-        self._report()
+        self.reporter.report()
 
     def _training_ended(self, node: str, ref: Any) -> None:
         try:
@@ -295,16 +297,18 @@ class Launcher(LaunchReports):
         self.resume.save_buffer(self.dg)  # and budget.json beside it
         if self.resume.journal is not None:
             self.log.info("journal: %s", self.resume.journal.summary())
-        self.resume.save_weights(self.dg, self._poll_status(timeout=10.0), self.result.epochs)
-        self._report(force=True)
+        self.resume.save_weights(
+            self.dg, self.reporter.poll_status(timeout=10.0), self.result.epochs
+        )
+        self.reporter.report(force=True)
         if self.auto_sample:
             self._enter(Phase.SAMPLING)
             self._sample(status)
         self.result.status = status
         self.result.reason = self.stop.reason
         self.result.wall_time = time.monotonic() - self.t0
-        self._write_status()
-        self._write_profile(self._poll_status(timeout=10.0))
+        self.reporter.write_status()
+        self.reporter.write_profile(self.reporter.poll_status(timeout=10.0))
         r = self.result
         self.log.info(
             "launch %s in %.1f s: epochs %s, %d samples simulated%s",

@@ -1,9 +1,11 @@
-"""How a launch reports while it runs: the :class:`~kestrel.controller._launcher.Launcher`'s polls
-of the deployed graph's status (at most every 0.5 s, and at each phase change), the progress
-callback, ``RUN/status.json`` and, at the end, ``RUN/profile.json``.
+"""How a launch reports while it runs: the :class:`LaunchReporter` a
+:class:`~kestrel.controller._launcher.Launcher` holds polls the deployed graph's status (at most
+every 0.5 s, and at each phase change), calls the progress callback, writes
+``RUN/status.json`` and, at the end, ``RUN/profile.json``.
 
-What goes into them is built elsewhere: :mod:`._status` (``status.json`` and the
-:class:`~kestrel.report._progress.ProgressState`), :mod:`._profile` (``profile.json``).
+What goes into them is built elsewhere: :mod:`kestrel.report._status` (``status.json`` and the
+:class:`~kestrel.report._progress.ProgressState`), :mod:`kestrel.report._profile`
+(``profile.json``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import ray
 
@@ -22,13 +24,15 @@ from kestrel.report._status import launch_progress, launch_status
 from kestrel.session._session import RunSession
 from kestrel_core import RunConfig, StoreError
 
-__all__ = ["LaunchReports"]
+__all__ = ["LaunchReporter"]
 
 _STATUS_EVERY = 0.5  # seconds between progress polls
 
 
-class LaunchReports:
-    """The status and progress reports of a launch (a mixin of ``Launcher``)."""
+class Reported(Protocol):
+    """What :class:`LaunchReporter` reads of its launch (a
+    :class:`~kestrel.controller._launcher.Launcher`), besides what
+    :mod:`kestrel.report._status` reads."""
 
     session: RunSession
     cfg: RunConfig
@@ -36,45 +40,75 @@ class LaunchReports:
     dg: Any
     result: RunResult
     profile: LaunchProfile
-    on_progress: Callable[[ProgressState], None] | None
-    stats: dict[str, int]
-    _last_report: float
-    _node_status: dict[str, dict[str, Any]]
 
-    def _write_status(self) -> None:
-        self.session.run.write_status(launch_status(self))
 
-    def _write_profile(self, statuses: dict[str, Any]) -> None:
-        """``RUN/profile.json`` (:mod:`._profile`) and its one-line summary; errors logged."""
+class LaunchReporter:
+    """The status and progress reports of one launch (its launcher's ``reporter``).
+
+    Args:
+        launcher: the launch reported on, read at every call: its ``session``, ``cfg``,
+            ``log``, ``profile``, ``dg`` (``None`` until deployed: nothing is polled) and
+            ``result`` (its ``epochs`` are updated from the polls); ``status.json`` and the
+            progress state read the rest (:mod:`kestrel.report._status`).
+        on_progress: called with a :class:`ProgressState` at every :meth:`report`; ``None``:
+            nobody listens (the polls still update the result and :attr:`stats`).
+
+    Attributes:
+        stats: the store's counts at the latest successful poll (``{}`` before the first).
+    """
+
+    def __init__(
+        self, launcher: Reported, on_progress: Callable[[ProgressState], None] | None = None
+    ) -> None:
+        self._launcher = launcher
+        self._on_progress = on_progress
+        self.stats: dict[str, int] = {}
+        self._last_report = 0.0
+        self._node_status: dict[str, dict[str, Any]] = {}
+
+    def write_status(self) -> None:
+        """Write ``RUN/status.json`` (:func:`~kestrel.report._status.launch_status`)."""
+        launcher = self._launcher
+        launcher.session.run.write_status(launch_status(launcher, self.stats))
+
+    def write_profile(self, statuses: dict[str, Any]) -> None:
+        """``RUN/profile.json`` (:mod:`kestrel.report._profile`) and its one-line summary, from
+        the actors' ``statuses`` (``{}``: the driver's parts only); errors logged."""
+        launcher = self._launcher
         try:
-            profile = self.profile.build(statuses, list(self.cfg.graph.latents))
-            path = write_profile(self.session.run.root, profile)
+            profile = launcher.profile.build(statuses, list(launcher.cfg.graph.latents))
+            path = write_profile(launcher.session.run.root, profile)
         except (OSError, KeyError, TypeError, ValueError) as err:
-            self.log.warning("profile: not written: %s", err)
+            launcher.log.warning("profile: not written: %s", err)
             return
-        self.log.info("%s → %s", summary(profile), path)
+        launcher.log.info("%s → %s", summary(profile), path)
 
-    def _poll_status(self, timeout: float = 2.0) -> dict[str, Any]:
+    def poll_status(self, timeout: float = 2.0) -> dict[str, Any]:
+        """The deployed graph's status (node → status, ``_store`` → the store's counts, kept
+        in :attr:`stats`); ``{}`` when it does not answer within ``timeout`` seconds."""
         try:
-            status = self.dg.status(timeout=timeout)
+            status = self._launcher.dg.status(timeout=timeout)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError, StoreError):
             return {}
         self.stats = dict(status.get("_store") or {})
         return status
 
-    def _report(self, force: bool = False) -> None:
+    def report(self, force: bool = False) -> None:
+        """Poll the estimators (at most every 0.5 s unless ``force``), record their epochs in
+        the result and call the progress callback."""
         now = time.monotonic()
         if not force and now - self._last_report < _STATUS_EVERY:
             return
         self._last_report = now
-        status = self._poll_status() if self.dg is not None else {}
+        launcher = self._launcher
+        status = self.poll_status() if launcher.dg is not None else {}
         nodes = {
             m: dict((status.get(m) or {}).get("estimator") or self._node_status.get(m) or {})
-            for m in self.cfg.graph.latents
+            for m in launcher.cfg.graph.latents
         }
         self._node_status.update({m: v for m, v in nodes.items() if v})
         for m, st in nodes.items():
             if st.get("epoch") is not None:
-                self.result.epochs[m] = int(st["epoch"])
-        if self.on_progress is not None:
-            self.on_progress(launch_progress(self, nodes, now))
+                launcher.result.epochs[m] = int(st["epoch"])
+        if self._on_progress is not None:
+            self._on_progress(launch_progress(launcher, nodes, self.stats, now))

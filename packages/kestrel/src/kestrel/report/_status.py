@@ -11,8 +11,9 @@ from kestrel.report._progress import ProgressState
 __all__ = ["launch_status", "launch_progress"]
 
 
-def launch_status(launcher: Any) -> dict[str, Any]:
-    """The status of a :class:`~kestrel.controller._launcher.Launcher` as plain containers.
+def launch_status(launcher: Any, buffer: dict[str, int]) -> dict[str, Any]:
+    """The status of a :class:`~kestrel.controller._launcher.Launcher` as plain containers;
+    ``buffer``: the store's counts at the latest poll.
 
     Keys: ``status``, ``reason``, ``seed``, ``resumed``, ``restored`` (the buffer counts put
     back), ``epochs``, ``samples``, ``simulated`` (valid rows kept), ``nonfinite``, ``errors``,
@@ -39,7 +40,7 @@ def launch_status(launcher: Any) -> dict[str, Any]:
         "budget": launcher.budget.as_status(),
         "rounds": launcher.resim.drawn if launcher.resim is not None else 0,
         "deterministic": launcher.deterministic,
-        "buffer": launcher.stats,
+        "buffer": buffer,
         "wall_time": round(time.monotonic() - launcher.t0, 3),
         "placement": r.placement,
         "cluster": launcher.cluster,
@@ -47,10 +48,12 @@ def launch_status(launcher: Any) -> dict[str, Any]:
     }
 
 
-def launch_progress(launcher: Any, nodes: dict[str, dict[str, Any]], now: float) -> ProgressState:
+def launch_progress(
+    launcher: Any, nodes: dict[str, dict[str, Any]], buffer: dict[str, int], now: float
+) -> ProgressState:
     """The :class:`ProgressState` of a launcher at ``time.monotonic()`` ``now``; ``nodes``:
-    estimator node → its estimator's latest status. The rate is over the whole launch since its
-    first simulation began."""
+    estimator node → its estimator's latest status; ``buffer``: the store's counts at the latest
+    poll. The rate is over the whole launch since its first simulation began."""
     r = launcher.result
     since = now - launcher._first_append if launcher._first_append is not None else 0.0
     budget = launcher.budget
@@ -58,7 +61,7 @@ def launch_progress(launcher: Any, nodes: dict[str, dict[str, Any]], now: float)
         now - launcher.t0,
         launcher.phase,
         nodes,
-        dict(launcher.stats),
+        dict(buffer),
         r.simulated,
         r.simulated / since if since > 0 else 0.0,
         dict(r.nonfinite),
