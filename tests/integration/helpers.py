@@ -17,7 +17,7 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
-KESTREL = [sys.executable, "-m", "kestrel.cli._main"]
+KESTREL = [sys.executable, "-m", "kestrel"]
 
 #: a tiny budget for any example: small buffer, quick rounds, few posterior samples
 TINY = [
