@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 __all__ = ["c2st", "EXTRA"]
 
@@ -59,7 +60,7 @@ def _rows(name: str, a: Any) -> np.ndarray:
 
 def c2st(
     reference: Any,
-    samples: Any,
+    samples: ArrayLike,
     *,
     seed: int = 1,
     folds: int = 5,

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kestrel_core._errors import ShapeError
 
@@ -59,7 +60,7 @@ LEVELS: tuple[float, ...] = tuple(round(0.05 * k, 2) for k in range(1, 20))
 CONFIDENCE = 0.95
 
 
-def _as_draws(truth: Any, samples: Any) -> tuple[np.ndarray, np.ndarray]:
+def _as_draws(truth: ArrayLike, samples: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """``truth`` as ``(m, d)`` and ``samples`` as ``(m, L, d)`` (components flattened)."""
     t = np.asarray(truth, dtype=np.float64)
     s = np.asarray(samples, dtype=np.float64)
@@ -72,7 +73,7 @@ def _as_draws(truth: Any, samples: Any) -> tuple[np.ndarray, np.ndarray]:
     return t.reshape(m, -1), s.reshape(m, n_draws, -1)
 
 
-def sbc_ranks(truth: Any, samples: Any) -> np.ndarray:
+def sbc_ranks(truth: ArrayLike, samples: ArrayLike) -> np.ndarray:
     """SBC ranks: per truth and component, how many posterior draws lie below the truth.
 
     Args:
@@ -88,7 +89,7 @@ def sbc_ranks(truth: Any, samples: Any) -> np.ndarray:
     return np.sum(s < t[:, None, :], axis=1).astype(np.int64)
 
 
-def hpd_credibility(log_prob_truth: Any, log_prob_samples: Any) -> np.ndarray:
+def hpd_credibility(log_prob_truth: ArrayLike, log_prob_samples: ArrayLike) -> np.ndarray:
     """The credibility of the smallest highest-density region that holds each truth.
 
     The fraction of posterior mass denser than the truth, estimated from the draws' densities
@@ -118,7 +119,7 @@ def hpd_credibility(log_prob_truth: Any, log_prob_samples: Any) -> np.ndarray:
     return np.asarray(np.where(lt == -np.inf, 1.0, cred), dtype=np.float64)
 
 
-def expected_coverage(credibility: Any, levels: Sequence[float] = LEVELS) -> np.ndarray:
+def expected_coverage(credibility: ArrayLike, levels: Sequence[float] = LEVELS) -> np.ndarray:
     """The fraction of truths inside the region of each credibility level.
 
     Args:
@@ -135,7 +136,9 @@ def expected_coverage(credibility: Any, levels: Sequence[float] = LEVELS) -> np.
     return np.mean(cred[:, None] < lv[None, :], axis=0)
 
 
-def central_coverage(ranks: Any, n_draws: int, levels: Sequence[float] = LEVELS) -> np.ndarray:
+def central_coverage(
+    ranks: ArrayLike, n_draws: int, levels: Sequence[float] = LEVELS
+) -> np.ndarray:
     """Coverage of central marginal intervals per component, from SBC ranks.
 
     The truth lies in the central interval of credibility ``c`` when its normalised rank
@@ -155,11 +158,11 @@ def central_coverage(ranks: Any, n_draws: int, levels: Sequence[float] = LEVELS)
 
 
 def tarp_coverage(
-    truth: Any,
-    samples: Any,
+    truth: ArrayLike,
+    samples: ArrayLike,
     levels: Sequence[float] = LEVELS,
     rng: np.random.Generator | None = None,
-    references: Any = None,
+    references: ArrayLike | None = None,
 ) -> np.ndarray:
     """TARP expected coverage (Lemos et al. 2023).
 
@@ -247,7 +250,9 @@ def binomial_band(
     return lower, upper
 
 
-def verdict(levels: Sequence[float], coverage: Any, lower: Any, upper: Any) -> str:
+def verdict(
+    levels: Sequence[float], coverage: ArrayLike, lower: ArrayLike, upper: ArrayLike
+) -> str:
     """``calibrated`` when the coverage is inside the band at every level; else
     ``overconfident`` (the levels outside have, in sum, less coverage than their level: regions
     too small) or ``underconfident`` (more: regions too large).
@@ -271,7 +276,7 @@ def _max_deviation(levels: Sequence[float], coverage: np.ndarray) -> float:
     return float(np.nanmax(dev)) if dev.size and np.isfinite(dev).any() else float("nan")
 
 
-def _rounded(values: Any, digits: int = 4) -> list[Any]:
+def _rounded(values: ArrayLike, digits: int = 4) -> list[Any]:
     return np.round(np.asarray(values, dtype=np.float64), digits).tolist()
 
 
@@ -280,7 +285,7 @@ def rank_bins(m: int) -> int:
     return int(min(20, max(2, m // 10)))
 
 
-def constant_components(truth: Any, samples: Any) -> list[int]:
+def constant_components(truth: ArrayLike, samples: ArrayLike) -> list[int]:
     """The flattened components that are one constant in every truth and every draw (a
     ``fixed`` prior entry): they have no posterior to calibrate (every SBC rank 0, no spread
     for TARP) and are left out of the figures.
@@ -300,16 +305,16 @@ def constant_components(truth: Any, samples: Any) -> list[int]:
 
 
 def calibration_report(
-    truth: Any,
-    samples: Any,
-    log_prob_truth: Any,
-    log_prob_samples: Any,
+    truth: ArrayLike,
+    samples: ArrayLike,
+    log_prob_truth: ArrayLike,
+    log_prob_samples: ArrayLike,
     *,
     names: Sequence[str] | None = None,
     levels: Sequence[float] = LEVELS,
     confidence: float = CONFIDENCE,
     rng: np.random.Generator | None = None,
-    references: Any = None,
+    references: ArrayLike | None = None,
 ) -> dict[str, Any]:
     """Every calibration figure of one set of simulations, as plain (JSON-ready) values.
 

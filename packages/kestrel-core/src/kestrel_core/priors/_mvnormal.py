@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kestrel_core._errors import ConfigError, OutOfSupportError, ShapeError
 from kestrel_core.execute._boundary import check_count
@@ -97,7 +98,7 @@ class MultivariateNormal:
         """Simulator protocol: the same as :meth:`sample`, float64 ``(n, D)``."""
         return self.sample(n, rng)
 
-    def log_prob(self, theta: Any) -> np.ndarray:
+    def log_prob(self, theta: ArrayLike) -> np.ndarray:
         """Log density, float64 of shape ``(...)`` for ``theta`` of shape ``(..., D)``;
         ``-inf`` at NaN or ±inf.
 
@@ -111,7 +112,7 @@ class MultivariateNormal:
         return np.where(np.isfinite(x).all(-1), out, -np.inf)
 
     # -- bijections -------------------------------------------------------------------------
-    def to_normal(self, theta: Any, with_logdet: bool = False):
+    def to_normal(self, theta: ArrayLike, with_logdet: bool = False):
         """Whiten: ``z = L⁻¹(θ − mean)``, shape ``(..., D)``, dtype of ``theta``; with
         ``with_logdet`` also ``log|det ∂z/∂θ| = −log|det L|`` of shape ``(...)``.
 
@@ -125,7 +126,7 @@ class MultivariateNormal:
         z = (x - self.mean) @ self._chol_inv.T
         return _out(z, -self._log_det_chol, x_in.dtype, with_logdet)
 
-    def from_normal(self, z: Any, with_logdet: bool = False):
+    def from_normal(self, z: ArrayLike, with_logdet: bool = False):
         """Inverse of :meth:`to_normal`: ``θ = mean + L z``; ``log|det ∂θ/∂z| = log|det L|``.
 
         Raises:
@@ -138,7 +139,7 @@ class MultivariateNormal:
         x = self.mean + zz @ self._chol.T
         return _out(x, self._log_det_chol, z_in.dtype, with_logdet)
 
-    def to_unit(self, theta: Any, with_logdet: bool = False):
+    def to_unit(self, theta: ArrayLike, with_logdet: bool = False):
         """``u = Φ(z)`` per whitened entry, in ``[0, 1]^D`` (see :meth:`to_normal`)."""
         z, logdet = self.to_normal(np.asarray(theta), with_logdet=True)
         zz = np.asarray(z, dtype=np.float64)
@@ -147,7 +148,7 @@ class MultivariateNormal:
         logdet = logdet - 0.5 * self.dim * _LOG_2PI
         return _out(u, logdet, np.asarray(z).dtype, with_logdet)
 
-    def from_unit(self, u: Any, with_logdet: bool = False):
+    def from_unit(self, u: ArrayLike, with_logdet: bool = False):
         """Inverse of :meth:`to_unit`.
 
         Raises:
@@ -166,7 +167,7 @@ class MultivariateNormal:
         return _out(np.asarray(x), np.asarray(logdet), u_in.dtype, with_logdet)
 
     # -- helpers ----------------------------------------------------------------------------
-    def _check_shape(self, arr: Any, name: str) -> np.ndarray:
+    def _check_shape(self, arr: ArrayLike, name: str) -> np.ndarray:
         a = np.asarray(arr)
         if a.dtype.kind != "f":
             a = a.astype(np.float64)

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from kestrel_core._errors import ConfigError, OutOfSupportError, ShapeError
 from kestrel_core.execute._boundary import check_count
@@ -118,7 +119,7 @@ class Product:
         """Simulator protocol: the same as :meth:`sample`, float64 ``(n, F)``."""
         return self.sample(n, rng)
 
-    def log_prob(self, theta: Any) -> np.ndarray:
+    def log_prob(self, theta: ArrayLike) -> np.ndarray:
         """Log density of the free entries (fixed entries contribute 0 where they match).
 
         Args:
@@ -139,7 +140,7 @@ class Product:
 
     # -- bijections -------------------------------------------------------------------------
 
-    def to_unit(self, theta: Any, with_logdet: bool = False):
+    def to_unit(self, theta: ArrayLike, with_logdet: bool = False):
         """Map to the unit hypercube with each free entry's CDF.
 
         Args:
@@ -164,7 +165,7 @@ class Product:
                 logdet += dist.log_pdf(col)
         return self._out(u, logdet, dtype, with_logdet)
 
-    def from_unit(self, u: Any, with_logdet: bool = False):
+    def from_unit(self, u: ArrayLike, with_logdet: bool = False):
         """Inverse of :meth:`to_unit`; fixed entries are re-inserted.
 
         Args:
@@ -193,7 +194,7 @@ class Product:
                 logdet -= dist.log_pdf(x[..., j])
         return self._out(x, logdet, dtype, with_logdet)
 
-    def to_normal(self, theta: Any, with_logdet: bool = False):
+    def to_normal(self, theta: ArrayLike, with_logdet: bool = False):
         """Map to standard-normal space, ``z = Φ⁻¹(F(θ))`` per free entry.
 
         Args:
@@ -227,7 +228,7 @@ class Product:
                 z[..., k] = zk
         return self._out(z, logdet, dtype, with_logdet)
 
-    def from_normal(self, z: Any, with_logdet: bool = False):
+    def from_normal(self, z: ArrayLike, with_logdet: bool = False):
         """Inverse of :meth:`to_normal`; fixed entries are re-inserted.
 
         Args:
@@ -272,13 +273,13 @@ class Product:
     # -- helpers ----------------------------------------------------------------------------
 
     @staticmethod
-    def _check_shape(arr: Any, last: int, name: str) -> np.ndarray:
+    def _check_shape(arr: ArrayLike, last: int, name: str) -> np.ndarray:
         a = _float_array(arr)
         if a.ndim == 0 or a.shape[-1] != last:
             raise ShapeError(f"{name} has shape {a.shape}; expected (..., {last})")
         return a
 
-    def _check_support(self, theta: Any) -> tuple[np.ndarray, np.dtype]:
+    def _check_support(self, theta: ArrayLike) -> tuple[np.ndarray, np.dtype]:
         a = self._check_shape(theta, self.full_dim, "theta")
         x = self._snap(a)
         for j, dist in enumerate(self.dists):
