@@ -17,16 +17,7 @@ from kestrel_core import (
     finite_rows,
 )
 from kestrel_core._errors import CountError, OutputTypeError
-
-
-class FakeTensor:
-    """Stands in for a CPU torch tensor: converts through ``__array__`` only."""
-
-    def __init__(self, data):
-        self._data = np.asarray(data)
-
-    def __array__(self, dtype=None, copy=None):
-        return self._data if dtype is None else self._data.astype(dtype)
+from kestrel_core.testing.models import FakeTensor, Noise
 
 
 class Batch:
@@ -247,11 +238,6 @@ def test_output_is_native_endian_and_contiguous():
 # -- rng passing --------------------------------------------------------------------------------
 
 
-class WithRng:
-    def simulate_batch(self, n, mu, rng=None):
-        return mu + rng.standard_normal(mu.shape)
-
-
 class KeywordOnlyRng:
     def simulate(self, *, rng):
         return rng.random(2)
@@ -259,8 +245,8 @@ class KeywordOnlyRng:
 
 def test_rng_is_passed_when_accepted_and_reproducible():
     mu = np.zeros((4, 3))
-    a = call_simulator("x", WithRng(), 4, [mu], rng=np.random.default_rng(5))
-    b = call_simulator("x", WithRng(), 4, [mu], rng=np.random.default_rng(5))
+    a = call_simulator("x", Noise(sigma=1.0), 4, [mu], rng=np.random.default_rng(5))
+    b = call_simulator("x", Noise(sigma=1.0), 4, [mu], rng=np.random.default_rng(5))
     np.testing.assert_array_equal(a, b)
     c = call_simulator("x", KeywordOnlyRng(), 3, rng=np.random.default_rng(5))
     assert c.shape == (3, 2) and len({tuple(r) for r in c}) == 3

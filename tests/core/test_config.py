@@ -22,8 +22,7 @@ from kestrel_core import (
     SampleConfig,
     load_config,
 )
-
-from . import graph_models
+from kestrel_core.testing import models
 
 BASE = {
     "buffer": {"min_samples": 4, "max_samples": 8, "validation_samples": 2},
@@ -50,7 +49,7 @@ BASE = {
 def write_run(tmp_path, config=None, *, obs=None):
     """config.yml + model.py + data/obs.npy in ``tmp_path``; returns the config path."""
     obs = np.zeros(2) if obs is None else obs
-    (tmp_path / "model.py").write_text(Path(graph_models.__file__).read_text())
+    (tmp_path / "model.py").write_text(Path(models.__file__).read_text())
     (tmp_path / "data").mkdir(exist_ok=True)
     np.save(tmp_path / "data" / "obs.npy", obs)
     path = tmp_path / "config.yml"
@@ -150,17 +149,17 @@ def test_python_objects_in_a_mapping_source():
     cfg = load_config(
         {
             "graph": {
-                "z": {"simulator": graph_models.Gauss, "observed": obs},
-                "w": {"simulator": graph_models.Gauss(dim=2)},
+                "z": {"simulator": models.Gauss, "observed": obs},
+                "w": {"simulator": models.Gauss(dim=2)},
             }
         }
     )
-    assert cfg.graph.nodes["z"].simulator.target is graph_models.Gauss
+    assert cfg.graph.nodes["z"].simulator.target is models.Gauss
     np.testing.assert_array_equal(cfg.graph.observations["z"], obs)
     assert cfg.to_dict()["graph"]["z"]["observed"] == "<array shape (3,) float64>"
-    assert cfg.to_dict()["graph"]["z"]["simulator"] == "tests.core.graph_models.Gauss"
+    assert cfg.to_dict()["graph"]["z"]["simulator"] == "kestrel_core.testing.models.Gauss"
     assert cfg.to_dict()["graph"]["w"]["simulator"].startswith(
-        "<tests.core.graph_models.Gauss instance"
+        "<kestrel_core.testing.models.Gauss instance"
     )
 
 
@@ -538,9 +537,9 @@ def test_k17_nested_targets_are_instantiated(tmp_path):
 
 def test_k17_errors_are_kestrel_errors_raised_before_anything_runs(tmp_path, monkeypatch):
     built = []
-    monkeypatch.setattr(graph_models.Counting, "__init__", lambda self: built.append(1))
+    monkeypatch.setattr(models.Counting, "__init__", lambda self: built.append(1))
     with pytest.raises(KestrelError):
-        load_config({"graph": {"c": {"simulator": graph_models.Counting, "parents": ["nope"]}}})
+        load_config({"graph": {"c": {"simulator": models.Counting, "parents": ["nope"]}}})
     assert built == []
 
 

@@ -15,8 +15,7 @@ from kestrel_core import (
     seed_sequence,
     spawn_rngs,
 )
-
-from . import graph_models as gm
+from kestrel_core.testing import models
 
 PRIOR = {
     "_target_": "kestrel_core.Product",
@@ -28,10 +27,10 @@ def chain(chunk=0, observed=None):
     return (
         Graph()
         .add_node("theta", PRIOR, sample_chunk_size=chunk)
-        .add_node("mu", gm.Shift, parents=["theta"])
+        .add_node("mu", models.Shift, parents=["theta"])
         .add_node(
             "x",
-            {"_target_": "tests.core.graph_models.Noise", "sigma": 0.5},
+            {"_target_": "kestrel_core.testing.models.Noise", "sigma": 0.5},
             parents=["mu"],
             observed=observed,
             sample_chunk_size=chunk,
@@ -73,8 +72,8 @@ def test_streams_follow_the_documented_scheme():
 
 
 def test_chunking_calls_the_simulator_per_chunk_and_is_reproducible():
-    gm.Counting.built = 0
-    sim = gm.Counting()
+    models.Counting.built = 0
+    sim = models.Counting()
     g = Graph().add_node("c", sim, sample_chunk_size=4)
     a = sample_forward(g, 10, seed=0)
     assert sim.calls == [4, 4, 2]
@@ -87,22 +86,22 @@ def test_chunking_calls_the_simulator_per_chunk_and_is_reproducible():
 
 
 def test_simulator_built_once_per_call():
-    gm.Counting.built = 0
-    g = Graph().add_node("c", gm.Counting, sample_chunk_size=2)
+    models.Counting.built = 0
+    g = Graph().add_node("c", models.Counting, sample_chunk_size=2)
     sample_forward(g, 9, seed=0)
-    assert gm.Counting.built == 1
+    assert models.Counting.built == 1
     sample_forward(g, 9, seed=0)
-    assert gm.Counting.built == 2
+    assert models.Counting.built == 2
 
 
 def test_parents_are_passed_in_listed_order_and_per_sample_simulate_works():
     g = (
         Graph()
-        .add_node("a", gm.Gauss, estimator=None)
-        .add_node("b", {"_target_": "tests.core.graph_models.Gauss", "dim": 1})
-        .add_node("ab", gm.Concat, parents=["a", "b"])
-        .add_node("ba", gm.Concat, parents=["b", "a"])
-        .add_node("twice", gm.PerSample, parents=["a"])
+        .add_node("a", models.Gauss, estimator=None)
+        .add_node("b", {"_target_": "kestrel_core.testing.models.Gauss", "dim": 1})
+        .add_node("ab", models.Concat, parents=["a", "b"])
+        .add_node("ba", models.Concat, parents=["b", "a"])
+        .add_node("twice", models.PerSample, parents=["a"])
     )
     t = sample_forward(g, 5, seed=0)
     np.testing.assert_array_equal(
@@ -115,7 +114,7 @@ def test_parents_are_passed_in_listed_order_and_per_sample_simulate_works():
 
 
 def test_user_code_cannot_corrupt_parent_values():
-    g = Graph().add_node("theta", gm.Gauss).add_node("m", gm.Mutator, parents=["theta"])
+    g = Graph().add_node("theta", models.Gauss).add_node("m", models.Doubler, parents=["theta"])
     with pytest.raises(ValueError, match="read-only"):
         sample_forward(g, 3, seed=0)
 
@@ -163,14 +162,14 @@ def test_counts_are_checked_and_zero_gives_an_empty_trace():
 
 def test_invalid_graph_and_failing_simulator_are_named():
     with pytest.raises(GraphError, match="unknown node 'thta'"):
-        sample_forward(Graph().add_node("x", gm.Shift, parents=["thta"]), 2)
+        sample_forward(Graph().add_node("x", models.Shift, parents=["thta"]), 2)
     with pytest.raises(ConfigError, match=r"graph\.x\.simulator: cannot import 'nowhere_mod\.Sim'"):
         sample_forward(Graph().add_node("x", "nowhere_mod.Sim"), 2)
     with pytest.raises(
         SimulatorError,
-        match=r"node 'x': building simulator tests\.core\.graph_models\.Needs failed: TypeError",
+        match=r"node 'x': building simulator kestrel_core\.testing\.models\.Needs failed: TypeError",
     ):
-        sample_forward(Graph().add_node("x", gm.Needs), 2)
+        sample_forward(Graph().add_node("x", models.Needs), 2)
 
 
 def test_k08_observation_checked_against_simulated_shape():
@@ -190,8 +189,8 @@ def test_k08_observation_checked_against_simulated_shape():
 def test_scalar_per_sample_shape():
     g = (
         Graph()
-        .add_node("theta", gm.Gauss)
-        .add_node("s", gm.Scalar, parents=["theta"], observed=np.float64(0.5))
+        .add_node("theta", models.Gauss)
+        .add_node("s", models.Scalar, parents=["theta"], observed=np.float64(0.5))
     )
     t = sample_forward(g, 4, seed=0)
     assert t["s.value"].shape == (4,)

@@ -17,8 +17,7 @@ from kestrel_core import (
     import_target,
     instantiate,
 )
-
-from . import graph_models as gm
+from kestrel_core.testing import models
 
 PRIOR = {"_target_": "kestrel_core.Product", "priors": [["normal", 0.0, 1.0]] * 3}
 
@@ -28,8 +27,8 @@ def example05(**theta):
     return (
         Graph()
         .add_node("theta", PRIOR, evidence=["x"], scaffolds=["mu"], **theta)
-        .add_node("mu", gm.Shift, parents=["theta"])
-        .add_node("x", gm.Noise(0.1), parents=["mu"], observed=np.zeros(3))
+        .add_node("mu", models.Shift, parents=["theta"])
+        .add_node("x", models.Noise(0.1), parents=["mu"], observed=np.zeros(3))
     )
 
 
@@ -51,18 +50,19 @@ def test_add_node_is_chainable_and_keeps_config_order():
 def test_simulator_forms_become_specs():
     g = (
         Graph()
-        .add_node("a", "tests.core.graph_models.Gauss")
-        .add_node("b", {"_target_": "tests.core.graph_models.Gauss", "dim": 2})
-        .add_node("c", gm.Gauss)
-        .add_node("d", gm.Gauss(dim=4))
-        .add_node("e", Spec(gm.Gauss, {"dim": 5}))
+        .add_node("a", "kestrel_core.testing.models.Gauss")
+        .add_node("b", {"_target_": "kestrel_core.testing.models.Gauss", "dim": 2})
+        .add_node("c", models.Gauss)
+        .add_node("d", models.Gauss(dim=4))
+        .add_node("e", Spec(models.Gauss, {"dim": 5}))
     )
     specs = {n: node.simulator for n, node in g.nodes.items()}
-    assert specs["a"] == Spec("tests.core.graph_models.Gauss", {})
+    assert specs["a"] == Spec("kestrel_core.testing.models.Gauss", {})
     assert specs["b"].kwargs == {"dim": 2}
-    assert specs["c"].target is gm.Gauss and not specs["c"].is_live
+    assert specs["c"].target is models.Gauss and not specs["c"].is_live
     assert (
-        specs["d"].is_live and specs["d"].target_name == "<tests.core.graph_models.Gauss instance>"
+        specs["d"].is_live
+        and specs["d"].target_name == "<kestrel_core.testing.models.Gauss instance>"
     )
     assert [s.build().dim for s in specs.values()] == [3, 2, 3, 4, 5]
     assert specs["d"].build() is specs["d"].target
@@ -72,39 +72,39 @@ def test_simulator_forms_become_specs():
 @pytest.mark.parametrize("name", ["a.b", "", "1x", "has space", 3])
 def test_node_names_must_be_identifiers(name):
     with pytest.raises(GraphError, match="must be an identifier"):
-        Graph().add_node(name, gm.Gauss)
+        Graph().add_node(name, models.Gauss)
 
 
 def test_duplicate_node_and_bad_fields():
-    g = Graph().add_node("a", gm.Gauss)
+    g = Graph().add_node("a", models.Gauss)
     with pytest.raises(GraphError, match="graph.a: node 'a' is already in the graph"):
-        g.add_node("a", gm.Gauss)
+        g.add_node("a", models.Gauss)
     with pytest.raises(ConfigError, match=r"graph\.b\.simulator: missing"):
         g.add_node("b", None)
     with pytest.raises(ConfigError, match=r"graph\.b\.parents\[1\]: expected a node name"):
-        g.add_node("b", gm.Gauss, parents=["a", 2])
+        g.add_node("b", models.Gauss, parents=["a", 2])
     with pytest.raises(
         ConfigError, match=r"graph\.b\.num_actors: expected an integer ≥ 1, found True"
     ):
-        g.add_node("b", gm.Gauss, num_actors=True)
+        g.add_node("b", models.Gauss, num_actors=True)
     with pytest.raises(
         ConfigError,
         match=r"graph\.b\.ray\.num_gpu: unknown Ray actor option 'num_gpu' \(did you mean 'num_gpus'\?\)",
     ):
-        g.add_node("b", gm.Gauss, ray={"num_gpu": 1})
+        g.add_node("b", models.Gauss, ray={"num_gpu": 1})
     with pytest.raises(ConfigError, match="live instance; it takes no kwargs"):
-        Spec(gm.Gauss(), {"dim": 1})
+        Spec(models.Gauss(), {"dim": 1})
     assert list(g.nodes) == ["a"]
 
 
 def test_numpy_integers_are_accepted_for_counts():
-    g = Graph().add_node("a", gm.Gauss, num_actors=np.int64(2), sample_chunk_size=np.int32(8))
+    g = Graph().add_node("a", models.Gauss, num_actors=np.int64(2), sample_chunk_size=np.int32(8))
     assert g["a"].num_actors == 2 and type(g["a"].num_actors) is int
 
 
 def test_observations_are_read_only_native_copies():
     data = np.arange(3, dtype=">f8")
-    g = Graph().add_node("x", gm.Gauss, observed=data)
+    g = Graph().add_node("x", models.Gauss, observed=data)
     obs = g.observations["x"]
     assert obs.dtype == np.dtype("float64") and obs.dtype.isnative and obs.flags.c_contiguous
     assert not obs.flags.writeable and not np.shares_memory(obs, data)
@@ -113,10 +113,10 @@ def test_observations_are_read_only_native_copies():
 
 def test_observed_path_relative_to_base_dir(tmp_path):
     np.save(tmp_path / "obs.npy", np.ones(2))
-    g = Graph(base_dir=tmp_path).add_node("x", gm.Gauss, observed="obs.npy")
+    g = Graph(base_dir=tmp_path).add_node("x", models.Gauss, observed="obs.npy")
     np.testing.assert_array_equal(g.observations["x"], [1.0, 1.0])
     with pytest.raises(ConfigError, match=r"graph\.y\.observed: observation file not found"):
-        g.add_node("y", gm.Gauss, observed="missing.npy")
+        g.add_node("y", models.Gauss, observed="missing.npy")
 
 
 def test_getitem_suggests_names():
@@ -128,7 +128,7 @@ def test_getitem_suggests_names():
 
 
 def test_unknown_reference_names_key_path_and_suggestion():
-    g = Graph().add_node("theta", gm.Gauss).add_node("x", gm.Noise, parents=["thta"])
+    g = Graph().add_node("theta", models.Gauss).add_node("x", models.Noise, parents=["thta"])
     with pytest.raises(GraphError) as info:
         g.validate()
     assert str(info.value) == "graph.x.parents[0]: unknown node 'thta' (did you mean 'theta'?)"
@@ -137,9 +137,9 @@ def test_unknown_reference_names_key_path_and_suggestion():
 def test_every_structure_problem_is_listed():
     g = (
         Graph()
-        .add_node("a", gm.Gauss, evidence=["a"], scaffolds=["zz"])
-        .add_node("b", gm.Gauss, estimator="m.Est", parents=["a", "a"])
-        .add_node("c", gm.Gauss, estimator="m.Est", evidence=["a"], observed=np.zeros(1))
+        .add_node("a", models.Gauss, evidence=["a"], scaffolds=["zz"])
+        .add_node("b", models.Gauss, estimator="m.Est", parents=["a", "a"])
+        .add_node("c", models.Gauss, estimator="m.Est", evidence=["a"], observed=np.zeros(1))
     )
     with pytest.raises(GraphError) as info:
         g.validate()
@@ -158,10 +158,10 @@ def test_every_structure_problem_is_listed():
 def test_cycle_is_named():
     g = (
         Graph()
-        .add_node("a", gm.Shift, parents=["c"])
-        .add_node("b", gm.Shift, parents=["a"])
-        .add_node("c", gm.Shift, parents=["b"])
-        .add_node("d", gm.Gauss)
+        .add_node("a", models.Shift, parents=["c"])
+        .add_node("b", models.Shift, parents=["a"])
+        .add_node("c", models.Shift, parents=["b"])
+        .add_node("d", models.Gauss)
     )
     with pytest.raises(GraphError, match=r"graph: cycle in parents: a -> c -> b -> a"):
         g.validate()
@@ -180,10 +180,10 @@ def test_empty_graph_is_invalid():
 def test_forward_order_is_topological_with_ties_in_config_order():
     g = (
         Graph()
-        .add_node("x", gm.Concat, parents=["b", "a"])
-        .add_node("b", gm.Gauss)
-        .add_node("m", gm.Shift, parents=["a"])
-        .add_node("a", gm.Gauss)
+        .add_node("x", models.Concat, parents=["b", "a"])
+        .add_node("b", models.Gauss)
+        .add_node("m", models.Shift, parents=["a"])
+        .add_node("a", models.Gauss)
     )
     assert g.forward_order == ["b", "a", "x", "m"]
 
@@ -201,9 +201,9 @@ def test_inference_order_includes_deterministic_intermediates():
     g = (
         Graph()
         .add_node("theta", PRIOR, estimator="m.Est", evidence=["s"])
-        .add_node("other", gm.Gauss)
-        .add_node("s", gm.Shift, parents=["x"])
-        .add_node("x", gm.Noise, parents=["theta"], observed=np.zeros(3))
+        .add_node("other", models.Gauss)
+        .add_node("s", models.Shift, parents=["x"])
+        .add_node("x", models.Noise, parents=["theta"], observed=np.zeros(3))
     )
     assert g.inference_order == ["x", "s", "theta"]
 
@@ -212,8 +212,8 @@ def test_hierarchical_latents_follow_their_evidence():
     g = (
         Graph()
         .add_node("hyper", PRIOR, estimator="m.Est", evidence=["theta", "x"])
-        .add_node("theta", gm.Shift, parents=["hyper"], estimator="m.Est", evidence=["x"])
-        .add_node("x", gm.Noise, parents=["theta"], observed=np.zeros(3))
+        .add_node("theta", models.Shift, parents=["hyper"], estimator="m.Est", evidence=["x"])
+        .add_node("x", models.Noise, parents=["theta"], observed=np.zeros(3))
     )
     assert g.inference_order == ["x", "theta", "hyper"]
 
@@ -222,7 +222,7 @@ def test_evidence_depending_on_its_latent_is_an_inference_cycle():
     g = (
         Graph()
         .add_node("theta", PRIOR, estimator="m.Est", evidence=["s"])
-        .add_node("s", gm.Shift, parents=["theta"])
+        .add_node("s", models.Shift, parents=["theta"])
     )
     with pytest.raises(GraphError, match=r"inference order has the cycle theta -> s -> theta"):
         g.validate()
@@ -233,7 +233,7 @@ def test_k17_forgotten_observation_is_named_not_only_a_cycle():
     g = (
         Graph()
         .add_node("theta", PRIOR, estimator="m.Est", evidence=["x"])
-        .add_node("x", gm.Noise, parents=["theta"])
+        .add_node("x", models.Noise, parents=["theta"])
     )
     with pytest.raises(GraphError) as err:
         g.validate()
@@ -253,7 +253,7 @@ def test_describe_shows_nodes_edges_observed_evidence_and_estimators():
     assert [line.split()[0] for line in lines[:3]] == ["theta", "theta", "mu"]
     assert "kestrel_core.Product" in lines[0] and "← x" in lines[0]
     assert "estimator kestrel_torch.GaussianPosterior" in lines[0] and "scaffolds mu" in lines[0]
-    assert lines[1].startswith("theta → mu") and "tests.core.graph_models.Shift" in lines[1]
+    assert lines[1].startswith("theta → mu") and "kestrel_core.testing.models.Shift" in lines[1]
     assert lines[2].startswith("mu → x  (observed (3,))")
     assert lines[3] == "Nodes: 3 | Observed: x | Estimators: theta"
 
@@ -263,26 +263,32 @@ def test_describe_shows_nodes_edges_observed_evidence_and_estimators():
 
 def test_instantiate_builds_nested_targets_and_leaves_inputs_alone():
     spec = {
-        "_target_": "tests.core.graph_models.Needs",
+        "_target_": "kestrel_core.testing.models.Needs",
         "scale": 2,
-        "inner": {"_target_": "tests.core.graph_models.Inner", "width": 4},
+        "inner": {"_target_": "kestrel_core.testing.models.Inner", "width": 4},
     }
     obj = instantiate(spec)
-    assert isinstance(obj, gm.Needs) and isinstance(obj.inner, gm.Inner) and obj.inner.width == 4
+    assert (
+        isinstance(obj, models.Needs)
+        and isinstance(obj.inner, models.Inner)
+        and obj.inner.width == 4
+    )
     embedding = {"_target_": "nowhere.Net", "_input_": ["x"]}
     out = instantiate(
         {"a": [embedding, {"_target_": "fractions.Fraction", "numerator": 2, "denominator": 4}]}
     )
     assert out["a"][0] is embedding and out["a"][1] == fractions.Fraction(1, 2)
-    assert spec["inner"] == {"_target_": "tests.core.graph_models.Inner", "width": 4}
+    assert spec["inner"] == {"_target_": "kestrel_core.testing.models.Inner", "width": 4}
     assert instantiate(None) is None and instantiate((1, "a")) == (1, "a")
 
 
 def test_spec_build_does_not_share_kwargs_between_builds():
-    spec = Spec(gm.Needs, {"scale": 1, "inner": {"_target_": "tests.core.graph_models.Inner"}})
+    spec = Spec(
+        models.Needs, {"scale": 1, "inner": {"_target_": "kestrel_core.testing.models.Inner"}}
+    )
     a, b = spec.build(), spec.build()
     assert a.inner is not b.inner
-    assert spec.kwargs["inner"] == {"_target_": "tests.core.graph_models.Inner"}
+    assert spec.kwargs["inner"] == {"_target_": "kestrel_core.testing.models.Inner"}
 
 
 def test_import_target_errors():

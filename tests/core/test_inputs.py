@@ -12,16 +12,7 @@ import pytest
 from kestrel_core import Graph, SimulatorError, Spec, call_simulator, sample_forward
 from kestrel_core._errors import InputWriteError
 from kestrel_core.graph._inputs import as_input
-
-from . import graph_models as gm
-
-
-class Doubler:
-    """``a[:, 0] *= 2`` on its input, returned: the K27 simulator."""
-
-    def simulate_batch(self, n, a):
-        a[:, 0] *= 2
-        return a
+from kestrel_core.testing import models
 
 
 class ClipSecond:
@@ -62,13 +53,13 @@ class OwnReadOnly:
 def _graph(child, parents=("a",)):
     g = Graph()
     for p in parents:
-        g = g.add_node(p, gm.Gauss)
+        g = g.add_node(p, models.Gauss)
     return g.add_node("b", Spec(child), parents=list(parents))
 
 
 def test_k27_in_place_write_names_node_input_and_remedy():
     with pytest.raises(InputWriteError) as info:
-        sample_forward(_graph(Doubler), 16, seed=0)
+        sample_forward(_graph(models.Doubler), 16, seed=0)
     msg = str(info.value)
     assert "node 'b'" in msg and "parent 'a'" in msg and "read-only" in msg
     assert "`a = a.copy()`" in msg
@@ -92,7 +83,7 @@ def test_k27_one_row_condition_clipped_in_place_stays_unchanged():
     np.testing.assert_array_equal(obs, before)
     theta = np.arange(6.0).reshape(3, 2)
     with pytest.raises(InputWriteError, match="parent 0"):
-        call_simulator("b", Doubler(), 3, [theta])
+        call_simulator("b", models.Doubler(), 3, [theta])
     np.testing.assert_array_equal(theta, np.arange(6.0).reshape(3, 2))
 
 
@@ -125,7 +116,7 @@ def test_k28_run_time_arrays_are_normalised_at_one_place(make):
     assert not as_input(arr).flags.writeable
     assert as_input(native, copy=False) is native  # nothing to change: no copy
     # the in-process simulation sees the same values as for the native array
-    g = Graph().add_node("a", gm.Gauss).add_node("m", gm.Shift, parents=["a"])
+    g = Graph().add_node("a", models.Gauss).add_node("m", models.Shift, parents=["a"])
     for conditions in ({"a": arr}, {"a": arr[:1]}):  # N rows, and one row broadcast
         trace = sample_forward(g, 3, conditions=conditions, seed=1)
         assert trace["a.value"].dtype.isnative and trace["m.value"].dtype.isnative

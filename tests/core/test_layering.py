@@ -28,3 +28,21 @@ def test_importing_and_using_kestrel_core_loads_neither_ray_nor_torch():
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "loaded: []"
+
+
+def test_the_test_models_import_without_pytest():
+    """``kestrel_core.testing.models`` (simulators named in configs, imported by node actors)
+    needs only numpy: the package's store contract, which needs pytest, loads on first use."""
+    script = (
+        "import sys\n"
+        "from kestrel_core.testing import models\n"
+        "from kestrel_core.testing.models import Gauss, Noise\n"
+        "assert all(hasattr(models, name) for name in models.__all__)\n"
+        "loaded = sorted(m for m in ('ray', 'torch', 'pytest') if m in sys.modules)\n"
+        "print('loaded:', loaded)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "loaded: []"

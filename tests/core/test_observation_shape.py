@@ -13,21 +13,17 @@ import pytest
 
 from kestrel_core import Graph, ShapeError, sample_forward
 from kestrel_core.graph._observe import fit_given_observation
+from kestrel_core.testing.models import Shift
 
 X = np.array([1.0, -2.0, 3.0])
 PRIOR = {"_target_": "kestrel_core.Product", "priors": [["uniform", -1, 1]] * 3}
-
-
-class Shift:
-    def simulate_batch(self, n, z, rng=None):
-        return z + 1.0
 
 
 def graph(observed) -> Graph:
     return (
         Graph()
         .add_node("z", PRIOR)
-        .add_node("x", Shift(), parents=["z"], observed=observed)
+        .add_node("x", Shift(1.0), parents=["z"], observed=observed)
         .validate()
     )
 

@@ -21,7 +21,10 @@ from typing import Any
 
 import numpy as np
 
-MODELS = "tests.faults.fault_models"
+from kestrel_core.testing.models import FAULT_SIGMA
+
+#: the counting simulators (``KilledAt``, ``HangsAt``) and the others the fault tests run
+MODELS = "kestrel_core.testing.models"
 #: epochs and patience no run reaches: only a fault, a stop or ``--epochs`` ends such a run
 FOREVER = 1_000_000
 
@@ -30,7 +33,7 @@ def toy(tmp_path: Path, x: dict[str, Any] | None = None, *, epochs: int = 2, **b
     """z ~ U(0, 1)², x = z + 0.05 · noise (observed), a Gaussian estimator for ``epochs`` epochs.
 
     Args:
-        x: the simulator of x (default: ``fault_models.KilledAt`` that kills nothing).
+        x: the simulator of x (default: ``KilledAt`` that kills nothing).
         buffer: overrides of the buffer section.
     """
     obs = tmp_path / "obs.npy"
@@ -76,6 +79,11 @@ def status(run: Path) -> dict[str, Any]:
 
 def driver_log(run: Path) -> str:
     return (run / "graph" / "driver" / "output.log").read_text()
+
+
+def paired(z: np.ndarray, x: np.ndarray) -> bool:
+    """Whether every row's x was simulated from that row's z (|x − z| < 8 σ of ``KilledAt``)."""
+    return bool((np.abs(np.asarray(x) - np.asarray(z)) < 8 * FAULT_SIGMA).all())
 
 
 def buffer_file(run: Path) -> dict[str, np.ndarray]:

@@ -29,25 +29,9 @@ import numpy as np
 
 #: the object store of the run
 STORE_BYTES = 200 * 2**20
-#: values per sample of ``x``: 131072 float64 = 1 MiB
-WIDTH = 2**17
 #: resimulation rounds before the run is stopped
 ROUNDS = 10
 BUFFER = {"min_samples": 32, "max_samples": 64, "validation_samples": 16, "simulate_count": 64}
-
-
-class Megabyte:
-    """x = each of z's two values repeated over half of 1 MiB, plus noise: ``(n, 131072)``
-    float64. The noise is 1024 draws per sample, tiled (cheap: the test is about bytes)."""
-
-    def __init__(self, sigma: float = 0.05):
-        self.sigma = float(sigma)
-
-    def simulate_batch(self, n, z, rng=None):
-        x = np.repeat(z, WIDTH // 2, axis=1)
-        noise = self.sigma * rng.standard_normal((len(x), 1024))
-        x += np.tile(noise, WIDTH // 1024)
-        return x
 
 
 def pressure_config(
@@ -87,12 +71,12 @@ def pressure_config(
                 },
             },
             "x": {
-                "simulator": {"_target_": "tests.integration.models.Noisy"},
+                "simulator": {"_target_": "kestrel_core.testing.models.Noise"},
                 "parents": ["z"],
                 "observed": str(obs),
             },
             "image": {
-                "simulator": {"_target_": "tests.faults.pressure.Megabyte"},
+                "simulator": {"_target_": "kestrel_core.testing.models.Megabyte"},
                 "parents": ["z"],
             },
         },

@@ -82,7 +82,7 @@ def soak_config(folder: Path) -> dict[str, Any]:
                 },
             },
             "x": {
-                "simulator": {"_target_": "tests.integration.models.Noisy"},
+                "simulator": {"_target_": "kestrel_core.testing.models.Noise"},
                 "parents": ["z"],
                 "observed": str(obs),
             },

@@ -30,9 +30,9 @@ import yaml
 
 from kestrel import launch
 from kestrel_core.store import journal_files, read_journal_file
+from kestrel_core.testing.models import batches
 
 from ..integration.helpers import REPO, kestrel_env
-from .fault_models import batches
 from .faultkit import FOREVER, buffer_file, checkpointed, contiguous, driver_log, status, toy
 
 #: rows per simulator batch (the toy's ``sample_chunk_size`` and ``simulate_count``)

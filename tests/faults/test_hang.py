@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from kestrel_core import ConfigError, Graph, SimulatorError, Spec, load_config, sample_forward
+from kestrel_core.testing.models import HangsAt, batches
 from kestrel_ray.graph._actors import check_deployable
 
-from .fault_models import HangsAt, batches
 from .faultkit import toy
 
 pytestmark = pytest.mark.faults

@@ -12,11 +12,11 @@ import pytest
 
 from kestrel import launch
 from kestrel_core import TRAINABLE, Graph, Spec, sample_forward
+from kestrel_core.testing.models import KilledAt, batches
 from kestrel_ray import RayBufferView
 from kestrel_ray.store._snapshot import snapshot_store
 
-from .fault_models import KilledAt, batches, paired
-from .faultkit import MODELS, buffer_file, contiguous, driver_log, status, toy
+from .faultkit import MODELS, buffer_file, contiguous, driver_log, paired, status, toy
 
 pytestmark = pytest.mark.faults
 

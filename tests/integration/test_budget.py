@@ -77,7 +77,7 @@ def test_budget_left_when_training_ends_is_drawn_from_the_final_proposal(
     tmp_path, no_leaked_actors
 ):
     run = tmp_path / "run"
-    cfg = budget_config(tmp_path, 176, max_epochs=2, x=f"{MODELS}.Noisy", epochs_per_round=1)
+    cfg = budget_config(tmp_path, 176, max_epochs=2, x=f"{MODELS}.Noise", epochs_per_round=1)
     result = launch(cfg, run, seed=6, progress=False)
     assert result.status == "completed" and result.epochs == {"z": 2}
     assert status(run)["budget"]["used"] == 176 and result.simulated == 176
@@ -109,7 +109,7 @@ def test_a_seeded_launch_is_bit_identical_under_cpu_load(tmp_path, no_leaked_act
         176,
         max_epochs=30,
         batch_size=8,  # 10 steps an epoch: rounds and epochs of similar length
-        x=f"{MODELS}.SlowNoisy",
+        x=f"{MODELS}.SlowNoise",
         epochs_per_round=2,
         max_samples=96,  # the buffer rotates: eviction must happen at the same points
     )

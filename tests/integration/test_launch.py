@@ -15,10 +15,10 @@ from kestrel_core import ConfigError, GraphError, KestrelError, SimulatorError
 
 from .helpers import example, tiny
 
-MODELS = "tests.integration.models"
+MODELS = "kestrel_core.testing.models"
 
 
-def toy(tmp_path, x=f"{MODELS}.Noisy", estimator=None, **buffer):
+def toy(tmp_path, x=f"{MODELS}.Noise", estimator=None, **buffer):
     """z ~ U(0, 1)², x = z + noise (observed from a file), a Gaussian estimator for 2 epochs."""
     obs = tmp_path / "obs.npy"
     np.save(obs, np.array([0.4, 0.6]))
@@ -112,7 +112,7 @@ def test_k09_an_all_invalid_round_is_an_error_naming_the_node(tmp_path, no_leake
 
 
 def test_an_estimator_error_surfaces_with_node_and_traceback(tmp_path, no_leaked_actors):
-    cfg = toy(tmp_path, estimator={"_target_": f"{MODELS}.BrokenEstimator"})
+    cfg = toy(tmp_path, estimator={"_target_": "tests.integration.models.BrokenEstimator"})
     with pytest.raises(RunError) as info:
         launch(cfg, tmp_path / "run", seed=4, progress=False)
     text = str(info.value)

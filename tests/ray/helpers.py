@@ -7,10 +7,11 @@ import ray
 from ray import cloudpickle
 
 from kestrel_core import Graph, Spec
+from kestrel_core.testing.models import GaussPrior, Noise
 from kestrel_ray import Column, NodeHandle, NodeWrapper
 from kestrel_ray.graph._actors import import_paths
 
-from .fakes import Gauss, Noise, SlowEstimator
+from .fakes import SlowEstimator
 
 
 def start_node(track, graph: Graph, name: str, seed: int = 0) -> NodeHandle:
@@ -52,8 +53,8 @@ def read(pending) -> dict[str, np.ndarray]:
 
 
 def chain_graph(n_nodes: int = 3, *, dim: int = 2, num_actors: int = 1, chunk: int = 0) -> Graph:
-    """``n0 ~ Gauss``, ``n{i} = n{i-1} + noise``; the last node may be multiplexed/chunked."""
-    g = Graph().add_node("n0", Spec(Gauss, {"dim": dim}))
+    """``n0 ~ GaussPrior``, ``n{i} = n{i-1} + noise``; the last node may be multiplexed/chunked."""
+    g = Graph().add_node("n0", Spec(GaussPrior, {"dim": dim}))
     for i in range(1, n_nodes):
         last = i == n_nodes - 1
         g.add_node(
@@ -67,11 +68,11 @@ def chain_graph(n_nodes: int = 3, *, dim: int = 2, num_actors: int = 1, chunk: i
 
 
 def estimator_graph(*, steps: int = 200, step_s: float = 0.05, dim: int = 2) -> Graph:
-    """theta (Gauss prior, SlowEstimator; evidence x, scaffold s) → s → x (observed)."""
+    """theta (GaussPrior, SlowEstimator; evidence x, scaffold s) → s → x (observed)."""
     g = Graph()
     g.add_node(
         "theta",
-        Spec(Gauss, {"dim": dim}),
+        Spec(GaussPrior, {"dim": dim}),
         estimator=Spec(SlowEstimator, {"steps": steps, "step_s": step_s, "dim": dim}),
         evidence=["x"],
         scaffolds=["s"],

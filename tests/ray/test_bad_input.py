@@ -9,18 +9,11 @@ import ray
 
 from kestrel_core import ConfigError, Graph, OutputTypeError, SimulatorError, Spec
 from kestrel_core._errors import InputWriteError
+from kestrel_core.testing.models import Doubler, GaussPrior, Probe
 from kestrel_ray.graph._arrays import given_columns, observation_columns
 
-from .fakes import Gauss, Probe, SlowEstimator
+from .fakes import SlowEstimator
 from .helpers import get, put, read, start_node
-
-
-class Doubler:
-    """K27: ``a[:, 0] *= 2`` on its input, returned."""
-
-    def simulate_batch(self, n, a):
-        a[:, 0] *= 2
-        return a
 
 
 class Clipper:
@@ -39,7 +32,11 @@ class SeededEstimator(SlowEstimator):
 
 
 def test_k27_an_actor_names_node_input_and_remedy_and_the_block_is_unchanged(track):
-    g = Graph().add_node("a", Spec(Gauss)).add_node("b", Spec(Doubler), parents=["a"])
+    g = (
+        Graph()
+        .add_node("a", Spec(GaussPrior, {"dim": 2}))
+        .add_node("b", Spec(Doubler), parents=["a"])
+    )
     handle = start_node(track, g, "b")
     a = np.arange(32.0).reshape(16, 2)
     col = put(a)
@@ -50,7 +47,11 @@ def test_k27_an_actor_names_node_input_and_remedy_and_the_block_is_unchanged(tra
     assert "`a = a.copy()`" in msg and isinstance(info.value, SimulatorError)
     np.testing.assert_array_equal(get(col.refs[0]), a)  # the stored block is unchanged
 
-    g = Graph().add_node("x", Spec(Gauss)).add_node("c", Spec(Clipper), parents=["x"])
+    g = (
+        Graph()
+        .add_node("x", Spec(GaussPrior, {"dim": 2}))
+        .add_node("c", Spec(Clipper), parents=["x"])
+    )
     handle = start_node(track, g, "c")
     x_o = np.array([[5.0, -3.0]])
     col = observation_columns(g, {"x": x_o[0]})["x"]
@@ -92,8 +93,13 @@ def test_k28_arrays_enter_native_and_contiguous_at_the_one_door(track):
 
 def test_k25_estimator_draws_follow_the_call_seeds(track):
     g = Graph()
-    g.add_node("theta", Spec(Gauss), estimator=Spec(SeededEstimator, {"steps": 0}), evidence=["x"])
-    g.add_node("x", Spec(Gauss))
+    g.add_node(
+        "theta",
+        Spec(GaussPrior, {"dim": 2}),
+        estimator=Spec(SeededEstimator, {"steps": 0}),
+        evidence=["x"],
+    )
+    g.add_node("x", Spec(GaussPrior, {"dim": 2}))
     handle = start_node(track, g, "theta")
     x = put(np.zeros((1, 2)))
 

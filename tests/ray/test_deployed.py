@@ -21,9 +21,9 @@ from kestrel_core import (
     load_config,
     sample_forward,
 )
+from kestrel_core.testing.models import CrashOnce
 from kestrel_ray import DeployedGraph, RayBufferView, init_ray
 
-from .fakes import CrashOnce
 from .helpers import chain_graph, estimator_graph, variant
 
 EXAMPLE_05 = (

@@ -8,7 +8,7 @@ import pytest
 
 from kestrel.sample._observations import given_observations
 from kestrel_core import ConfigError, Graph
-from tests.core import graph_models as gm
+from kestrel_core.testing import models
 
 PRIOR = {"_target_": "kestrel_core.Product", "priors": [["normal", 0.0, 1.0]] * 3}
 
@@ -17,8 +17,8 @@ def two_observed() -> Graph:
     return (
         Graph()
         .add_node("theta", PRIOR, evidence=["x1", "x2"])
-        .add_node("x1", gm.Noise, parents=["theta"], observed=np.zeros(3))
-        .add_node("x2", gm.Noise, parents=["theta"], observed=np.zeros(3))
+        .add_node("x1", models.Noise, parents=["theta"], observed=np.zeros(3))
+        .add_node("x2", models.Noise, parents=["theta"], observed=np.zeros(3))
     )
 
 

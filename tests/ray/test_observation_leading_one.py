@@ -34,7 +34,7 @@ def raw_config(observed) -> dict:
                 "estimator": {"_target_": "kestrel_torch.GaussianPosterior", "max_epochs": 2},
             },
             "x": {
-                "simulator": {"_target_": "tests.integration.models.Noisy"},
+                "simulator": {"_target_": "kestrel_core.testing.models.Noise"},
                 "parents": ["z"],
                 "observed": observed,
             },

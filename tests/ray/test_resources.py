@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from kestrel_core import ConfigError, KestrelError, Spec
+from kestrel_core.testing.models import Noise
 from kestrel_ray import DeployedGraph
 
-from .fakes import DyingWrapper, Noise
+from .fakes import DyingWrapper
 from .helpers import chain_graph, variant
 
 

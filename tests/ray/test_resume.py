@@ -115,7 +115,7 @@ def test_k31_epochs_adds_to_the_saved_epoch_count(tmp_path):
                     "estimator": {"_target_": "kestrel_torch.GaussianPosterior", "max_epochs": 9},
                 },
                 "x": {
-                    "simulator": {"_target_": "tests.integration.models.Noisy"},
+                    "simulator": {"_target_": "kestrel_core.testing.models.Noise"},
                     "parents": ["z"],
                     "observed": str(obs),
                 },

@@ -9,8 +9,8 @@ import pytest
 import ray
 
 from kestrel_core import Graph, OutputTypeError, ShapeError, SimulatorError, Spec, sample_forward
+from kestrel_core.testing.models import Probe, Quirky, Ragged
 
-from .fakes import Probe, Quirky, Ragged
 from .helpers import chain_graph, estimator_graph, get, put, read, start_node
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import ray
 
 from kestrel_core import Graph, Spec
+from kestrel_core.testing.models import Probe
 from kestrel_ray.node._wrapper import BROADCAST_MEMO
 
-from .fakes import Probe
 from .helpers import put, read, start_node
 
 
