@@ -37,6 +37,7 @@ EXPECTED = [
     "Fetch",
     "Estimator",
     "EstimatorContext",
+    "GraphRunner",
     "load_config",
     "RunConfig",
     "BufferConfig",

@@ -112,6 +112,17 @@ def test_k23_findings_are_warned_and_recorded_with_the_samples(tmp_path, weights
     assert status["findings"] == [finding] and status["file"].endswith("000000.npz")
 
 
+def test_findings_on_ray_come_back_with_the_draws(tmp_path, weights, no_leaked_actors):
+    # the estimator warns in its node actor; its findings return with the samples it drew
+    # (the trace's findings), are recorded and warned here, as for draws in this process
+    root = make_run(tmp_path, weights)
+    with pytest.warns(ObservationWarning, match=r"node 'theta'.*constant x\[2\]"):
+        result = sample_run(root, "posterior", n=10, seed=1, ray=True)
+    assert result.ray
+    (finding,) = json.loads(Path(result.path).with_suffix(".json").read_text())[STATUS_KEY]
+    assert finding["kind"] == "constant" and finding["feature"] == 2
+
+
 def test_item6_another_observation_warns_for_a_run_trained_with_proposals(tmp_path, weights):
     root = make_run(tmp_path, weights)
     np.save(tmp_path / "other.npy", np.array([-0.5, 0.6, 0.5]))

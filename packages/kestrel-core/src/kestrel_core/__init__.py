@@ -43,6 +43,7 @@ __all__ = [
     "Fetch",
     "Estimator",
     "EstimatorContext",
+    "GraphRunner",
     # config and graph
     "load_config",
     "RunConfig",
@@ -101,6 +102,7 @@ from kestrel_core._protocols import (
     Estimator,
     EstimatorContext,
     Fetch,
+    GraphRunner,
     Record,
     SampleStore,
     Simulator,

@@ -7,15 +7,17 @@ kestrel-ray and kestrel-torch never import each other; they meet through these c
   training buffer; defined with the store in :mod:`kestrel_core.store._protocol` and
   re-exported here.
 * :class:`Estimator` — a trainable conditional density for one latent node.
+* :class:`GraphRunner` — an executor of a graph's plans (on Ray: ``kestrel_ray.DeployedGraph``;
+  in one process: the application's ``LocalGraph``), as the application drives either.
 
 Shape symbols: N samples in a call, M sample ids in a store, D a node's per-sample shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -28,6 +30,9 @@ from kestrel_core.store._protocol import (
     SampleStore,
 )
 
+if TYPE_CHECKING:
+    from kestrel_core.graph._graph import Graph
+
 __all__ = [
     "Simulator",
     "Record",
@@ -39,7 +44,10 @@ __all__ = [
     "BufferView",
     "EstimatorContext",
     "Estimator",
+    "GraphRunner",
     "ESTIMATOR_FILE",
+    "OBSERVATION_CHECKS",
+    "observation_checks",
 ]
 
 #: ``{"value": ndarray (N, *D), "log_prob": ndarray (N,)}``; simulators give ``value`` only.
@@ -88,6 +96,20 @@ class EstimatorContext:
 
 #: the file an estimator's :meth:`Estimator.save_bytes` is kept in, in its node's folder
 ESTIMATOR_FILE = "estimator.pt"
+#: the :meth:`Estimator.status` entry listing what the guards of its latest draw found about
+#: the observation (JSON-ready dicts with ``node`` and ``kind``); optional
+OBSERVATION_CHECKS = "observation_checks"
+
+
+def observation_checks(estimator: Any) -> list[dict[str, Any]]:
+    """What an estimator's guards found at its latest draw: the ``observation_checks`` entry of
+    its ``status()`` (mappings only, copied); ``[]`` where it reports none or its status fails —
+    the findings are a report, never a reason to fail a sampling call."""
+    try:
+        checks = (estimator.status() or {}).get(OBSERVATION_CHECKS)
+    except Exception:
+        return []
+    return [dict(c) for c in checks or () if isinstance(c, Mapping)]
 
 
 class Estimator(Protocol):
@@ -142,5 +164,82 @@ class Estimator(Protocol):
     def request_stop(self) -> None: ...
 
     def status(self) -> dict[str, Any]:
-        """Progress: ``epoch``, ``max_epochs``, ``train_loss``, ``val_loss``, ``samples_seen``, ``state``."""
+        """Progress: ``epoch``, ``max_epochs``, ``train_loss``, ``val_loss``, ``samples_seen``,
+        ``state``; optionally :data:`OBSERVATION_CHECKS` (what the latest draw found about its
+        observation — read after each sampling call and returned with its trace)."""
+        ...
+
+
+@runtime_checkable
+class GraphRunner(Protocol):
+    """An executor of one graph's plans: what the application calls on either executor.
+
+    Two implement it: ``kestrel_ray.DeployedGraph`` (on Ray actors; its traces hold ObjectRefs
+    only, a ``kestrel_ray.RefTrace``) and the application's in-process ``LocalGraph`` (its
+    traces hold arrays). Both run the plans of :mod:`kestrel_core.execute._plan` on the same
+    chunk grid with the same random streams, so a seed gives the same draws on either.
+
+    A *trace* is what a sampling call returns (typed ``Any``: a ref trace or an array trace);
+    every trace has ``n`` (int N), ``nodes()`` (the node names it holds, in call order) and the
+    ``on_error: skip`` counts ``errors`` (node → int), ``error`` (node → ``(user frames,
+    traceback)``) and ``raised`` (node → bool ``(N,)``), and ``findings`` (estimator node →
+    what its observation guards found at the call's draws: the estimator's
+    :data:`OBSERVATION_CHECKS` after it drew; nodes that found nothing are left out). Read its
+    arrays with :meth:`to_arrays`.
+
+    Shape symbols: N samples of a call, D a node's per-sample shape, D_key a flat key's.
+    ``observations`` map observed node → ``x_o`` of shape ``D`` (no batch axis), over the
+    graph's own.
+    """
+
+    @property
+    def graph(self) -> Graph:
+        """The validated graph whose plans this runner executes."""
+        ...
+
+    def sample(self, n: int) -> Any:
+        """Forward-simulate every node (latent roots from their priors): a trace of N samples
+        with every node's keys."""
+        ...
+
+    def sample_posterior(self, n: int, observations: Mapping[str, Any] | None = None) -> Any:
+        """Posterior draws of the latent nodes (inference order) given the observations."""
+        ...
+
+    def sample_proposal(self, n: int, observations: Mapping[str, Any] | None = None) -> Any:
+        """Proposal draws of the latent nodes (inference order) given the observations."""
+        ...
+
+    def sample_ppd(self, n: int, observations: Mapping[str, Any] | None = None) -> Any:
+        """Posterior predictive: latents from the posterior, every other node simulated from
+        them."""
+        ...
+
+    def run(
+        self,
+        n: int,
+        plan: Sequence[tuple[str, str]],
+        observations: Mapping[str, Any] | None = None,
+        *,
+        rows: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Call ``(node, method)`` in order, each conditioned on the values known so far.
+
+        Args:
+            n: number of samples N. plan: the calls. observations: as above. rows: node →
+                array ``(N, *D)``, a value per sample (e.g. m observations, each repeated for
+                its draws), over ``observations``.
+
+        Returns:
+            A trace of the planned nodes' keys (none for N = 0).
+        """
+        ...
+
+    def to_arrays(self, trace: Any, keys: Sequence[str]) -> dict[str, np.ndarray]:
+        """flat key → array ``(N, *D_key)`` of a trace this runner returned (may be read-only)."""
+        ...
+
+    def status(self, timeout: float = 2.0) -> dict[str, Any]:
+        """node → its status dict (a list of them for a node served by several actors), whose
+        ``"estimator"`` entry is the estimator's :meth:`Estimator.status`, where it has one."""
         ...

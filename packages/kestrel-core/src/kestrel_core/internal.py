@@ -5,7 +5,7 @@ with any release; ``kestrel_ray``, ``kestrel_torch`` and the ``kestrel`` applica
 them from here, never from a private module (as ``equinox.internal``).
 """
 
-from kestrel_core._protocols import ESTIMATOR_FILE
+from kestrel_core._protocols import ESTIMATOR_FILE, OBSERVATION_CHECKS, observation_checks
 from kestrel_core.config._diff import (
     MISSING,
     Change,
@@ -53,6 +53,7 @@ __all__ = [
     "ESTIMATOR_FILE",
     "Expected",
     "MISSING",
+    "OBSERVATION_CHECKS",
     "SkipLog",
     "accepts_keyword",
     "argument_problems",
@@ -71,6 +72,7 @@ __all__ = [
     "format_full",
     "forward_plan",
     "inference_plan",
+    "observation_checks",
     "print_report",
     "read_estimator_file",
     "resimulation_plan",

@@ -15,9 +15,7 @@ if TYPE_CHECKING:
     from kestrel_ray.cluster._resources import actor_options
     from kestrel_ray.cluster._start import check_address_format
     from kestrel_ray.graph._actors import check_graph_config
-    from kestrel_ray.graph._arrays import observation_columns, put_rows
     from kestrel_ray.node._chunks import rows_of, spans
-    from kestrel_ray.node._handles import collect_trace
     from kestrel_ray.node._timeout import actor_info
     from kestrel_ray.store._snapshot import restore_store, snapshot_store
 
@@ -29,11 +27,8 @@ _HOMES = {
     "actor_options": "kestrel_ray.cluster._resources",
     "check_address_format": "kestrel_ray.cluster._start",
     "check_graph_config": "kestrel_ray.graph._actors",
-    "observation_columns": "kestrel_ray.graph._arrays",
-    "put_rows": "kestrel_ray.graph._arrays",
     "rows_of": "kestrel_ray.node._chunks",
     "spans": "kestrel_ray.node._chunks",
-    "collect_trace": "kestrel_ray.node._handles",
     "actor_info": "kestrel_ray.node._timeout",
     "restore_store": "kestrel_ray.store._snapshot",
     "snapshot_store": "kestrel_ray.store._snapshot",
@@ -44,10 +39,7 @@ __all__ = [
     "actor_options",
     "check_address_format",
     "check_graph_config",
-    "collect_trace",
     "describe_failure",
-    "observation_columns",
-    "put_rows",
     "restore_store",
     "rows_of",
     "snapshot_store",

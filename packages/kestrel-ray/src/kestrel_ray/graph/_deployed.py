@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import ray
@@ -29,12 +29,14 @@ from kestrel_core import (
     ConfigError,
     Graph,
     GraphError,
+    GraphRunner,
+    ShapeError,
     StoreWarning,
     check_count,
 )
 from kestrel_core.internal import call_conditions, forward_plan, inference_plan, resimulation_plan
 from kestrel_ray._errors import unwrap_error
-from kestrel_ray.graph._arrays import given_columns, observation_columns, read_arrays
+from kestrel_ray.graph._arrays import given_columns, observation_columns, put_rows, read_arrays
 from kestrel_ray.graph._deployment import Deployment
 from kestrel_ray.graph._refs import Column, RefTrace, chunk_grid
 from kestrel_ray.node._estimator_files import transfer_estimators
@@ -185,14 +187,8 @@ class DeployedGraph:
         return self._deployment.handle(name)
 
     def _check_deployed(self) -> None:
-        """Raise :class:`~kestrel_core.KestrelError` unless deployed (``kestrel.sample`` calls
-        :meth:`_submit` itself)."""
+        """Raise :class:`~kestrel_core.KestrelError` unless deployed."""
         self._deployment.check_deployed()
-
-    @property
-    def _obs_columns(self) -> dict[str, Column]:
-        """The graph's own observations as broadcast columns (``kestrel.sample``'s too)."""
-        return self._deployment.obs_columns
 
     @property
     def _latents(self) -> list[str]:
@@ -271,7 +267,12 @@ class DeployedGraph:
         return collect_trace(n, self._submit(n, forward_plan(self.graph), {}, given))
 
     def run(
-        self, n: int, plan: Sequence[tuple[str, str]], observations: Mapping[str, Any] | None = None
+        self,
+        n: int,
+        plan: Sequence[tuple[str, str]],
+        observations: Mapping[str, Any] | None = None,
+        *,
+        rows: Mapping[str, Any] | None = None,
     ) -> RefTrace:
         """Submit ``(node, method)`` calls in order, then wait for their meta dicts.
 
@@ -279,20 +280,33 @@ class DeployedGraph:
         estimator) or of its evidence plus any available scaffolds (estimator methods); observed
         nodes provide one broadcast ref each. A node planned twice keeps its last result.
 
+        Args:
+            n: number of samples N. plan: the calls. observations: node → ``x_o`` (shape
+                ``D``, no batch axis) over the graph's own. rows: node → array ``(N, *D)``, a
+                value per sample (e.g. m observations, each repeated for its draws), over
+                ``observations``; it enters the object store as one block per node.
+
         Returns:
             :class:`RefTrace` of the planned nodes' keys (no keys when ``n`` is 0).
 
         Raises:
             CountError: bad ``n``. GraphError: a needed condition has no value.
+            ConfigError: ``rows`` that are not numeric. ShapeError: ``rows`` of another
+                length than ``n``.
             EstimatorError: an inference method is planned for a node with evidence but no
                 estimator (or one deployed with ``estimators=False``).
             KestrelError: a node failed (its own error, naming the node; user exceptions carry a
                 note naming the node).
         """
-        return self.submit(n, plan, observations).collect()
+        return self.submit(n, plan, observations, rows=rows).collect()
 
     def submit(
-        self, n: int, plan: Sequence[tuple[str, str]], observations: Mapping[str, Any] | None = None
+        self,
+        n: int,
+        plan: Sequence[tuple[str, str]],
+        observations: Mapping[str, Any] | None = None,
+        *,
+        rows: Mapping[str, Any] | None = None,
     ) -> SubmittedTrace:
         """:meth:`run` without waiting: the calls are submitted (queued on the node actors
         behind whatever they run); :meth:`SubmittedTrace.collect` waits and raises as
@@ -302,6 +316,10 @@ class DeployedGraph:
         avail: dict[str, Column] = dict(self._deployment.obs_columns)
         if observations:
             avail.update(observation_columns(self.graph, observations))
+        for name, value in (rows or {}).items() if n else ():
+            avail[name] = put_rows(value, f"rows of {name!r}", ConfigError)
+            if avail[name].n != n:
+                raise ShapeError(f"rows of {name!r}: {avail[name].n} rows for {n} samples")
         return SubmittedTrace(n, self._submit(n, plan, avail, {}) if n else {})
 
     def _submit(
@@ -529,3 +547,9 @@ class DeployedGraph:
         actors = {name: self._deployment.estimator(name).actor for name in names}
         self.saved_epochs = transfer_estimators(method, actors, folders)
         return folders
+
+
+if TYPE_CHECKING:  # mypy proves that a DeployedGraph is a kestrel_core.GraphRunner
+
+    def _is_graph_runner(dg: DeployedGraph) -> GraphRunner:
+        return dg

@@ -89,6 +89,8 @@ class RefTrace:
             they are not ``finite`` either).
         error: node → the first of those exceptions as ``(user frames, full traceback)``.
         raised: node → bool ``(N,)``: which of its samples raised (nodes with ``errors``).
+        findings: estimator node → what its observation guards found at these draws (its
+            ``observation_checks``, JSON-ready dicts; nodes that found nothing are left out).
     """
 
     n: int
@@ -99,6 +101,7 @@ class RefTrace:
     errors: dict[str, int] = field(default_factory=dict)
     error: dict[str, tuple[str, str]] = field(default_factory=dict)
     raised: dict[str, np.ndarray] = field(default_factory=dict)
+    findings: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def keys(self) -> list[str]:
         """Flat keys, in insertion order."""
@@ -134,6 +137,7 @@ class RefTrace:
             {m: c for m, c in self.errors.items() if m in nodes},
             {m: t for m, t in self.error.items() if m in nodes},
             {m: r for m, r in self.raised.items() if m in nodes},
+            {m: f for m, f in self.findings.items() if m in nodes},
         )
 
     def valid_rows(self) -> np.ndarray | None:

@@ -37,7 +37,7 @@ class Pending:
         n: number of samples.
         columns: field (``"value"``, ``"log_prob"``) → :class:`Column` of ``n`` rows.
         meta_refs: one ref per actor call to ``{"fields": {field: (D, dtype)}, "nonfinite": int,
-            "finite": [bool (c,) per chunk]}``.
+            "finite": [bool (c,) per chunk], "findings": [dict, …] (an estimator's, if any)}``.
         chunk_calls: for a node with a ``timeout``: the chunk of each meta ref (one call per
             chunk), waited for with :func:`~kestrel_ray.node._timeout.wait_chunk`; else empty.
     """
@@ -58,7 +58,7 @@ def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
 
     Returns:
         :class:`RefTrace` with every field of every call (shape and dtype from the meta dicts,
-        non-finite counts and finite-row masks per node).
+        non-finite counts and finite-row masks per node, an estimator's findings).
 
     Raises:
         KestrelError: a node's call failed (its error, naming the node and the call).
@@ -87,6 +87,9 @@ def collect_trace(n: int, calls: Mapping[str, tuple[str, Pending]]) -> RefTrace:
         raised = [np.asarray(r, dtype=bool) for m in metas for r in m.get("raised") or ()]
         if trace.errors[name] and sum(len(r) for r in raised) == n:  # on_error: skip
             trace.raised[name] = np.concatenate(raised)
+        found = metas[-1].get("findings") if metas else None  # the latest draw's, as status
+        if found:  # what an estimator's observation guards found at these draws
+            trace.findings[name] = [dict(f) for f in found]
         masks = [np.asarray(ok, dtype=bool) for m in metas for ok in m.get("finite") or ()]
         if masks and sum(len(ok) for ok in masks) == n:
             trace.finite[name] = np.concatenate(

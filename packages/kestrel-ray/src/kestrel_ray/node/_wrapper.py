@@ -45,7 +45,7 @@ from kestrel_core import (
     check_count,
     seed_sequence,
 )
-from kestrel_core.internal import Attempt, call_estimator, simulate_or_skip
+from kestrel_core.internal import Attempt, call_estimator, observation_checks, simulate_or_skip
 from kestrel_ray.cluster._imports import local_import_paths, local_spec
 from kestrel_ray.graph._refs import chunk_grid
 from kestrel_ray.node._chunks import (
@@ -325,7 +325,9 @@ class NodeWrapper:
         """Draw from the estimator's posterior (or, without one, simulate from the parents).
 
         Same arguments and return as :meth:`sample`; conditions are the evidence (and scaffold)
-        nodes for an estimator.
+        nodes for an estimator. The meta dict of an estimator's draws carries ``findings``
+        where its observation guards found something (its status's ``observation_checks``
+        after the call's last chunk, :func:`kestrel_core.internal.observation_checks`).
         """
         return await self._call("sample_posterior", n, conditions, chunks, seeds)
 
@@ -367,6 +369,7 @@ class NodeWrapper:
         t0 = time.perf_counter()
         arrays = await self._resolve(conditions or {}, n)
         self._busy("inputs", t0)
+        found: list[dict[str, Any]] = []  # what an estimator's observation guards found
         if method == "sample" or self._estimator is None:
             if self._sim_lock is None:
                 self._sim_lock = asyncio.Lock()
@@ -383,12 +386,16 @@ class NodeWrapper:
                 conds = {k: rows_of(v, a, c, n) for k, v in arrays.items()}
                 # seq: the draws; a proposal draws from the model of the round the driver asked for
                 out = call_estimator(self._estimator, method, c, conds, seq, self._training.round)
+                found = observation_checks(self._estimator)  # read before another call draws
                 records.append(as_record(self._name, method, out, c))
                 self._busy(method, t0)
                 await asyncio.sleep(0)  # let training take a step between chunks
         self._calls += 1
         self._samples += n
-        return pack_records(self._name, self._fields(method), records, raised, error)
+        packed = pack_records(self._name, self._fields(method), records, raised, error)
+        if found:
+            packed[-1]["findings"] = found  # in the meta dict: returned with the draws
+        return packed
 
     def _busy(self, part: str, since: float) -> None:
         """Add the seconds since ``since`` (``time.perf_counter``) to ``part`` (status)."""

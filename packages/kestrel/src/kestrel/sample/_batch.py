@@ -28,9 +28,18 @@ from typing import Any
 import numpy as np
 
 from kestrel.rundir._samplefiles import OBSERVED_MODES
-from kestrel.sample._guards import capture, issue, merge_rows, renumber, status_findings
+from kestrel.sample._guards import capture, issue, merge_rows, renumber, trace_findings
 from kestrel.sample._observations import given_observations, read_observation
-from kestrel_core import ConfigError, KestrelError, RunConfig, ShapeError, check_count, flat_key
+from kestrel_core import (
+    ConfigError,
+    Graph,
+    GraphRunner,
+    KestrelError,
+    RunConfig,
+    ShapeError,
+    check_count,
+    flat_key,
+)
 from kestrel_core.internal import inference_plan, resimulation_plan
 
 __all__ = [
@@ -129,7 +138,7 @@ def read_batch(config: RunConfig, mode: str, given: Any) -> Batch | None:
     return Batch(rows, shared, next(iter(counts.values())))
 
 
-def batch_plan(graph: Any, mode: str, observed: Iterable[str]) -> list[tuple[str, str]]:
+def batch_plan(graph: Graph, mode: str, observed: Iterable[str]) -> list[tuple[str, str]]:
     """The plan of one sampling mode with ``observed`` nodes given (besides the graph's own).
 
     Raises:
@@ -145,26 +154,8 @@ def batch_plan(graph: Any, mode: str, observed: Iterable[str]) -> list[tuple[str
     raise ConfigError(f"batched sampling: mode {mode!r} is not one of {', '.join(OBSERVED_MODES)}")
 
 
-def _call(dg: Any, n: int, plan: Sequence[tuple[str, str]], shared: Any, rows: Any) -> Any:
-    """One call of ``plan`` for ``n`` samples with per-sample ``rows`` of conditions."""
-    from kestrel.session._local import LocalGraph
-
-    if isinstance(dg, LocalGraph):
-        return dg.run(n, plan, shared, rows=rows)
-    from kestrel_ray.internal import collect_trace, observation_columns, put_rows
-
-    # a DeployedGraph: the columns DeployedGraph.run builds, with n-row columns for ``rows``
-    dg._check_deployed()
-    known = dict(dg._obs_columns)
-    if shared:
-        known.update(observation_columns(dg.graph, shared))
-    for node, value in rows.items():
-        known[node] = put_rows(value, f"observations of {node!r}", ConfigError)
-    return collect_trace(n, dg._submit(n, plan, known, {}))
-
-
 def run_batch(
-    dg: Any,
+    dg: GraphRunner,
     plan: Sequence[tuple[str, str]],
     n: int,
     rows: Mapping[str, np.ndarray],
@@ -183,8 +174,8 @@ def run_batch(
         keys: the flat keys to read, or a function of the first call's trace giving them.
         shared: node → ``D`` conditions shared by every row (over the graph's observations).
         notes: receives what the estimators' observation guards found (their
-            ``ObservationWarning`` instances; on Ray the ``observation_checks`` of their status
-            after each call), each row numbered by its index among the ``m``
+            ``ObservationWarning`` instances; on Ray the ``observation_checks`` each call
+            returns with its trace), each row numbered by its index among the ``m``
             (:func:`~._guards.renumber`); ``None``: the warnings are issued so numbered.
 
     Returns:
@@ -208,11 +199,11 @@ def run_batch(
         b = min(total, a + window)
         which = np.arange(a, b) // n
         with capture() as caught:
-            trace = _call(
-                dg, b - a, plan, shared, {k: np.asarray(v)[which] for k, v in rows.items()}
+            trace = dg.run(
+                b - a, plan, shared, rows={k: np.asarray(v)[which] for k, v in rows.items()}
             )
         if notes is not None:  # and what the warnings of this process left out (given once)
-            caught += status_findings(dg, [k for k, _ in plan if k in dg.graph.latents], caught)
+            caught += trace_findings(trace, [k for k, _ in plan if k in dg.graph.latents], caught)
         runs = _runs(rows, int(which[0]), int(which[-1]))
         found += [renumber(note, runs) for note in caught]
         if names is None:
@@ -248,7 +239,7 @@ def _runs(rows: Mapping[str, Any], first: int, last: int) -> list[list[int]]:
 
 
 def draw_batch(
-    dg: Any,
+    dg: GraphRunner,
     mode: str,
     n: int,
     batch: Batch,

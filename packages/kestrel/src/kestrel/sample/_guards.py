@@ -11,8 +11,9 @@ Two sources of findings (JSON-ready dicts with ``node`` and ``kind``):
   ``amortized: true`` (prior draws only) is meant for many observations and does not.
 * **the estimators' own guards** (``kind: "constant"`` or ``"far"``, see
   :mod:`kestrel_torch.estimators._guards`): the observation warnings they issue while drawing in this
-  process (held back by :func:`capture`), or the ``observation_checks`` an estimator's status
-  reports (on Ray, :func:`status_findings`).
+  process (held back by :func:`capture`), or the ``observation_checks`` an estimator reports
+  with the draws it made (on Ray, :func:`trace_findings`; later, from its status:
+  :func:`status_findings`).
 
 A batched call (``(m, *D)`` observations, :mod:`._batch`) is checked per observation: the
 findings carry ``row``, the observation's index among the ``m`` (:mod:`._guard_rows`: the
@@ -40,7 +41,7 @@ import numpy as np
 from kestrel.rundir._rundir import RunDir
 from kestrel.rundir._samplefiles import observation_digest
 from kestrel.sample._guard_rows import merge_rows, renumber, rows_text, unique_findings
-from kestrel_core import ObservationWarning, RunConfig
+from kestrel_core import GraphRunner, ObservationWarning, RunConfig
 from kestrel_core.internal import write_atomic
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "rows_text",
     "capture",
     "status_findings",
+    "trace_findings",
     "record",
     "issue",
     "STATUS_KEY",
@@ -235,41 +237,57 @@ def capture() -> Iterator[list[ObservationWarning]]:
 
 
 def status_findings(
-    dg: Any, nodes: Sequence[str], known: Sequence[ObservationWarning] = ()
+    dg: GraphRunner, nodes: Sequence[str], known: Sequence[ObservationWarning] = ()
 ) -> list[ObservationWarning]:
-    """What the estimators of ``nodes`` report as ``observation_checks`` in their status (a
-    deployed graph on Ray, whose warnings stay in the node actors' logs; or a
-    :class:`~._local.LocalGraph`'s estimators): one :class:`ObservationWarning` per node that
-    found something (none where an estimator reports nothing or does not answer), leaving out
-    the findings of the ``known`` warnings."""
-    seen = {json.dumps(f, sort_keys=True, default=str) for note in known for f in note.findings}
+    """What the estimators of ``nodes`` report as ``observation_checks`` in their status now
+    (for a caller that holds no trace of the draws, e.g. a launch's end samples): one
+    :class:`ObservationWarning` per node that found something (none where an estimator reports
+    nothing or does not answer), leaving out the findings of the ``known`` warnings."""
     try:
-        if hasattr(dg, "status"):
-            status = dg.status()
-        else:  # a LocalGraph
-            status = {m: {"estimator": dg.estimator(m).status()} for m in nodes}
+        status = dg.status()
     except Exception:  # the findings are a report: never fail a sampling call for them
         return []
-    out = []
+    found: dict[str, list[dict[str, Any]]] = {}
     for m in nodes:
         entries = status.get(m)
-        found: list[dict[str, Any]] = []
         for entry in entries if isinstance(entries, list) else [entries]:
             checks = ((entry or {}).get("estimator") or {}).get(STATUS_KEY) or []
-            found.extend(dict(c) for c in checks if isinstance(c, Mapping))
-        found = [f for f in found if json.dumps(f, sort_keys=True, default=str) not in seen]
-        if found:
-            items = "; ".join(
+            found.setdefault(m, []).extend(dict(c) for c in checks if isinstance(c, Mapping))
+    return _node_warnings(found, known)
+
+
+def trace_findings(
+    trace: Any, nodes: Sequence[str], known: Sequence[ObservationWarning] = ()
+) -> list[ObservationWarning]:
+    """What the estimators of ``nodes`` found at the draws of ``trace`` (a trace of a
+    :class:`~kestrel_core.GraphRunner`, which returns them with the samples: its
+    ``findings``), as :func:`status_findings` gives them — on Ray the estimators' warnings stay
+    in the node actors' logs; in this process they may have been warned already (``known``)."""
+    found = getattr(trace, "findings", None) or {}
+    return _node_warnings({m: list(found.get(m) or ()) for m in nodes}, known)
+
+
+def _node_warnings(
+    found: Mapping[str, list[dict[str, Any]]], known: Sequence[ObservationWarning]
+) -> list[ObservationWarning]:
+    """One :class:`ObservationWarning` per node of ``found`` (node → findings) with a finding
+    that no ``known`` warning carries."""
+    seen = {json.dumps(f, sort_keys=True, default=str) for note in known for f in note.findings}
+    out = []
+    for m, items in found.items():
+        items = [f for f in items if json.dumps(f, sort_keys=True, default=str) not in seen]
+        if items:
+            text = "; ".join(
                 f"{f.get('kind')} {f.get('label')}"
                 + (f" (observation row {f['row']})" if isinstance(f.get("row"), int) else "")
                 + (f" (z = {f['z']:+.1f})" if isinstance(f.get("z"), float) else "")
-                for f in found
+                for f in items
             )
             message = (
-                f"node {m!r}: the observation is unlike the training data: {items} "
+                f"node {m!r}: the observation is unlike the training data: {text} "
                 "(details in the node's log and in status.json observation_checks)"
             )
-            out.append(ObservationWarning(message, found))
+            out.append(ObservationWarning(message, items))
     return out
 
 

@@ -40,11 +40,12 @@ from kestrel.rundir._folder import check_run_folder
 from kestrel.rundir._rundir import RunDir
 from kestrel.rundir._samplefiles import OBSERVED_MODES, observation_digest
 from kestrel.sample._batch import Batch, draw_batch, read_batch
-from kestrel.sample._guards import capture, issue, other_observation, record, status_findings
+from kestrel.sample._guards import capture, issue, other_observation, record, trace_findings
 from kestrel.sample._observations import given_observations
 from kestrel_core import (
     ConfigError,
     EstimatorError,
+    GraphRunner,
     ObservationWarning,
     RunConfig,
     check_count,
@@ -98,14 +99,14 @@ def _check_mode(mode: str) -> None:
         raise ConfigError(f"sample mode {mode!r} is not one of {', '.join(MODES)}")
 
 
-def _default_nodes(dg: Any, mode: str, produced: Sequence[str]) -> list[str]:
+def _default_nodes(dg: GraphRunner, mode: str, produced: Sequence[str]) -> list[str]:
     graph = dg.graph
     if mode in ("posterior", "proposal"):
         return [m for m in produced if m in graph.latents]
     return list(produced)
 
 
-def select_nodes(dg: Any, mode: str, produced: Sequence[str], entry: Any) -> list[str]:
+def select_nodes(dg: GraphRunner, mode: str, produced: Sequence[str], entry: Any) -> list[str]:
     """The nodes a mode writes: the defaults, minus ``exclude_keys``, plus ``add_keys``.
 
     Raises:
@@ -128,7 +129,7 @@ def select_nodes(dg: Any, mode: str, produced: Sequence[str], entry: Any) -> lis
 
 
 def draw_samples(
-    dg: Any,
+    dg: GraphRunner,
     mode: str,
     n: int,
     entry: Any = None,
@@ -141,15 +142,16 @@ def draw_samples(
     """Draw ``n`` samples of ``mode`` from a graph whose weights are loaded.
 
     Args:
-        dg: a :class:`~kestrel_ray.DeployedGraph` or a :class:`~._local.LocalGraph` (the same
-            sampling methods and ``to_arrays``).
+        dg: a :class:`~kestrel_ray.DeployedGraph` or a :class:`~._local.LocalGraph` (a
+            :class:`~kestrel_core.GraphRunner`).
         mode: ``prior``, ``posterior``, ``proposal`` or ``ppd``.
         n: number of samples (≥ 1).
         entry: the config's ``sample.<mode>`` (for ``exclude_keys`` / ``add_keys``) or ``None``.
         observations: node → ``x_o`` (shape ``D``) over the graph's own (not for ``prior``).
         batch: m observations (:class:`~._batch.Batch`): ``n`` samples for each, batched.
-        findings: for a batch, receives the estimators' observation findings, rows numbered
-            by observation (``notes`` of :func:`~._batch.run_batch`).
+        findings: receives what the estimators' observation guards found, returned with the
+            draws (the latest call's), that it does not hold yet (for a batch: every call's,
+            rows numbered by observation, ``notes`` of :func:`~._batch.run_batch`).
         skipped: the samples whose simulation raised (``on_error: skip``) are counted here and
             dropped (fewer than ``n`` rows); not for a batch (rows stay, NaN-filled).
 
@@ -165,19 +167,18 @@ def draw_samples(
     if batch is not None:
         pick = lambda made: select_nodes(dg, mode, made, entry)  # noqa: E731
         return draw_batch(dg, mode, n, batch, pick, findings)
-    method = {
-        "prior": "sample",
-        "posterior": "sample_posterior",
-        "proposal": "sample_proposal",
-        "ppd": "sample_ppd",
-    }[mode]
-    call = getattr(dg, method)
+    observed = {
+        "posterior": dg.sample_posterior,
+        "proposal": dg.sample_proposal,
+        "ppd": dg.sample_ppd,
+    }
     parts: dict[str, list[np.ndarray]] = {}
     nodes: list[str] | None = None
+    latents = dg.graph.latents
     done = 0
     while done < n:
         rows = min(_CALL_ROWS, n - done)
-        trace = call(rows) if mode == "prior" or not observations else call(rows, observations)
+        trace = dg.sample(rows) if mode == "prior" else observed[mode](rows, observations or None)
         if nodes is None:
             nodes = select_nodes(dg, mode, trace.nodes(), entry)
         arrays = dg.to_arrays(trace, [flat_key(m, "value") for m in nodes])
@@ -186,6 +187,8 @@ def draw_samples(
             value = arrays[flat_key(m, "value")]
             parts.setdefault(m, []).append(value if keep is None else np.asarray(value)[keep])
         done += rows
+    if findings is not None and done:  # what the estimators found at the latest draws
+        findings += trace_findings(trace, [m for m in trace.nodes() if m in latents], findings)
     return {m: (v[0] if len(v) == 1 else np.concatenate(v)) for m, v in parts.items()}
 
 
@@ -387,8 +390,6 @@ def _draw_on_ray(
             session.load_weights(dg, config.graph.latents)
         entry = config.sample[mode]
         arrays = draw_samples(dg, mode, n, entry, observations, batch, skipped, findings=findings)
-        if findings is not None and mode != "prior" and batch is None:  # the guards' findings
-            findings.extend(status_findings(dg, config.graph.latents))
     return session.seed, arrays
 
 

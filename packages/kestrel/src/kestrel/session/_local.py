@@ -7,7 +7,8 @@ it (``node.estimator.build()`` — the config's ``_target_``, so this module nev
 itself), set up with the same :class:`~kestrel_core.EstimatorContext`, and loaded from
 ``<graph>/<node>/estimator.pt`` with ``load_bytes``.
 
-The calls mirror :class:`~kestrel_ray.DeployedGraph`'s: the same plans
+The calls mirror :class:`~kestrel_ray.DeployedGraph`'s (both are a
+:class:`kestrel_core.GraphRunner`): the same plans
 (:mod:`kestrel_core.execute._plan`), the same chunk grid (:func:`~kestrel_ray.chunk_grid`) and the same
 random streams — the run's ``SeedSequence`` spawns one child per node in forward order, every
 planned call spawns one grandchild per chunk from its node's child, and an estimator draws from
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +31,7 @@ from kestrel_core import (
     EstimatorContext,
     EstimatorError,
     Graph,
+    GraphRunner,
     ShapeError,
     as_record,
     check_count,
@@ -45,6 +47,7 @@ from kestrel_core.internal import (
     fit_given_observation,
     forward_plan,
     inference_plan,
+    observation_checks,
     read_estimator_file,
     resimulation_plan,
     simulate_or_skip,
@@ -64,6 +67,8 @@ class LocalTrace:
         ``"<node>.log_prob"`` ``(N,)`` where the call gives one), nodes in call order.
         errors, error, raised: as :class:`~kestrel_ray.RefTrace`'s (``on_error: skip``): node →
         samples whose simulation raised, the first exception's texts, bool ``(N,)`` mask.
+        findings: estimator node → what its observation guards found at these draws (as
+        :class:`~kestrel_ray.RefTrace`'s).
     """
 
     def __init__(self, n: int, arrays: dict[str, np.ndarray] | None = None):
@@ -72,6 +77,7 @@ class LocalTrace:
         self.errors: dict[str, int] = {}
         self.error: dict[str, tuple[str, str]] = {}
         self.raised: dict[str, np.ndarray] = {}
+        self.findings: dict[str, list[dict[str, Any]]] = {}
 
     def nodes(self) -> list[str]:
         """Node names present, in call order."""
@@ -176,6 +182,24 @@ class LocalGraph:
         """Flat key → array of the trace (as :meth:`DeployedGraph.to_arrays`)."""
         return {k: trace.arrays[k] for k in keys}
 
+    def status(self, timeout: float = 2.0) -> dict[str, Any]:
+        """Node statuses as :meth:`DeployedGraph.status` gives them (without the store's
+        counts): node → ``{"node": name}``, with ``"estimator"``: the estimator's ``status()``
+        where one is built here.
+
+        Args:
+            timeout: unused (nothing to wait for in this process); as on Ray.
+
+        Raises:
+            Exception: an estimator's ``status()`` failed (its own exception).
+        """
+        out: dict[str, Any] = {}
+        for name in self.graph.forward_order:
+            out[name] = {"node": name}
+            if name in self._estimators:
+                out[name]["estimator"] = dict(self._estimators[name].status())
+        return out
+
     def estimator(self, name: str) -> Any:
         """The estimator of node ``name`` (built here; loaded by :meth:`load`).
 
@@ -235,6 +259,10 @@ class LocalGraph:
                 record = self._simulate(name, conds, n, chunks, seeds, out)
             else:
                 record = self._estimate(name, method, conds, n, chunks, seeds)
+                found = observation_checks(self._estimators[name])  # as on its node actor
+                out.findings.pop(name, None)
+                if found:
+                    out.findings[name] = found
             records.pop(name, None)
             records[name] = record
             known[name] = record["value"]
@@ -294,6 +322,12 @@ class LocalGraph:
             out = call_estimator(estimator, method, c, rows, seq)  # draws from the call's seed
             parts.append(as_record(name, method, out, c))
         return {f: _join([p[f] for p in parts]) for f in parts[0]}
+
+
+if TYPE_CHECKING:  # mypy proves that a LocalGraph is a kestrel_core.GraphRunner
+
+    def _is_graph_runner(graph: LocalGraph) -> GraphRunner:
+        return graph
 
 
 def _join(parts: list[np.ndarray]) -> np.ndarray:
