@@ -42,18 +42,21 @@ SHORT = [
 #: under-trained run sits near the bound. At 50 epochs (the AVX-512 machine, 2026-12-01):
 #: seeds 1, 2, 3 give 0.544, 0.578, 0.568; launches of 50–53 s, scoring 6–19 s. On this 2-core
 #: machine (2026-12-02) seed 1 gave 0.628 with the flow before it had an affine layer next to
-#: its base, 0.549 (launch 45 s, scoring 12 s) with it. A posterior with
-#: only one of the two crescents scores about 0.75, one still shaped like the prior about 1.0.
+#: its base, 0.549 (launch 45 s, scoring 12 s) with it; 0.569 (launch 45 s) on 2026-12-04. A
+#: posterior with only one of the two crescents scores about 0.75, one still shaped like the
+#: prior about 1.0.
 MAX_C2ST_SHORT = 0.70
-#: seconds of training before a graceful stop, should a loaded machine be very slow (a run
-#: stopped by it trains fewer epochs than EPOCHS and is no longer the measured one)
-CAP = 90
+#: seconds before a graceful stop, should a loaded machine be very slow: a safety net only (the
+#: launch takes 45–53 s); a run it stops trains fewer epochs than EPOCHS, is no longer the
+#: measured one, and fails the test
+CAP = 240
 
 
 def short_run_c2st(task: str, overrides: list[str], cap: float, tmp_path) -> float:
     """Launch ``task``'s config with ``overrides`` (seed 1, rounds paced by epochs: the same run
-    whatever the load; a graceful stop after ``cap`` s of training), score its posterior
-    against :data:`N` reference samples and print what the run took."""
+    whatever the load; a graceful stop after ``cap`` s only as a safety net: a run it stops
+    fails), score its posterior against :data:`N` reference samples and print what the run
+    took."""
     pytest.importorskip("sklearn", reason="kestrel-core[diagnostics] not installed")
     start = time.monotonic()
     result = launch(
@@ -64,6 +67,11 @@ def short_run_c2st(task: str, overrides: list[str], cap: float, tmp_path) -> flo
         timeout=cap,
         progress=False,
         deterministic=True,
+    )
+    # a run the cap stopped trained fewer epochs than the measured one: fail, do not score it
+    assert result.status == "completed", (
+        f"{task}: the run ended {result.status!r} after {result.epochs} epochs in "
+        f"{result.wall_time:.0f} s, not by its epochs: the {cap} s cap is only a safety net"
     )
     with np.load(result.samples["posterior"]) as data:
         theta = data["theta"]
@@ -79,7 +87,7 @@ def short_run_c2st(task: str, overrides: list[str], cap: float, tmp_path) -> flo
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)
 def test_07_two_moons_c2st_against_the_reference(tmp_path, no_leaked_actors):
     score = short_run_c2st("07_two_moons", SHORT, CAP, tmp_path)
     assert score <= MAX_C2ST_SHORT, f"C2ST {score:.3f} > {MAX_C2ST_SHORT}"
@@ -96,16 +104,19 @@ SHORT_08 = [
     f"graph.theta.estimator.max_epochs={EPOCHS_08}",
     f"sample.posterior.n={N}",
 ]
-#: the bound of SLCP's short run, seed 1 (2026-12-03): this run scored 0.787 (launch 94 s);
+#: the bound of SLCP's short run, seed 1 (2026-12-03): this run scored 0.787 (launch 94 s;
+#: 0.728 in 88 s on the 2-core machine, 2026-12-04);
 #: shorter ones scored higher — 40 epochs 0.895 (500 + 500 prior simulations) and 0.879
 #: (rounds of 200), 60 epochs with rounds of 200 0.834. A posterior that misses modes or keeps
 #: the prior's width in θ₂, θ₃ scores far above the bound; the posterior flow scores 0.86–0.88
 #: with all 10 000 simulations.
 MAX_C2ST_SHORT_08 = 0.85
+#: SLCP's safety cap (seconds; the launch takes 88–94 s): a run it stops fails the test
+CAP_08 = 400
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_08_slcp_likelihood_c2st_against_the_reference(tmp_path, no_leaked_actors):
-    score = short_run_c2st("08_slcp", SHORT_08, 150, tmp_path)
+    score = short_run_c2st("08_slcp", SHORT_08, CAP_08, tmp_path)
     assert score <= MAX_C2ST_SHORT_08, f"C2ST {score:.3f} > {MAX_C2ST_SHORT_08}"
