@@ -159,7 +159,7 @@ class Counting:
 
 
 class Doubler:
-    """Writes into its input (``a[:, 0] *= 2``) and returns it: the simulator of K27."""
+    """Writes into its input (``a[:, 0] *= 2``) and returns it: the simulator of the read-only input check."""
 
     def simulate_batch(self, n, a):
         a[:, 0] *= 2
@@ -189,7 +189,7 @@ class FakeTensor:
 
 
 class Quirky:
-    """Another kind of output per ``n`` (K12; each branch below names it), else an array."""
+    """Another kind of output per ``n`` (each branch below names it), else an array."""
 
     def simulate_batch(self, n):
         if n == 1:  # a list
@@ -206,7 +206,7 @@ class Quirky:
 
 
 class Ragged:
-    """Per-sample simulator: sample 5 (theta[0] == 5) has shape (9,), the others (10,) (K05)."""
+    """Per-sample simulator: sample 5 (theta[0] == 5) has shape (9,), the others (10,)."""
 
     def simulate(self, theta):
         return np.zeros(9 if int(theta[0]) == 5 else 10)
@@ -233,7 +233,7 @@ class Megabyte:
 
 
 class SometimesNaN(Noise):
-    """:class:`Noise`, but ~20 % of the rows NaN and the first row of every call +inf (K09)."""
+    """:class:`Noise`, but ~20 % of the rows NaN and the first row of every call +inf."""
 
     def simulate_batch(self, n, mu, rng=None):
         x = super().simulate_batch(n, mu, rng)
@@ -243,7 +243,7 @@ class SometimesNaN(Noise):
 
 
 class AlwaysNaN:
-    """Every simulation is NaN (K09: an all-invalid round is an error naming the node)."""
+    """Every simulation is NaN (an all-invalid round is an error naming the node)."""
 
     def simulate_batch(self, n, z):
         return np.full(z.shape, np.nan)
@@ -262,7 +262,7 @@ class FailsLater(Noise):
 
 
 class BadInit:
-    """A simulator whose constructor raises a TypeError (K16: the original text, with the node)."""
+    """A simulator whose constructor raises a TypeError (the original text, with the node)."""
 
     def __init__(self, sigma=0.1):
         raise TypeError(f"BadInit() got a sigma it cannot use: {sigma!r}")

@@ -58,7 +58,7 @@ def observation_columns(graph: Graph, observations: Mapping[str, Any]) -> dict[s
         ConfigError: an observation is not real numeric (complex, masked, object), or holds
             NaN or ±inf (node, index, value).
         ShapeError: an observation of another shape than the graph's own for that node (one
-            of shape ``(1, *D)`` is used as ``D``, with a warning: case K08).
+            of shape ``(1, *D)`` is used as ``D``, with a warning).
     """
     out = {}
     for name, value in observations.items():
