@@ -29,9 +29,10 @@ def start(track) -> StoreHandle:
     return store
 
 
-def submit(store: StoreHandle, start: int, sizes, invalid=()) -> np.ndarray:
+def submit(store: StoreHandle, start: int, sizes, invalid=(), journal=None) -> np.ndarray:
     """Append blocks of ``sizes`` rows in one call (rows encode their ids; ``invalid`` ids are
-    appended marked invalid); returns the ids."""
+    appended marked invalid), then hand them to ``journal`` as the launch loop does; returns
+    the ids."""
     parts, first = [], start
     for n in sizes:
         arrays = rows_for(np.arange(first, first + n))
@@ -39,7 +40,10 @@ def submit(store: StoreHandle, start: int, sizes, invalid=()) -> np.ndarray:
         meta = BlockMeta.of(arrays, n, valid=None if valid.all() else valid)
         parts.append(({k: ray.put(v) for k, v in arrays.items()}, meta))
         first += n
-    return store.appended(store.submit_append(parts)).ids
+    ids = store.appended(store.submit_append(parts)).ids
+    if journal is not None:
+        journal.write(store, parts, ids)
+    return ids
 
 
 def same_buffer(a, b) -> None:
@@ -53,11 +57,9 @@ def same_buffer(a, b) -> None:
 def test_snapshot_plus_journal_is_the_store_as_it_was(tmp_path, track, caplog):
     journal, snaps = str(tmp_path / "journal"), str(tmp_path / "snapshots")
     old = start(track)
-    writer = JournalWriter(old, journal, LOG)
-    old.set_journal(writer)
-    assert old.with_options(timeout=5).journal is writer  # copies share it
-    submit(old, 0, [4, 4])
-    submit(old, 8, [3], invalid=[9])
+    writer = JournalWriter(journal, LOG)
+    submit(old, 0, [4, 4], journal=writer)
+    submit(old, 8, [3], invalid=[9], journal=writer)
     old.discard([0])  # a status only the snapshot keeps
     snapshot = snapshot_store(old)
     from kestrel_core.store import write_buffer_file
@@ -65,8 +67,8 @@ def test_snapshot_plus_journal_is_the_store_as_it_was(tmp_path, track, caplog):
     write_buffer_file(snaps, snapshot)
     assert trim(journal, snapshot.next_id, LOG) == 2  # both files are in the snapshot
     assert sorted(os.listdir(journal)) == []
-    submit(old, 11, [5, 2], invalid=[12])  # after the snapshot: only the journal has them
-    submit(old, 18, [6])  # evicts: max_samples 10
+    submit(old, 11, [5, 2], invalid=[12], journal=writer)  # after the snapshot: journal only
+    submit(old, 18, [6], journal=writer)  # evicts: max_samples 10
     assert sorted(os.listdir(journal)) == ["11-17.npz", "18-23.npz"]
     assert writer.appends == 4 and writer.rows == 24 and writer.failed == 0
     truth = snapshot_store(old)  # what the store held when it "died"
@@ -90,9 +92,9 @@ def test_snapshot_plus_journal_is_the_store_as_it_was(tmp_path, track, caplog):
 def test_a_lost_file_leaves_a_gap_and_the_rows_after_it_keep_their_ids(tmp_path, track, caplog):
     journal = str(tmp_path / "journal")
     old = start(track)
-    old.set_journal(JournalWriter(old, journal, LOG))
+    writer = JournalWriter(journal, LOG)
     for first in (0, 4, 8):
-        submit(old, first, [4])
+        submit(old, first, [4], journal=writer)
     os.remove(os.path.join(journal, "4-7.npz"))
     new = start(track)
     with caplog.at_level(logging.WARNING, logger=LOG.name):
@@ -137,11 +139,8 @@ def test_a_journal_write_that_fails_is_logged_and_the_launch_goes_on(tmp_path, t
     old = start(track)
     folder = tmp_path / "journal"
     folder.write_text("a file where the folder should be")  # every write fails (OSError)
-    writer = JournalWriter(old, str(folder), LOG)
-    old.set_journal(writer)
+    writer = JournalWriter(str(folder), LOG)
     with caplog.at_level(logging.WARNING, logger=LOG.name):
-        assert submit(old, 0, [3]).tolist() == [0, 1, 2]  # the append itself succeeds
+        assert submit(old, 0, [3], journal=writer).tolist() == [0, 1, 2]  # the append succeeds
     assert writer.failed == 1 and writer.appends == 0
     assert "journal: ids 0…2 not written" in caplog.text
-    old.set_journal(None)
-    assert submit(old, 3, [1]).tolist() == [3] and writer.failed == 1  # detached: not asked

@@ -10,8 +10,8 @@ Like :class:`~kestrel_ray.NodeHandle` for a node actor, a :class:`StoreHandle` w
 * ``submit_*`` and ``*_nowait`` methods for callers that must not block: the launch loop keeps
   one append in flight, a view releases its checkout without waiting;
 * the driver's files, through the :class:`~kestrel_ray.store._files.StoreFiles` it holds: the
-  snapshot rows an append names, and every append that succeeds handed to the journal
-  (:meth:`StoreHandle.set_journal`, ``RUN/buffer/journal/`` in a launch).
+  snapshot rows an append names (a launch's journal of appends is its launch loop's, not the
+  handle's: the loop reads the blocks it appended through :meth:`StoreHandle.wait`).
 
 A handle is small and picklable: the driver passes it to the node actors that train.
 """
@@ -59,12 +59,11 @@ class StoreHandle:
         self._actor = actor
         self._timeout = timeout
         self._use_futures = bool(use_futures)
-        #: the driver's files (snapshots, journal); shared with the with_options copies
+        #: the driver's files (snapshots); shared with the with_options copies
         self._files = StoreFiles(snapshot_dir)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # the snapshot folder and the journal are the driver's: a handle sent to an actor
-        # does not write files
+        # the snapshot folder is the driver's: a handle sent to an actor does not write files
         return (_rebuild, (self._actor, self._timeout, self._use_futures))
 
     @classmethod
@@ -174,7 +173,7 @@ class StoreHandle:
         """The same actor, waited on differently (see the constructor)."""
         futures = self._use_futures if use_futures is None else use_futures
         handle = StoreHandle(self._actor, timeout=timeout, use_futures=futures)
-        handle._files = self._files  # the same snapshot folder, journal and appends in flight
+        handle._files = self._files  # the same snapshot folder
         return handle
 
     def wait(self, refs: Any) -> Any:
@@ -211,18 +210,6 @@ class StoreHandle:
         return values[0] if single else values
 
     # -- the driver's files ---------------------------------------------------------------------
-    def set_journal(self, journal: Any) -> None:
-        """From now on :meth:`appended` calls ``journal.write(blocks, ids)`` for every append
-        that succeeded (``blocks``: the ``[(block, meta), …]`` submitted, ``block``
-        ``{flat_key: ObjectRef}``; ``ids``: their int64 ids in order); its errors reach the
-        caller. ``None`` stops. Shared with the handle's :meth:`with_options` copies."""
-        self._files.set_journal(journal)
-
-    @property
-    def journal(self) -> Any:
-        """The journal attached (``None``: none)."""
-        return self._files.journal
-
     def write_snapshots(self, due: Sequence[tuple[np.ndarray, np.ndarray, Any]]) -> int:
         """Write the snapshots an append returned as due (``Appended.snapshots``); returns how many.
 
@@ -345,10 +332,7 @@ class StoreHandle:
             The ObjectRef of the store's :class:`~kestrel_core.store.Appended`; pass it to
             :meth:`appended`.
         """
-        sent = [(dict(block), meta) for block, meta in blocks]
-        ref = self._actor.append_blocks.remote(sent)
-        self._files.hook.submitted(ref, sent)
-        return ref
+        return self._actor.append_blocks.remote([(dict(block), meta) for block, meta in blocks])
 
     def appended(self, ref: Any) -> Appended:
         """Wait for a :meth:`submit_append`.
@@ -359,13 +343,10 @@ class StoreHandle:
 
         Raises:
             StoreError: the blocks break the key schema (nothing of the call was stored).
-            OSError: a snapshot file cannot be written (a journal's own errors: see
-                :meth:`set_journal`).
+            OSError: a snapshot file cannot be written.
         """
-        blocks = self._files.hook.take(ref)
         done = self.wait(ref)
         self.write_snapshots(done.snapshots)
-        self._files.hook.done(blocks, done.ids)
         return done
 
     def submit_checkout(

@@ -1,8 +1,10 @@
-"""The samples a launch draws when training is done: ``sample.posterior.n`` and ``sample.ppd.n``."""
+"""The samples a launch draws when training is done: ``sample.posterior.n`` and ``sample.ppd.n``
+(skipped, with a log line, while an estimator has no trained model)."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from kestrel.controller._states import RunStatus
@@ -12,7 +14,53 @@ from kestrel.sample._sampling import draw_samples, shapes_text
 from kestrel_core import KestrelError, RunConfig
 from kestrel_core.internal import SkipLog
 
-__all__ = ["sample_at_end"]
+__all__ = ["sample_at_end", "sample_if_trained"]
+
+
+def sample_if_trained(
+    dg: Any,
+    cfg: RunConfig,
+    run: Any,
+    status: RunStatus,
+    log: logging.Logger,
+    *,
+    epochs: Mapping[str, int],
+    max_epochs: Mapping[str, int],
+) -> dict[str, str]:
+    """:func:`sample_at_end`, unless an estimator node has no trained model (logged).
+
+    Args:
+        dg, cfg, run, status, log: as :func:`sample_at_end`.
+        epochs: node → epochs trained (the launch's result). max_epochs: node → the
+            ``max_epochs`` ``--epochs`` set (others: the config's), for the log line.
+
+    Returns:
+        mode → the sample file written (empty: skipped).
+    """
+    untrained = [n for n in cfg.graph.latents if not epochs.get(n)]
+    if untrained and status is not RunStatus.COMPLETED:
+        log.info(
+            "sampling: skipped; no trained model yet for %s (stopped before the first epoch)",
+            ", ".join(repr(n) for n in untrained),
+        )
+        return {}
+    untrained = [n for n in untrained if not run.has_weights(n)]
+    if untrained:  # completed without one epoch (max_epochs: 0): nothing to sample from
+        log.info(
+            "sampling: skipped; no trained model for %s (training ended before the first "
+            "epoch: max_epochs %s)",
+            ", ".join(repr(n) for n in untrained),
+            {n: _max_epochs(cfg, n, max_epochs) for n in untrained},
+        )
+        return {}
+    return sample_at_end(dg, cfg, run, status, log)
+
+
+def _max_epochs(cfg: RunConfig, node: str, max_epochs: Mapping[str, int]) -> Any:
+    if node in max_epochs:
+        return max_epochs[node]
+    kwargs = getattr(cfg.graph[node].estimator, "kwargs", None)
+    return kwargs.get("max_epochs") if isinstance(kwargs, dict) else None
 
 
 def sample_at_end(

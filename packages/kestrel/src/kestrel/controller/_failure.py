@@ -1,14 +1,15 @@
 """What a failed launch still saves, so that ``kestrel launch -o RUN`` continues it.
 
 When a node fails — its simulator raises, an estimator's actor dies mid-epoch, the store actor
-dies — :class:`~kestrel.controller._launcher.Launcher` calls :func:`save_on_failure` before it
-kills the actors. The store is an actor of its own, apart from the node actors, so after a
+dies — :class:`~kestrel.controller._launcher.Launcher` calls :func:`save_on_failure` with the
+error that ended its loop, before the actors are killed. The store is an actor of its own, apart from the node actors, so after a
 node's death it still answers:
 
 * the whole buffer goes to ``<snapshots>/buffer.npz`` (as at a graceful stop; the journal
   files it holds are deleted), unless the store itself is gone — then the snapshot of the last
-  checkpoint (:mod:`._checkpoint`) stays, and the journal (:mod:`._journal`) holds every row
-  appended since, which a resume appends after it;
+  checkpoint (:mod:`kestrel.persist._checkpoint`) stays, and the journal
+  (:mod:`kestrel.persist._journal`) holds every row appended since, which a resume appends after
+  it;
 * every estimator node whose actor still answers has its weights written under the resume
   rule (:meth:`~kestrel.persist._checkpoint.Checkpoint.save_weights`); a dead one's weights
   on disk stay as the last checkpoint (or the last launch) left them;
@@ -28,8 +29,9 @@ from typing import Any
 
 import ray
 
-from kestrel.controller._resume import BufferMismatch, saved_epoch
+from kestrel.controller._resume import BufferMismatch, Resume, saved_epoch
 from kestrel.persist._checkpoint import Checkpoint
+from kestrel.persist._journal import JournalWriter
 from kestrel_core import KestrelError, StoreError
 from kestrel_core.store import BUFFER_FILE
 from kestrel_ray.internal import snapshot_store
@@ -40,32 +42,48 @@ __all__ = ["save_on_failure", "FAILURE_TIMEOUT"]
 FAILURE_TIMEOUT = 10.0
 
 
-def save_on_failure(launcher: Any, err: BaseException) -> dict[str, Any]:
+def save_on_failure(
+    dg: Any,
+    resume: Resume,
+    err: BaseException,
+    *,
+    journal: JournalWriter | None = None,
+) -> dict[str, Any]:
     """Save the buffer and the reachable estimators' weights of a launch that failed.
 
     Never raises (what cannot be saved is logged): the original error matters more.
 
     Args:
-        launcher: the :class:`~kestrel.controller._launcher.Launcher` whose run failed (its
-            ``dg``, ``resume``, ``session`` and ``log``).
+        dg: the launch's deployed graph (``None`` or no longer deployed: nothing is saved).
+        resume: the launch's :class:`~kestrel.controller._resume.Resume` (its ``session``, its
+            ``log``; it writes the buffer and keeps the replaced weights).
         err: the error that ended it (a :class:`~kestrel_ray.RunError` names its ``node``).
+        journal: the launch's journal writer (named in the log when the buffer could not be
+            written: it holds the rows appended since the last snapshot).
 
     Returns:
         ``{"buffer": rows written or None, "weights": {node: epoch}, "gone": [node, …]}``
         (empty when nothing was deployed).
     """
-    dg, log = getattr(launcher, "dg", None), launcher.log
+    log = resume.log
     if dg is None or not dg.deployed:
         return {}
     try:
-        return _save(launcher, dg, log, err)
+        return _save(dg, resume, journal, log, err)
     except Exception as problem:  # never hide the launch's own error
         log.warning("failure: saving what was left failed: %s: %s", type(problem).__name__, problem)
         return {}
 
 
-def _save(launcher: Any, dg: Any, log: logging.Logger, err: BaseException) -> dict[str, Any]:
-    run = launcher.session.run
+def _save(
+    dg: Any,
+    resume: Resume,
+    journal: JournalWriter | None,
+    log: logging.Logger,
+    err: BaseException,
+) -> dict[str, Any]:
+    session = resume.session
+    run = session.run
     if isinstance(err, BufferMismatch):  # the saved rows are another simulator's: keep them
         log.warning(
             "failure: the run's saved buffer does not fit its graph; nothing was changed on "
@@ -73,14 +91,13 @@ def _save(launcher: Any, dg: Any, log: logging.Logger, err: BaseException) -> di
             run.root,
         )
         return {"buffer": None, "weights": {}, "gone": []}
-    nodes, gone = _estimator_status(dg, launcher.session.config.graph.latents)
-    rows = _save_buffer(dg, launcher.resume, log)
-    journal = launcher.resume.journal
+    nodes, gone = _estimator_status(dg, session.config.graph.latents)
+    rows = _save_buffer(dg, resume, log)
     if rows is None and journal is not None and journal.appends:
         log.warning("failure: the journal holds the rows appended since (%s)", journal.summary())
     weights: dict[str, int] = {}
     try:
-        weights = Checkpoint(launcher.resume, log).save_weights(dg, nodes, skip=gone)
+        weights = Checkpoint(resume, log).save_weights(dg, nodes, skip=gone)
     except KestrelError as problem:
         log.warning("failure: weights not saved: %s", str(problem).splitlines()[0])
     for node in gone:
@@ -96,7 +113,7 @@ def _save(launcher: Any, dg: Any, log: logging.Logger, err: BaseException) -> di
         log.warning("failure: weights saved for %s (node → epoch)", weights)
     log.warning(
         "failure: %s; once the cause above is fixed, continue the run with `kestrel launch -o %s`",
-        _on_disk(rows is not None or _has_snapshot(run), launcher.session.saved_nodes()),
+        _on_disk(rows is not None or _has_snapshot(run), session.saved_nodes()),
         run.root,
     )
     return {"buffer": rows, "weights": weights, "gone": gone}
@@ -129,7 +146,7 @@ def _estimator_status(dg: Any, latents: list[str]) -> tuple[dict[str, dict[str, 
     return nodes, gone
 
 
-def _save_buffer(dg: Any, resume: Any, log: logging.Logger) -> int | None:
+def _save_buffer(dg: Any, resume: Resume, log: logging.Logger) -> int | None:
     """Write the store's whole buffer (and trim the journal); ``None`` when the store is gone
     or empty (logged)."""
     run = resume.session.run

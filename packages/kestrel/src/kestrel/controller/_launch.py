@@ -2,26 +2,31 @@
 
 This module opens the run (:class:`~kestrel.session._session.RunSession`: everything about the
 config is checked before Ray starts), then the driver log, Ctrl-C and timeout, the progress
-reporter and Ray; :class:`~kestrel.controller._launcher.Launcher` runs it.
+reporter and Ray; :class:`~kestrel.controller._launcher.Launcher` runs it. It builds the
+launch's collaborators in dependency order and hands each what it needs when it is made — the
+budget, the :class:`~kestrel.controller._resume.Resume` that writes it beside every snapshot,
+the result, the poll callback (:class:`~kestrel.controller._watch.LaunchWatch`: progress,
+restarts, checkpoints), the profile — so nothing is rewired afterwards.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 import time
 from collections.abc import Iterable
 from typing import Any
 
-from kestrel.controller._budget import check_initial_budget
-from kestrel.controller._failure import save_on_failure
+from kestrel.controller._budget import Budget, check_initial_budget
 from kestrel.controller._launcher import Launcher
 from kestrel.controller._result import RunResult
+from kestrel.controller._resume import Resume
+from kestrel.controller._states import RunStatus
 from kestrel.controller._stop import StopControl
 from kestrel.controller._watch import LaunchWatch
 from kestrel.preflight._launch_notes import check_epochs_overrides
 from kestrel.report._logging import driver_logger
+from kestrel.report._profile import LaunchProfile
 from kestrel.report._progress import make_progress
 from kestrel.session._session import RunSession
 from kestrel_ray.internal import check_address_format
@@ -115,24 +120,33 @@ def launch(
                 if progress is False:  # no console lines: a warning is still said
                     print(f"warning: {note}", file=sys.stderr)
             reporter = make_progress(progress, log)
-            watch = LaunchWatch(reporter.update)  # also counts restarts, writes checkpoints
+            cfg = session.config
+            budget = Budget(cfg.budget.simulations, stop_early=cfg.budget.stop_early)
+            resume = Resume(session, log, budget=budget)  # budget.json beside every snapshot
+            result = RunResult(session.run.root, RunStatus.RUNNING, session.seed, config=cfg)
+            # the poll callback: progress, then restarts and checkpoints
+            watch = LaunchWatch(
+                reporter.update, resume=resume, log=log, restarts=result.restarts, graph=cfg.graph
+            )
             # the stop handlers go in after ray.init, which installs its own SIGTERM handler
             t_ray = time.monotonic()
             with session.ray(address, log, capture=True), StopControl(timeout) as stop:
+                profile = LaunchProfile(time.monotonic())  # the launcher's own time from here
+                profile.add("preflight", t_ray - t_start)
+                profile.add("ray_start", profile.t_start - t_ray)
                 launcher = Launcher(
                     session,
                     stop=stop,
                     log=log,
-                    on_progress=watch,
+                    budget=budget,
+                    resume=resume,
+                    result=result,
+                    profile=profile,
+                    on_poll=watch,
                     auto_sample=auto_sample,
                     epochs=epochs,
                     deterministic=deterministic,
                 )
-                launcher.profile.add("preflight", t_ray - t_start)
-                launcher.profile.add("ray_start", launcher.t0 - t_ray)
-                watch.launcher = launcher
-                # a failure saves the buffer and the live estimators' weights before the actors die
-                session.on_failure = functools.partial(save_on_failure, launcher)
                 reporter.start()
                 try:
                     result = launcher.run()

@@ -1,47 +1,73 @@
-"""The launch loop: train every estimator while simulations keep arriving.
+"""The launch loop as a controller: train every estimator while simulations keep arriving.
 
-A :class:`Launcher` runs one launch on a :class:`~kestrel.session._session.RunSession` through
-its :class:`~kestrel.controller._states.Phase` s (the driver handles ObjectRefs only; data moves
-between actors and the store):
+A :class:`Launcher` runs one launch on a :class:`~kestrel.session._session.RunSession` as a
+controller over the states of :mod:`._states` (the driver handles ObjectRefs only; data moves
+between actors and the store). :meth:`Launcher.run` deploys the graph, then advances one
+:meth:`Launcher._step` at a time — each does the work of the current state and returns a
+:class:`~kestrel.controller._states.Step` (previous state, next state) — until a terminal state:
 
-1. ``STARTING``: deploy one actor per node (the driver writes their logs into the run
-   directory) and load saved weights (a resume, :mod:`._resume`);
-2. ``INITIAL_SIMULATION``: restore the run's saved buffer and the journal beyond it (a
-   resume); from then on every append is journaled (``buffer.journal``, :mod:`._journal`);
-   without a saved buffer, append ``buffer.initial_samples_path`` if set, then simulate the
-   rest of ``min_samples + validation_samples`` from the prior, in chunks;
-3. ``TRAINING``: start training on every estimator node, then one :meth:`Launcher._step` at a
-   time: resimulation rounds paced by training epochs and bounded by the simulation budget
-   (:mod:`._rounds`, one append in flight); poll training calls every ~50 ms, so an actor's
-   error surfaces at once; with budget left after training ended, the rest is drawn;
-4. ``STOPPING`` (Ctrl-C, SIGTERM or timeout): estimators stop after their current step;
-5. ``SAVING`` and ``SAMPLING``: save the buffer and the weights (a resumed node's only when
-   this launch made a better model), draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples.
+1. ``Starting`` (phase ``starting``): deploy one actor per node (the driver writes their logs
+   into the run directory) and load saved weights (a resume, :mod:`._resume`);
+2. ``Restoring`` (phase ``initial simulation``): restore the run's saved buffer and the journal
+   beyond it (a resume); without a saved buffer, append ``buffer.initial_samples_path`` if set;
+3. ``InitialSimulation(left)``: simulate the rest of ``min_samples + validation_samples`` from
+   the prior, one chunk per step;
+4. ``Training(calls, rounds)``: start training on every estimator node, then one poll per step:
+   resimulation rounds paced by training epochs and bounded by the simulation budget
+   (:mod:`._rounds`, one append in flight); the training calls are polled every ~50 ms, so an
+   actor's error surfaces at once; with budget left after training ended, the rest is drawn;
+5. ``Stopping`` (Ctrl-C, SIGTERM or timeout): estimators stop after their current step;
+6. ``Saving`` and ``Sampling``: save the buffer and the weights (a resumed node's only when
+   this launch made a better model), draw ``sample.posterior.n`` (and ``sample.ppd.n``)
+   samples; then ``Finished``.
 
-Rows with a NaN or ±inf in any key are counted per node and appended marked invalid: the store
-keeps them dead, so training never reads them (a round without a valid row is an error).
-The polls and their reports (``status.json``, progress, ``profile.json``): the launcher's
+An exception in any state saves what it can (:func:`~._failure.save_on_failure`, before the
+actors are killed) and ends the launch in ``Failed``; a second Ctrl-C in ``Aborted``.
+
+Every append goes through the launcher's :class:`~._appends.Appends`, which hands the rows the
+store accepted to the journal (``buffer.journal``, :mod:`kestrel.persist._journal`). Rows with a
+NaN or ±inf in any key are counted per node and appended marked invalid: the store keeps them
+dead, so training never reads them (a round without a valid row is an error). The polls and
+their reports (``status.json``, progress, ``profile.json``): the launcher's
 :class:`~kestrel.controller._reporting.LaunchReporter` (:mod:`._reporting`)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ray
 
+from kestrel.controller._appends import Appends
 from kestrel.controller._budget import Budget, check_initial_budget, restore_counts, write_budget
-from kestrel.controller._endsample import sample_at_end
+from kestrel.controller._endsample import sample_if_trained
+from kestrel.controller._failure import save_on_failure
 from kestrel.controller._initial import append_initial_samples
 from kestrel.controller._reporting import LaunchReporter
 from kestrel.controller._result import RunResult
 from kestrel.controller._resume import Resume, add_epochs
 from kestrel.controller._rounds import Resimulation
-from kestrel.controller._skipped import count_errors
-from kestrel.controller._states import Phase, RunStatus
+from kestrel.controller._states import (
+    Aborted,
+    Ended,
+    Failed,
+    Finished,
+    InitialSimulation,
+    LaunchState,
+    Phase,
+    Restoring,
+    RunStatus,
+    Sampling,
+    Saving,
+    Starting,
+    Step,
+    Stopping,
+    Training,
+)
 from kestrel.controller._stop import StopControl
+from kestrel.persist._journal import JournalWriter
 from kestrel.preflight._capacity import rounds_in_flight, store_capacity
 from kestrel.report._logging import FILE_ONLY
 from kestrel.report._profile import LaunchProfile
@@ -49,7 +75,7 @@ from kestrel.report._progress import ProgressState
 from kestrel.session._ray import cluster_nodes
 from kestrel.session._session import RunSession
 from kestrel_core import ConfigError, KestrelError
-from kestrel_ray import RunError
+from kestrel_ray import DeployedGraph, RunError
 from kestrel_ray.internal import describe_failure, unwrap_error
 
 __all__ = ["Launcher", "INITIAL_CHUNK"]
@@ -60,15 +86,24 @@ _POLL = 0.05  # seconds: how long one ray.wait on the training calls may block
 
 
 class Launcher:
-    """One launch: its phases in order, the training loop one :meth:`_step` at a time.
+    """One launch: a controller over its states, one :meth:`_step` at a time.
+
+    Every collaborator comes in here, built by :func:`~kestrel.launch` in dependency order;
+    what depends on the deployed graph gets it when it is called.
 
     Args:
         session: the run (config checked, directory created, Ray running).
         stop: the graceful-stop control (Ctrl-C, timeout).
         log: the driver's logger.
-        on_progress: called with a :class:`ProgressState` at every poll (at most every 0.5 s,
-            and at each phase change); ``None``: nobody listens (the polls still update the
-            result and ``status.json``).
+        budget: the run's simulation budget (:class:`~kestrel.controller._budget.Budget`).
+        resume: what the launch continues from and keeps (:class:`~._resume.Resume`, given
+            the same ``budget``).
+        result: the launch's result, filled in as it runs (status ``running``).
+        profile: the driver's clock (``RUN/profile.json``); ``profile.t_start`` is when this
+            launch's own time began (after Ray started).
+        on_poll: called with a :class:`ProgressState` and the deployed graph at every poll (at
+            most every 0.5 s, and at each phase change); ``None``: nobody listens (the polls
+            still update the result and ``status.json``).
         auto_sample: draw ``sample.posterior.n`` (and ``sample.ppd.n``) samples at the end.
         epochs: give every estimator this many epochs more than its saved weights have
             (``max_epochs`` is a total over the run's launches); ``None``: the config's.
@@ -76,8 +111,15 @@ class Launcher:
             ``None``: the config's ``deterministic`` (``null`` there: false).
 
     Attributes:
+        state: the current :class:`~kestrel.controller._states.LaunchState` (only the run loop
+            changes it). phase: its :class:`Phase`.
+        dg: the deployed graph while :meth:`run` runs (``None`` before).
+        cluster: the Ray cluster's nodes, read once deployed (``status.json``).
+        journal: the :class:`~kestrel.persist._journal.JournalWriter` (``None``:
+            ``buffer.journal: false``).
+        appends: the launch's :class:`~._appends.Appends` (every append, then the journal).
         reporter: the launch's :class:`~kestrel.controller._reporting.LaunchReporter` (polls,
-            ``status.json``, the progress callback, ``profile.json``).
+            ``status.json``, the poll callback, ``profile.json``).
     """
 
     def __init__(
@@ -86,7 +128,11 @@ class Launcher:
         *,
         stop: StopControl,
         log: logging.Logger,
-        on_progress: Callable[[ProgressState], None] | None = None,
+        budget: Budget,
+        resume: Resume,
+        result: RunResult,
+        profile: LaunchProfile,
+        on_poll: Callable[[ProgressState, Any], None] | None = None,
         auto_sample: bool = True,
         epochs: int | None = None,
         deterministic: bool | None = None,
@@ -98,30 +144,35 @@ class Launcher:
         self.buffer = session.config.buffer
         self.stop = stop
         self.log = log
+        self.budget = budget
+        self.resume = resume
+        self.result = result
+        self.profile = profile
+        self.t0 = profile.t_start
         self.auto_sample = auto_sample
-        self.resume = Resume(session, log)
         self.max_epochs = add_epochs(self.cfg, session.run, epochs) if epochs is not None else {}
-        self.result = RunResult(
-            session.run.root, RunStatus.RUNNING, session.seed, config=session.config
-        )
-        self.phase = Phase.STARTING
-        self.dg: Any = None
-        self.t0 = time.monotonic()
-        self.profile = LaunchProfile(self.t0)  # RUN/profile.json (launch() adds what came before)
-        self.cluster: dict[str, dict[str, float]] = {}
-        self._first_append: float | None = None  # when this launch's first simulation began
-        self._training: dict[Any, str] = {}  # training call ref → node
         det = self.cfg.deterministic if deterministic is None else deterministic
         self.deterministic = bool(det)
-        budget = self.cfg.budget
-        self.budget = Budget(budget.simulations, stop_early=budget.stop_early)
-        self.resume.budget = self.budget  # written beside every buffer snapshot
-        self.resim: Resimulation | None = None
-        self.reporter = LaunchReporter(self, on_progress)
+        self.journal = (
+            JournalWriter(session.run.journal, log)
+            if getattr(self.buffer, "journal", True)
+            else None
+        )
+        self.appends = Appends(result, budget, log, self.journal)
+        self.reporter = LaunchReporter(self, on_poll)
+        self.state: LaunchState = Starting()
+        self.dg: DeployedGraph | None = None
+        self.cluster: dict[str, dict[str, float]] = {}
+
+    @property
+    def phase(self) -> Phase:
+        """The phase of the current state."""
+        return self.state.phase
 
     # -- the run -------------------------------------------------------------------------------
     def run(self) -> RunResult:
-        """Run every phase; returns the result (status ``completed`` or ``interrupted``).
+        """Run every state up to a terminal one; returns the result (status ``completed``,
+        ``timeout`` or ``interrupted``).
 
         Raises:
             RunError: a node failed (``result`` attached; status ``failed`` in ``status.json``).
@@ -142,59 +193,97 @@ class Launcher:
         try:
             check_initial_budget(self.cfg, self.session.run.snapshots)  # (launch: before Ray)
             with self.session.deployed(buffer=True, node_logs=True) as dg:
-                self.dg = dg
-                self.result.placement = self.session.placement
-                self.cluster = cluster_nodes()
-                self.reporter.write_status()
-                self._resume()
-                self._initial_simulation()
-                if not self.stop.requested:
-                    self._train()
-                self._finish()
+                try:
+                    self.dg = dg
+                    self.result.placement = self.session.placement
+                    self.cluster = cluster_nodes()
+                    self.reporter.write_status()
+                    while not self.state.terminal:
+                        self._set_state(self._step().next)
+                except Exception as err:
+                    # a failure saves the buffer and the live estimators' weights while the
+                    # store and the actors still answer (the session kills them on exit)
+                    save_on_failure(dg, self.resume, err, journal=self.journal)
+                    raise
         except KeyboardInterrupt:
-            self._end(RunStatus.ABORTED, "second Ctrl-C")
+            self._end(Aborted, RunStatus.ABORTED, "second Ctrl-C")
             raise
         except KestrelError as err:
-            self._end(RunStatus.FAILED, f"{type(err).__name__}: {err}")
+            self._end(Failed, RunStatus.FAILED, f"{type(err).__name__}: {err}")
             if isinstance(err, RunError):
                 err.result = self.result
             raise
         except Exception as err:  # a user exception from a node: add what the driver knows
-            self._end(RunStatus.FAILED, f"{type(err).__name__}: {err}")
+            self._end(Failed, RunStatus.FAILED, f"{type(err).__name__}: {err}")
             self.log.error("%s", describe_failure(err), exc_info=err, extra=FILE_ONLY)  # full
             raise RunError(describe_failure(err, short=True), result=self.result) from err
         return self.result
 
-    def _enter(self, phase: Phase) -> None:
-        self.phase = phase
-        self.profile.enter(str(phase))
-        self.reporter.report(force=True)
+    def _step(self) -> Step:
+        """One turn of the loop: the work of the current state; returns it and the next."""
+        state = self.state
+        nxt: LaunchState
+        match state:
+            case Starting():
+                nxt = self._start()
+            case Restoring():
+                nxt = self._restore()
+            case InitialSimulation():
+                nxt = self._simulate(state)
+            case Training():  # and Stopping
+                nxt = self._train(state)
+            case Saving():
+                nxt = self._save(state)
+            case Sampling():
+                nxt = self._sample(state)
+            case _:
+                raise AssertionError(f"the launch loop has no step from {state!r}")
+        return Step(state, nxt)
 
-    def _end(self, status: RunStatus, reason: str) -> None:
+    def _set_state(self, state: LaunchState) -> None:
+        """Move to ``state``; entering a new phase starts its part of the profile and reports."""
+        previous, self.state = self.state, state
+        if not state.terminal and state.phase is not previous.phase:
+            self.profile.enter(str(state.phase))
+            self.reporter.report(force=True)
+
+    def _end(self, ended: type[Ended], status: RunStatus, reason: str) -> None:
+        """End in a failure state (``ended``): the result, ``status.json`` and the profile."""
         self.result.status, self.result.reason = status, reason
         self.result.wall_time = time.monotonic() - self.t0
+        state = self.state
+        self._set_state(ended(status, state.phase, state.rounds_drawn(), reason))
         self.reporter.write_status()
         self.log.error("launch %s: %s", status, reason.splitlines()[0] if reason else "")
         self.reporter.write_profile({})  # the driver's parts (the actors may be gone)
 
-    # -- phases --------------------------------------------------------------------------------
-    def _resume(self) -> None:
+    def _graph(self) -> DeployedGraph:
+        assert self.dg is not None  # run() deployed it before the first step
+        return self.dg
+
+    # -- the states' steps ---------------------------------------------------------------------
+    def _start(self) -> LaunchState:
+        """Starting: load the saved weights (a resume)."""
         if self.max_epochs:
             self.log.info("--epochs: max_epochs per node now %s", self.max_epochs)
-        self.result.resumed = self.resume.load_weights(self.dg)
+        self.result.resumed = self.resume.load_weights(self._graph())
+        return Restoring()
 
-    def _initial_simulation(self) -> None:
-        self._enter(Phase.INITIAL_SIMULATION)
+    def _restore(self) -> LaunchState:
+        """Restoring: the saved buffer and the journal beyond it, else the initial samples on
+        disk; the initial simulation's size."""
+        dg = self._graph()
         total = self.buffer.min_samples + self.buffer.validation_samples
-        loaded = self.resume.restore_buffer(self.dg)
+        loaded = self.resume.restore_buffer(dg)
         self.session.keep_config()  # the buffer fits the new config: a failure keeps it
         if loaded:
             self._restore_budget()
-        self.resume.start_journal(self.dg)
+        if self.journal is None:
+            self.log.info("journal: off (buffer.journal: false)")
         path = self.buffer.initial_samples_path
         if path and not loaded:
             loaded = append_initial_samples(
-                self.dg, path, lambda trace: self._append(trace, "initial samples")
+                dg, path, lambda trace: self.appends.append(dg.store, trace, "initial samples")
             )
             self.log.info("initial samples: %d loaded from %s", loaded, path)
             write_budget(self.session.run.snapshots, self.budget)  # they are no simulations
@@ -205,14 +294,7 @@ class Launcher:
             left,
             "" if loaded else f" (no buffer snapshot in {self.session.run.snapshots})",
         )
-        while left > 0 and not self.stop.requested:
-            n = min(INITIAL_CHUNK, left)
-            trace = self.dg.sample(n)
-            valid = trace.valid_rows()
-            self._append(trace, "initial simulation")
-            self.budget.count(trace.n, 0 if valid is None else int((~valid).sum()))
-            left -= n
-            self.reporter.report(force=True)
+        return InitialSimulation(left)
 
     def _restore_budget(self) -> None:
         """A resumed run counts on from the simulations its saved buffer recorded."""
@@ -220,59 +302,87 @@ class Launcher:
         if restore_counts(self.budget, folder, resume.restored, resume.replayed):
             self.log.info("budget: %s (restored)", self.budget.as_status())
 
-    def _train(self) -> None:
-        self.resim = Resimulation(
-            self.dg,
+    def _simulate(self, state: InitialSimulation) -> LaunchState:
+        """InitialSimulation: one chunk from the prior, appended; training starts once none is
+        left (a stop goes to saving)."""
+        if self.stop.requested:
+            return Saving(self.stop.status)
+        if state.left <= 0:
+            return self._start_training()
+        dg = self._graph()
+        n = min(INITIAL_CHUNK, state.left)
+        trace = dg.sample(n)
+        valid = trace.valid_rows()
+        self.appends.append(dg.store, trace, "initial simulation")
+        self.budget.count(trace.n, 0 if valid is None else int((~valid).sum()))
+        self.reporter.report(force=True)
+        return InitialSimulation(state.left - n)
+
+    def _start_training(self) -> Training:
+        dg = self._graph()
+        rounds = Resimulation(
+            dg,
             self.buffer,
             self.budget,
             deterministic=self.deterministic,
             in_flight=rounds_in_flight(self.buffer, self.session.sample_bytes, store_capacity()),
-            append=lambda trace, what: self._append(trace, what, wait=False),
-            finish=self._finish_append,
-            stats=self.dg.buffer_stats,
+            append=lambda trace, what: self.appends.submit(dg.store, trace, what),
+            finish=self.appends.finish,
+            stats=dg.buffer_stats,
             log=self.log,
         )
-        self.resim.start()
-        futures = self.dg.start_training()
-        self._training = {ref: node for node, ref in futures.items()}
+        rounds.start()
+        futures = dg.start_training()
         self.log.info(
             "training: started on %s (%s%s)",
             list(futures),
             self.buffer.pace,
             ", deterministic" if self.deterministic else "",
         )
-        self._enter(Phase.TRAINING)
-        while self._training or self.resim.busy or self.resim.more_after_training():
-            self._step()
-            if self.stop.requested and not self._training:
-                break
-        self.resim.drain()
+        return Training({ref: node for node, ref in futures.items()}, rounds)
 
-    def _step(self) -> None:
-        """One turn of the training loop: collect ended training calls, react to a stop
-        request, finish or start a resimulation round, report."""
-        if self._training:
-            refs = list(self._training)
-            done, _ = ray.wait(refs, num_returns=len(refs), timeout=_POLL)
-            for ref in done:
-                self._training_ended(self._training.pop(ref), ref)
-        else:
-            time.sleep(_POLL / 5)
-        if self.stop.requested and self.phase is Phase.TRAINING:
+    def _train(self, state: Training) -> LaunchState:
+        """Training and Stopping: collect the training calls that ended, react to a stop
+        request, finish or start a resimulation round, report; once training ended and no
+        round is owed (stopping: once the training calls ended), drain the rounds and save."""
+        rounds = state.rounds
+        stopping = isinstance(state, Stopping)
+        if stopping and not state.calls:
+            return self._drained(rounds)
+        if not (state.calls or rounds.busy or rounds.more_after_training()):
+            return self._drained(rounds)
+        calls = self._poll_training(state.calls)
+        if self.stop.requested and not stopping:
             self.log.info(
                 "stop: %s; asking the estimators to stop after their current step", self.stop.reason
             )
-            self.dg.request_stop()
-            self._enter(Phase.STOPPING)
-        assert self.resim is not None  # _train made it
-        self.resim.step(training=bool(self._training), stopping=self.phase is Phase.STOPPING)
+            self._graph().request_stop()
+            stopping = True
+        rounds.step(training=bool(calls), stopping=stopping)
         self.reporter.report()
+        return Stopping(calls, rounds) if stopping else Training(calls, rounds)
+
+    def _drained(self, rounds: Resimulation) -> Saving:
+        rounds.drain()  # the rounds in flight, appended and counted
+        return Saving(self.stop.status, rounds.drawn)  # completed, timeout or interrupted
+
+    def _poll_training(self, calls: Mapping[Any, str]) -> dict[Any, str]:
+        """Wait up to ~50 ms for the training calls; returns those still running."""
+        if not calls:
+            time.sleep(_POLL / 5)
+            return {}
+        refs = list(calls)
+        done, _ = ray.wait(refs, num_returns=len(refs), timeout=_POLL)
+        for ref in done:
+            self._training_ended(calls[ref], ref)
+        ended = set(done)
+        return {ref: node for ref, node in calls.items() if ref not in ended}
 
     def _training_ended(self, node: str, ref: Any) -> None:
         try:
             status = ray.get(ref)
         except ray.exceptions.RayError as err:
-            self.dg.request_stop()
+            self._graph().request_stop()
             cause = unwrap_error(err, node, "train")
             self.result.status = RunStatus.FAILED
             raise RunError(
@@ -291,19 +401,34 @@ class Launcher:
             estimator.get("best_epoch"),
         )
 
-    def _finish(self) -> None:
-        status = self.stop.status  # completed, timeout or interrupted
-        self._enter(Phase.SAVING)
-        self.resume.save_buffer(self.dg)  # and budget.json beside it
-        if self.resume.journal is not None:
-            self.log.info("journal: %s", self.resume.journal.summary())
-        self.resume.save_weights(
-            self.dg, self.reporter.poll_status(timeout=10.0), self.result.epochs
-        )
+    def _save(self, state: Saving) -> LaunchState:
+        """Saving: the buffer snapshot (and ``budget.json``), the weights."""
+        dg = self._graph()
+        self.resume.save_buffer(dg)  # and budget.json beside it
+        if self.journal is not None:
+            self.log.info("journal: %s", self.journal.summary())
+        self.resume.save_weights(dg, self.reporter.poll_status(timeout=10.0), self.result.epochs)
         self.reporter.report(force=True)
         if self.auto_sample:
-            self._enter(Phase.SAMPLING)
-            self._sample(status)
+            return Sampling(state.status, state.drawn)
+        return self._finished(state.status, state.drawn)
+
+    def _sample(self, state: Sampling) -> LaunchState:
+        """Sampling: the configured posterior (and PPD) samples."""
+        paths = sample_if_trained(
+            self._graph(),
+            self.cfg,
+            self.session.run,
+            state.status,
+            self.log,
+            epochs=self.result.epochs,
+            max_epochs=self.max_epochs,
+        )
+        self.result.samples.update(paths)
+        return self._finished(state.status, state.drawn)
+
+    def _finished(self, status: RunStatus, drawn: int) -> Finished:
+        """The result, ``status.json``, ``profile.json`` and the last log lines."""
         self.result.status = status
         self.result.reason = self.stop.reason
         self.result.wall_time = time.monotonic() - self.t0
@@ -320,63 +445,4 @@ class Launcher:
         )
         if any(r.errors.values()):
             self.log.info("simulations that raised (skipped, on_error: skip): %s", r.errors)
-
-    def _sample(self, status: RunStatus) -> None:
-        untrained = [n for n in self.cfg.graph.latents if not self.result.epochs.get(n)]
-        if untrained and status is not RunStatus.COMPLETED:
-            self.log.info(
-                "sampling: skipped; no trained model yet for %s (stopped before the first epoch)",
-                ", ".join(repr(n) for n in untrained),
-            )
-            return
-        run = self.session.run
-        untrained = [n for n in untrained if not run.has_weights(n)]
-        if untrained:  # completed without one epoch (max_epochs: 0): nothing to sample from
-            self.log.info(
-                "sampling: skipped; no trained model for %s (training ended before the first "
-                "epoch: max_epochs %s)",
-                ", ".join(repr(n) for n in untrained),
-                {n: self._max_epochs(n) for n in untrained},
-            )
-            return
-        paths = sample_at_end(self.dg, self.cfg, self.session.run, status, self.log)
-        self.result.samples.update(paths)
-
-    def _max_epochs(self, node: str) -> Any:
-        if node in self.max_epochs:
-            return self.max_epochs[node]
-        kwargs = getattr(self.cfg.graph[node].estimator, "kwargs", None)
-        return kwargs.get("max_epochs") if isinstance(kwargs, dict) else None
-
-    # -- appends -------------------------------------------------------------------------------
-    def _append(self, trace: Any, what: str, *, wait: bool = True) -> Any:
-        """Append a trace (its non-finite rows counted; the store keeps them dead); ``wait=False``
-        returns the append's ref (finish it with :meth:`_finish_append`)."""
-        if self._first_append is None:
-            self._first_append = time.monotonic()
-        counts = trace.check_finite(what)
-        count_errors(self.result.errors, trace, what, self.log)  # on_error: skip
-        if any(counts.values()):
-            for node, count in counts.items():
-                self.result.nonfinite[node] = self.result.nonfinite.get(node, 0) + count
-            valid = trace.valid_rows()
-            dropped = 0 if valid is None else int((~valid).sum())
-            self.log.warning(
-                "%s: dropped %d of %d samples with non-finite values (per node: %s)",
-                what,
-                dropped,
-                trace.n,
-                {k: v for k, v in counts.items() if v},
-            )
-        ref = self.dg.append(trace, wait=False)
-        if not wait:
-            return ref
-        return self._finish_append(ref)
-
-    def _finish_append(self, ref: Any) -> int:
-        done = self.dg.store.appended(ref)  # journaled there
-        self.budget.covered(done.ids)
-        for note in done.notes:
-            self.log.warning("buffer: %s", note)
-        self.result.simulated += done.kept  # the valid rows: what entered the buffer
-        return done.kept
+        return Finished(status, self.phase, drawn, self.stop.reason)

@@ -1,7 +1,8 @@
 """How a launch reports while it runs: the :class:`LaunchReporter` a
 :class:`~kestrel.controller._launcher.Launcher` holds polls the deployed graph's status (at most
-every 0.5 s, and at each phase change), calls the progress callback, writes
-``RUN/status.json`` and, at the end, ``RUN/profile.json``.
+every 0.5 s, and at each phase change), calls the poll callback (progress, restarts,
+checkpoints: :class:`~kestrel.controller._watch.LaunchWatch`), writes ``RUN/status.json`` and,
+at the end, ``RUN/profile.json``.
 
 What goes into them is built elsewhere: :mod:`kestrel.report._status` (``status.json`` and the
 :class:`~kestrel.report._progress.ProgressState`), :mod:`kestrel.report._profile`
@@ -49,19 +50,21 @@ class LaunchReporter:
         launcher: the launch reported on, read at every call: its ``session``, ``cfg``,
             ``log``, ``profile``, ``dg`` (``None`` until deployed: nothing is polled) and
             ``result`` (its ``epochs`` are updated from the polls); ``status.json`` and the
-            progress state read the rest (:mod:`kestrel.report._status`).
-        on_progress: called with a :class:`ProgressState` at every :meth:`report`; ``None``:
-            nobody listens (the polls still update the result and :attr:`stats`).
+            progress state read the rest (:mod:`kestrel.report._status`: its ``state``,
+            ``phase``, ``budget``, ``resume``, ``appends``, …).
+        on_poll: called with a :class:`ProgressState` and the deployed graph (``None`` before
+            it is) at every :meth:`report`; ``None``: nobody listens (the polls still update
+            the result and :attr:`stats`).
 
     Attributes:
         stats: the store's counts at the latest successful poll (``{}`` before the first).
     """
 
     def __init__(
-        self, launcher: Reported, on_progress: Callable[[ProgressState], None] | None = None
+        self, launcher: Reported, on_poll: Callable[[ProgressState, Any], None] | None = None
     ) -> None:
         self._launcher = launcher
-        self._on_progress = on_progress
+        self._on_poll = on_poll
         self.stats: dict[str, int] = {}
         self._last_report = 0.0
         self._node_status: dict[str, dict[str, Any]] = {}
@@ -95,7 +98,7 @@ class LaunchReporter:
 
     def report(self, force: bool = False) -> None:
         """Poll the estimators (at most every 0.5 s unless ``force``), record their epochs in
-        the result and call the progress callback."""
+        the result and call the poll callback."""
         now = time.monotonic()
         if not force and now - self._last_report < _STATUS_EVERY:
             return
@@ -110,5 +113,5 @@ class LaunchReporter:
         for m, st in nodes.items():
             if st.get("epoch") is not None:
                 launcher.result.epochs[m] = int(st["epoch"])
-        if self._on_progress is not None:
-            self._on_progress(launch_progress(launcher, nodes, self.stats, now))
+        if self._on_poll is not None:
+            self._on_poll(launch_progress(launcher, nodes, self.stats, now), launcher.dg)

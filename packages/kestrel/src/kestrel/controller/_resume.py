@@ -12,7 +12,7 @@ A launch on a run directory an earlier launch wrote continues that run
   the rows back with their ids and statuses — the same validation set — instead of simulating
   a buffer from the prior; resimulation rounds then continue from the proposal; the rows
   appended after that snapshot come back from the journal (``RUN/buffer/journal/``,
-  :mod:`._journal`), with their ids, so a launch that died loses none;
+  :mod:`kestrel.persist._journal`), with their ids, so a launch that died loses none;
 * **epochs**: ``max_epochs`` is a total over the run's launches (the estimator's epoch counter
   continues from its checkpoint); ``kestrel launch --epochs N`` sets each estimator's
   ``max_epochs`` to its saved epoch count + N (:func:`add_epochs`);
@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 import ray
 
-from kestrel.controller._budget import write_budget
-from kestrel.persist._journal import JournalWriter, Replayed, replay_journal, trim
+from kestrel.controller._budget import Budget, write_budget
+from kestrel.persist._journal import Replayed, replay_journal, trim
 from kestrel.rundir._rundir import SAVED_MARKER
 from kestrel_core import ConfigError, StoreError
 from kestrel_core.internal import ESTIMATOR_FILE
@@ -128,6 +128,8 @@ class Resume:
     Args:
         session: the launch's :class:`~kestrel.session._session.RunSession`.
         log: the driver's logger.
+        budget: the launch's :class:`~kestrel.controller._budget.Budget`, written beside every
+            snapshot (``None``: not written).
 
     Attributes:
         loaded: node → its estimator's status right after its weights were loaded.
@@ -135,20 +137,17 @@ class Resume:
         replayed: the journal's rows put back after it (``None``: before
             :meth:`restore_buffer`).
         saved_rows: the rows of the last buffer snapshot written (``None``: none yet).
-        budget: the launch's :class:`~kestrel.controller._budget.Budget`, written beside every
-            snapshot (``None``: not written).
-        journal: the :class:`~kestrel.persist._journal.JournalWriter` (``None``: none).
+        budget: as given.
     """
 
-    def __init__(self, session: Any, log: logging.Logger):
+    def __init__(self, session: Any, log: logging.Logger, *, budget: Budget | None = None):
         self.session = session
         self.log = log
+        self.budget = budget
         self.loaded: dict[str, dict[str, Any]] = {}
         self.restored: BufferSnapshot | None = None
         self.replayed: Replayed | None = None
         self.saved_rows: int | None = None
-        self.budget: Any = None
-        self.journal: JournalWriter | None = None
         self._kept: set[str] = set()  # nodes whose loaded weights are in previous/ already
 
     # -- start ---------------------------------------------------------------------------------
@@ -232,17 +231,7 @@ class Resume:
             )
         return (snapshot.n if snapshot is not None else 0) + self.replayed.valid
 
-    def start_journal(self, dg: Any) -> None:
-        """Journal every append from now on (``buffer.journal``; after :meth:`restore_buffer`)."""
-        buffer = self.session.config.buffer
-        if buffer is None or not getattr(buffer, "journal", True):
-            self.log.info("journal: off (buffer.journal: false)")
-            return
-        self.journal = JournalWriter(dg.store, self.session.run.journal, self.log)
-        dg.store.set_journal(self.journal)
-
-        # -- end -----------------------------------------------------------------------------------
-
+    # -- end -----------------------------------------------------------------------------------
     def save_buffer(self, dg: Any, *, quiet: bool = False) -> str | None:
         """Write the whole buffer to ``<snapshots>/buffer.npz``; returns the path (``None``:
         an empty store). A failure is logged, not raised: the weights matter more.

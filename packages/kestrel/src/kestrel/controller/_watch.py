@@ -1,22 +1,25 @@
 """What :func:`~kestrel.launch` does at every progress poll besides reporting progress.
 
-The launch loop calls its ``on_progress`` callback on the driver's main thread, at most every
-half second and at each phase change (:class:`~kestrel.controller._launcher.Launcher`).
-:class:`LaunchWatch` is that callback: it hands the state to the progress reporter, then
+The launch loop calls its ``on_poll`` callback on the driver's main thread, at most every
+half second and at each phase change, with the :class:`~kestrel.report._progress.ProgressState`
+and the deployed graph (:class:`~kestrel.controller._launcher.Launcher`). :class:`LaunchWatch`
+is that callback: it hands the state to the progress reporter, then
 
 * counts the node actors Ray restarted after a crash (:class:`~._restarts.RestartWatch`, into
   the launch's ``RunResult.restarts``), once the actors are deployed;
 * writes a checkpoint when one is due while the estimators train
-  (:class:`~._checkpoint.Checkpoint`: buffer snapshot and improved weights), so that a launch
-  that cannot stop gracefully still leaves a run to continue.
+  (:class:`~kestrel.persist._checkpoint.Checkpoint`: buffer snapshot and improved weights), so
+  that a launch that cannot stop gracefully still leaves a run to continue.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from kestrel.controller._restarts import RestartWatch
+from kestrel.controller._resume import Resume
 from kestrel.controller._states import Phase
 from kestrel.persist._checkpoint import Checkpoint
 from kestrel.report._progress import ProgressState
@@ -26,44 +29,57 @@ __all__ = ["LaunchWatch"]
 
 
 class LaunchWatch:
-    """The ``on_progress`` callback of a launch (see the module docstring).
+    """The ``on_poll`` callback of a launch (see the module docstring).
 
     Args:
         report: the progress reporter's ``update``.
+        resume: the launch's :class:`~kestrel.controller._resume.Resume` (a checkpoint writes
+            through it).
+        log: the driver's logger.
+        restarts: node → restarts, updated in place (the launch's ``RunResult.restarts``).
+        graph: the run's graph config (each node's ``max_restarts``, for the log line).
         every: seconds between checkpoints (default
             :data:`~kestrel.persist._checkpoint.CHECKPOINT_EVERY`).
 
     Attributes:
-        launcher: set by :func:`~kestrel.launch` once the launcher exists.
         checkpoint: the launch's :class:`Checkpoint` (once the actors are deployed).
     """
 
-    def __init__(self, report: Callable[[ProgressState], None], *, every: float | None = None):
+    def __init__(
+        self,
+        report: Callable[[ProgressState], None],
+        *,
+        resume: Resume,
+        log: logging.Logger,
+        restarts: dict[str, int],
+        graph: Any,
+        every: float | None = None,
+    ):
         self.report = report
+        self.resume = resume
+        self.log = log
+        self.restarts = restarts
+        self.max_restarts = {
+            name: int(actor_options(node).get("max_restarts", 0))
+            for name, node in graph.nodes.items()
+        }
         self.every = every
-        self.launcher: Any = None
         self.checkpoint: Checkpoint | None = None
         self._restarts: RestartWatch | None = None
         self._phase: Phase | None = None
 
-    def __call__(self, state: ProgressState) -> None:
+    def __call__(self, state: ProgressState, dg: Any) -> None:
+        """One poll: ``state`` reported, then restarts and checkpoints on ``dg`` (the deployed
+        graph; ``None`` or not deployed yet: nothing more)."""
         self.report(state)
-        launcher = self.launcher
-        if launcher is None or launcher.dg is None or not launcher.dg.deployed:
+        if dg is None or not dg.deployed:
             return
         if self._restarts is None:
-            graph = launcher.session.config.graph
             self._restarts = RestartWatch(
-                launcher.dg.node_actors(),
-                launcher.log,
-                launcher.result.restarts,
-                max_restarts={
-                    name: int(actor_options(node).get("max_restarts", 0))
-                    for name, node in graph.nodes.items()
-                },
+                dg.node_actors(), self.log, self.restarts, max_restarts=self.max_restarts
             )
-            self.checkpoint = Checkpoint(launcher.resume, launcher.log, every=self.every)
+            self.checkpoint = Checkpoint(self.resume, self.log, every=self.every)
         changed, self._phase = state.phase != self._phase, state.phase
         self._restarts.poll(force=changed)
         if state.phase is Phase.TRAINING and self.checkpoint is not None:
-            self.checkpoint.maybe(launcher.dg, state.nodes, state.buffer or None)
+            self.checkpoint.maybe(dg, state.nodes, state.buffer or None)

@@ -4,12 +4,13 @@ A launch's buffer is on disk as its last snapshot (``buffer.npz``: at the end, o
 at every checkpoint, :mod:`._checkpoint`). Rows appended since would die with the store actor
 or with a ``kill -9`` of the driver. With ``buffer.journal: true`` (the default):
 
-* **write**: :class:`JournalWriter` is attached to the store's handle
-  (:meth:`~kestrel_ray.StoreHandle.set_journal`) once the saved buffer is back, so every append
-  of the launch — initial samples, initial simulation, resimulation rounds, the end-of-budget
-  draws — reaches it after the store accepted it: the driver reads the append's blocks (one
-  batched ``ray.get``) and writes ``RUN/buffer/journal/<first id>-<last id>.npz``
-  (:func:`kestrel_core.store.write_journal`: atomic, fsynced, no pickle);
+* **write**: the launch loop hands every append of the launch — initial samples, initial
+  simulation, resimulation rounds, the end-of-budget draws — to :meth:`JournalWriter.write`
+  right after the store accepted it (:class:`~kestrel.controller._appends.Appends`; the rows
+  the resume puts back are not appended there, so they are not written again): the writer
+  reads the append's blocks (one batched wait on the store's handle) and writes
+  ``RUN/buffer/journal/<first id>-<last id>.npz`` (:func:`kestrel_core.store.write_journal`:
+  atomic, fsynced, no pickle);
 * **trim**: once a snapshot file is in place, the journal files it covers are deleted
   (:func:`trim`, called by whoever writes ``buffer.npz``);
 * **replay**: a resumed launch puts the snapshot back, then :func:`replay_journal` appends the
@@ -47,34 +48,40 @@ __all__ = ["JournalWriter", "Replayed", "replay_journal", "trim"]
 
 
 class JournalWriter:
-    """Writes each append the store accepted to the journal folder (the ``write`` of
-    :meth:`~kestrel_ray.StoreHandle.set_journal`).
+    """Writes each append the store accepted to the journal folder.
 
     A write that fails (disk full, a block lost) is logged, not raised: the launch goes on
     without those rows on disk, as it would without a journal.
 
     Args:
-        store: the store's handle (its ``wait`` reads the blocks). folder: the journal folder.
-        log: the driver's logger.
+        folder: the journal folder (created at the first write). log: the driver's logger.
 
     Attributes:
         appends, rows, bytes: what was written. seconds: time spent reading the blocks
         (``fetch``) and writing the files (``write``). failed: appends not written.
     """
 
-    def __init__(self, store: Any, folder: str, log: logging.Logger):
-        self.store, self.folder, self.log = store, os.fspath(folder), log
+    def __init__(self, folder: str | os.PathLike[str], log: logging.Logger):
+        self.folder, self.log = os.fspath(folder), log
         self.appends = self.rows = self.bytes = self.failed = 0
         self.seconds = {"fetch": 0.0, "write": 0.0}
 
-    def write(self, blocks: list[tuple[dict[str, Any], BlockMeta]], ids: np.ndarray) -> None:
-        """Write one append's rows: ``blocks`` as submitted, ``ids`` the int64 ids the store
-        gave them (in order)."""
+    def write(
+        self, store: Any, blocks: list[tuple[dict[str, Any], BlockMeta]], ids: np.ndarray
+    ) -> None:
+        """Write one append's rows, once the store accepted them.
+
+        Args:
+            store: the store's handle (:class:`~kestrel_ray.StoreHandle`) the append went to;
+                its ``wait`` reads the blocks (one batched wait).
+            blocks: the ``[(block, meta), …]`` submitted (``block``: ``{flat_key: ObjectRef}``).
+            ids: the int64 ids the store gave their rows, in order.
+        """
         blocks = [(block, meta) for block, meta in blocks if int(meta.n)]
         keys = sorted(blocks[0][0]) if blocks else []
         t0 = time.monotonic()
         try:
-            values = self.store.wait([block[k] for block, _ in blocks for k in keys])
+            values = store.wait([block[k] for block, _ in blocks for k in keys])
             t1 = time.monotonic()
             arrays: dict[str, list[np.ndarray]] = {k: [] for k in keys}
             valid = []

@@ -1,7 +1,7 @@
 """Progress of a launch: a live table on a terminal, plain log lines elsewhere.
 
 A progress reporter receives a :class:`ProgressState` (what the launch knows at one poll) from
-the launch loop's ``on_progress`` callback:
+the launch loop's poll callback (:class:`~kestrel.controller._watch.LaunchWatch`):
 
 * :class:`LiveProgress` (stdout is a terminal): a ``rich`` live table with one row per
   estimator node (state, epoch / max, train and validation loss, samples seen) and a footer

@@ -38,7 +38,7 @@ def launch_status(launcher: Any, buffer: dict[str, int]) -> dict[str, Any]:
         "restarts": r.restarts,
         "observation_checks": run.read_status().get("observation_checks") or {},
         "budget": launcher.budget.as_status(),
-        "rounds": launcher.resim.drawn if launcher.resim is not None else 0,
+        "rounds": launcher.state.rounds_drawn(),
         "deterministic": launcher.deterministic,
         "buffer": buffer,
         "wall_time": round(time.monotonic() - launcher.t0, 3),
@@ -55,7 +55,8 @@ def launch_progress(
     estimator node → its estimator's latest status; ``buffer``: the store's counts at the latest
     poll. The rate is over the whole launch since its first simulation began."""
     r = launcher.result
-    since = now - launcher._first_append if launcher._first_append is not None else 0.0
+    first = launcher.appends.first  # when the launch's first append was submitted
+    since = now - first if first is not None else 0.0
     budget = launcher.budget
     return ProgressState(
         now - launcher.t0,
