@@ -330,6 +330,23 @@ def test_sync_does_not_wait_for_a_running_fetch(make_store, open_loader):
     check_matches_store(loader, store)
 
 
+def test_without_prefetch_every_sync_takes_the_store_as_it_is(make_store, open_loader, device):
+    store = make_store(max_samples=8)
+    append(store, 8)
+    view = GatedView(store.view(), gate_from=2)
+    loader = open_loader(view, KEYS, device=device, prefetch=False)
+    assert not loader.prefetch and "prefetch=False" in repr(loader)
+    assert loader.sync() is True and view.calls == 1
+    assert not view.waiting.wait(0.2)  # no fetch runs between syncs
+    view.gate.set()
+    for n in (4, 4, 0):  # rotation evicts the oldest rows; a sync applies it at once
+        append(store, n)
+        calls = view.calls
+        assert loader.sync() is True and view.calls == calls + 1  # one fetch, waited for
+        check_matches_store(loader, store)
+    assert sorted(loader.ids.tolist()) == list(range(8, 16))
+
+
 def test_background_exception_reraised_on_next_sync(make_store, open_loader):
     store = make_store()
     append(store, 4)

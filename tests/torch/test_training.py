@@ -6,6 +6,7 @@ import asyncio
 import copy
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from kestrel_torch import FlowPosterior, GaussianPosterior, RunningNorm
 from kestrel_torch.estimators._loss import NPELoss
 
 from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
+from .torchtest_helpers import SlowView, cpu_burner
 
 LG = LinearGaussian.make()
 X_O = LG.simulate(np.array([[0.3, -0.5, 0.8]]), np.random.default_rng(2))[0]
@@ -404,6 +406,47 @@ def test_cache_sync_every_brings_in_new_samples(every: int, seen: int) -> None:
 
     asyncio.run(main())
     assert appended and est.status()["samples_seen"] == seen
+
+
+def train_with_an_append(view: Any, store: InMemoryStore) -> FlowPosterior:
+    """A small seeded flow trained on ``view`` of ``store``; 64 samples are appended to the store
+    after the first epoch (by a coroutine beside training, at a fixed point of the event loop)."""
+    est = make(FlowPosterior, max_epochs=3, transforms=1, hidden_features=(16,), num_atoms=4)
+    appended: list[bool] = []
+
+    async def main() -> None:
+        training = asyncio.create_task(est.train(view))
+        while not training.done():
+            if not appended and est.total_epochs == 1:
+                store.append(LG.prior_block(64, np.random.default_rng(8)), 64)
+                appended.append(True)
+            await asyncio.sleep(0)
+        await training
+
+    asyncio.run(main())
+    assert appended
+    return est
+
+
+def test_seeded_training_gives_the_same_weights_whatever_the_machine_load() -> None:
+    # A direct train() call syncs its caches at fixed epochs, each taking the store as it is
+    # there: a slow background fetch (as on a loaded machine) and a thread burning CPU beside
+    # training change nothing. The second run is forced slow: every fetch after the first takes
+    # longer than the whole training of the first run.
+    store = small_store()
+    fast = train_with_an_append(store.view(), store)
+    store = small_store()
+    view = SlowView(store.view(), delay=0.5)
+    with cpu_burner():
+        slow = train_with_an_append(view, store)
+    assert view.calls > 2  # the slow fetches did happen
+    assert fast.status()["samples_seen"] == slow.status()["samples_seen"] == 896 + 64
+    for model in ("model", "best"):
+        a = getattr(fast._fit, model).state_dict()
+        b = getattr(slow._fit, model).state_dict()
+        assert a.keys() == b.keys()
+        assert [k for k in a if not torch.equal(a[k], b[k])] == [], model
+    assert fast.status()["best_epoch"] == slow.status()["best_epoch"]
 
 
 def test_public_names() -> None:

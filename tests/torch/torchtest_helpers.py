@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -106,6 +110,39 @@ class GatedView:
 
     def stats(self) -> dict[str, int]:
         return self.view.stats()  # type: ignore[attr-defined]
+
+
+class SlowView:
+    """Wraps a view; every fetch after the first sleeps ``delay`` seconds first: a loaded
+    machine's background thread, made reliable. ``calls`` counts the fetches."""
+
+    def __init__(self, view: object, delay: float) -> None:
+        self.view = view
+        self.delay = delay
+        self.calls = 0
+
+    def fetch(self, *args: object, **kwargs: object) -> Fetch:
+        self.calls += 1
+        if self.calls > 1:
+            time.sleep(self.delay)
+        return self.view.fetch(*args, **kwargs)  # type: ignore[attr-defined]
+
+    def discard(self, ids: Sequence[int] | np.ndarray) -> None:
+        self.view.discard(ids)  # type: ignore[attr-defined]
+
+    def stats(self) -> dict[str, int]:
+        return self.view.stats()  # type: ignore[attr-defined]
+
+
+@contextmanager
+def cpu_burner() -> Iterator[None]:
+    """A process that burns a CPU core while the block runs (load beside the test)."""
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        burner.kill()
+        burner.wait()
 
 
 def refresh(loader: object) -> None:

@@ -7,6 +7,12 @@ and rows past the used end). The training thread only does bookkeeping on small 
 arrays: it marks evicted rows free — the next fetch refills them — and makes the new rows
 live. ``sync()`` never waits for the background thread after the first fill, and never copies
 sample data. The price: the cache may hold up to one fetch's worth of free rows.
+
+That is the live design (``prefetch=True``): which rows a sync brings in depends on how far
+the background fetch got, i.e. on the machine's speed and load. With ``prefetch=False`` no
+fetch runs between syncs: each ``sync()`` fetches and waits, so the cache holds the store
+exactly as it was at the call, and training that syncs at fixed points sees the same rows
+whatever the timing (an estimator's direct ``train(view)`` call; see ``StepwiseEstimator``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ class CachedDataLoader:
         max_samples: cache at most this many samples (a random subset, chosen by the store);
             0 means all.
         name: names the background thread ``kestrel-loader-<name>`` and error messages.
+        prefetch: start the next fetch as soon as one is applied, so that :meth:`sync` applies
+            whatever the background thread has ready without waiting (the live design; which
+            sync brings which rows then depends on timing). ``False``: no fetch runs between
+            syncs; every :meth:`sync` fetches and waits, and the cache holds the store as it was
+            at the call (deterministic training; costs one blocking fetch per sync).
 
     Raises:
         ConfigError: empty or duplicate ``keys``, or ``transforms``/``dtypes`` naming a key
@@ -75,6 +86,7 @@ class CachedDataLoader:
         dtypes: Mapping[str, torch.dtype] | None = None,
         max_samples: int = 0,
         name: str = "loader",
+        prefetch: bool = True,
     ) -> None:
         self._keys = tuple(keys)
         if not self._keys or len(set(self._keys)) != len(self._keys):
@@ -97,6 +109,7 @@ class CachedDataLoader:
         )
         self._device = torch.device(device)
         self._name = name
+        self._prefetch = bool(prefetch)
         self._fetcher = Fetcher(
             view,
             self._keys,
@@ -146,6 +159,11 @@ class CachedDataLoader:
         return self._keys
 
     @property
+    def prefetch(self) -> bool:
+        """True: a fetch runs in the background between syncs (see the class)."""
+        return self._prefetch
+
+    @property
     def thread(self) -> threading.Thread:
         """The background thread (``kestrel-loader-<name>``)."""
         return self._worker.thread
@@ -155,7 +173,8 @@ class CachedDataLoader:
         """Apply the finished background fetch, if any, and start the next one.
 
         The first call blocks until the first fetch is applied; later calls return at once
-        when the fetch is still running.
+        when the fetch is still running. Without ``prefetch`` every call fetches now and waits
+        (``wait`` is implied): the cache then holds the store as it was at the call.
 
         Args:
             wait: block until the running fetch is done and apply it (tests, end of training).
@@ -163,7 +182,8 @@ class CachedDataLoader:
                 calls in a row make the cache reflect the store as it was at the first call.
 
         Returns:
-            True when new data (or evictions) were applied, False when the fetch is in flight.
+            True when a fetch was applied (new data or evictions, if the store had any), False
+            when the fetch is in flight.
 
         Raises:
             EstimatorError: the first fill found no samples in ``statuses`` (the message counts
@@ -175,7 +195,7 @@ class CachedDataLoader:
             raise EstimatorError(f"loader {self._name!r} is closed")
         if self._future is None:
             self._future = self._launch()
-        if self._filled and not wait and not self._future.done():
+        if self._filled and not wait and self._prefetch and not self._future.done():
             return False
         future, self._future = self._future, None
         try:
@@ -189,7 +209,8 @@ class CachedDataLoader:
             if self.count == 0:
                 raise self._empty_error()
             self._filled = True
-        self._future = self._launch()
+        if self._prefetch:
+            self._future = self._launch()
         return True
 
     def _launch(self) -> Future:
@@ -331,5 +352,5 @@ class CachedDataLoader:
     def __repr__(self) -> str:
         return (
             f"CachedDataLoader(name={self._name!r}, count={self.count}, capacity={self._row_to_id.size}, "
-            f"device={str(self._device)!r}, keys={list(self._keys)})"
+            f"device={str(self._device)!r}, keys={list(self._keys)}, prefetch={self._prefetch})"
         )

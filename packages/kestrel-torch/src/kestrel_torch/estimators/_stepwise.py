@@ -186,8 +186,11 @@ class StepwiseEstimator:
             )
 
     # -- training ----------------------------------------------------------------------------
-    def _loader(self, view: BufferView, statuses: Any, name: str) -> CachedDataLoader:
-        """A loader of this node's columns (θ mapped to z), named ``<node>-<name>``."""
+    def _loader(
+        self, view: BufferView, statuses: Any, name: str, *, prefetch: bool = True
+    ) -> CachedDataLoader:
+        """A loader of this node's columns (θ mapped to z), named ``<node>-<name>``;
+        ``prefetch`` as :class:`~kestrel_torch.CachedDataLoader`'s."""
         b = self._bound()
         columns = b.columns
         return CachedDataLoader(
@@ -199,6 +202,7 @@ class StepwiseEstimator:
             dtypes={columns.theta: torch.float64, columns.log_prob: torch.float64},
             max_samples=self.options.max_cache_samples if statuses == TRAINABLE else 0,
             name=f"{b.context.node}-{name}",
+            prefetch=prefetch,
         )
 
     def _train_step(self, batch: Batch) -> torch.Tensor | None:
@@ -217,13 +221,26 @@ class StepwiseEstimator:
         :meth:`request_stop` (which ends training after the current step). Blocking work (the
         first cache fill) runs in a worker thread, so the event loop stays free.
 
+        When new rows enter training: a direct call (``rounds=None``) syncs its caches at fixed
+        points, every ``cache_sync_every`` epochs, and each sync takes the store exactly as it
+        is at that point (the loaders do not prefetch: the sync fetches and waits, holding the
+        event loop for that fetch; an unchanged store makes it a cheap checkout). So a seeded
+        direct call trains to the same weights whatever the machine's speed and load, also when
+        the caller changes the store between epochs (from a coroutine on the same event loop;
+        changes made while the first fill runs, or from another thread, land where they land).
+        The launch always passes its schedule, and its loaders keep fetching in the background:
+        a sync never waits and new rows enter when the fetch has them, unless the schedule is
+        deterministic (then they enter at the rounds, below). A direct caller who wants that
+        live behaviour passes ``Rounds(0)`` (no rounds, only the background fetch).
+
         Args:
             view: the store view.
             rounds: the launch's round schedule (:class:`kestrel_core.Rounds`): round ``k``'s
                 proposal (:meth:`sample_proposal` with ``round=k``) is the best model at epoch
                 ``k·E`` of this call; deterministic schedules also fix when new rows enter
                 training (and hold the discards until then); an open schedule holds back early
-                stopping. ``None``: caches sync every ``cache_sync_every`` epochs.
+                stopping. ``None``: caches sync every ``cache_sync_every`` epochs, at fixed
+                points (above).
 
         Raises:
             EstimatorError: no training samples, no usable (finite) training row, an epoch in
@@ -236,7 +253,10 @@ class StepwiseEstimator:
             raise EstimatorError(f"node {node!r}: train() is already running")
         self._state, self._error = "training", None
         discards = DeferredDiscards(view) if rounds is not None and rounds.deterministic else None
-        train_loader = self._loader(discards or view, TRAINABLE, "train")
+        # a direct call syncs at fixed points without a background fetch between them; the
+        # launch (always with a schedule) keeps the non-blocking loader
+        prefetch = rounds is not None
+        train_loader = self._loader(discards or view, TRAINABLE, "train", prefetch=prefetch)
         val_loader: CachedDataLoader | None = None
         self._inference.proposals.clear()
         try:
@@ -244,7 +264,9 @@ class StepwiseEstimator:
                 await asyncio.to_thread(train_loader.sync)
                 self._fit.note_ids(train_loader)
                 if int(view.stats().get("validation", 0)) > 0:
-                    val_loader = self._loader(view, (Status.VALIDATION,), "validation")
+                    val_loader = self._loader(
+                        view, (Status.VALIDATION,), "validation", prefetch=prefetch
+                    )
                     await asyncio.to_thread(val_loader.sync)
             if self._fit.model is None and self.options.max_epochs > 0:
                 self._start_from_cache(train_loader)

@@ -266,7 +266,9 @@ async def fit(
 ) -> None:
     """Train ``state.model`` until ``state.epochs`` reaches ``options.max_epochs`` (a total).
 
-    Each epoch: a cache sync every ``cache_sync_every`` epochs (not before the first), then
+    Each epoch: a cache sync every ``cache_sync_every`` epochs (not before the first; it
+    waits for a fetch only where the loader does not prefetch — a direct ``train(view)`` call,
+    whose syncs thus take the store as it is at that epoch), then
     ``max(1, count // batch_size)`` steps on batches drawn with ``generator`` (each followed by
     a turn of the event loop), the loss's end-of-epoch refit, the validation loss, the best
     model, the schedule. ``stop()`` is asked after every step and every epoch.

@@ -7,8 +7,10 @@ kept in :class:`ProposalRounds`); in deterministic mode it first waits for round
 in the store and syncs every loader to exactly that buffer, with the training's discards sent
 just before (so the store's lifecycle rules see them at the same point on every machine).
 
-Without a schedule (a direct ``train(view)`` call) nothing waits and every round is the prior
-or the current best model, as before.
+Without a schedule (a direct ``train(view)`` call) nothing waits for rounds and every round is
+the prior or the current best model; the caches sync every ``cache_sync_every`` epochs, and
+since the estimator's loaders then do not prefetch, each such sync takes the store as it is at
+that epoch (see ``StepwiseEstimator.train``).
 """
 
 from __future__ import annotations
