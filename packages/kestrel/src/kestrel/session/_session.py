@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 from kestrel.controller._resume import launch_seed
@@ -63,9 +63,6 @@ class RunSession:
         seed: the seed (the entropy drawn when none was given).
         config_from_run, mode, overrides: see above.
         archived: where a restart moved the old contents (after :meth:`create`).
-        on_failure: called with the exception when the body of :meth:`deployed` raises one
-            (not ``KeyboardInterrupt``), before the actors are killed: a launch saves what it
-            still can there (:func:`~kestrel.controller._failure.save_on_failure`); ``None``: nothing.
         launch_number: this launch's entry in ``run.json`` (after :meth:`create`).
         placement: node → the Ray node id of each of its actors (after :meth:`deployed` with
             ``node_logs=True``).
@@ -98,7 +95,6 @@ class RunSession:
         self.sample_bytes: dict[str, int] = {}
         self.expected: dict[str, Any] = {}
         self.archived: str | None = None
-        self.on_failure: Callable[[BaseException], Any] | None = None
         self.launch_number: int | None = None
         self.notes: list[str] = []  # warnings of the launch, logged and kept in run.json
         self._kept: dict[str, bytes | None] | None = None  # see create(), keep_config()
@@ -348,12 +344,7 @@ class RunSession:
                 sink = NodeLogSink(
                     dg.node_actors(), self.run.node_dir, list(self.config.graph.latents)
                 ).start()
-            try:
-                yield dg
-            except Exception as err:
-                if self.on_failure is not None:
-                    self.on_failure(err)  # while the store and the live actors still answer
-                raise
+            yield dg
         finally:
             try:
                 if sink is not None:
