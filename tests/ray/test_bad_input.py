@@ -122,3 +122,22 @@ def test_the_dashboard_is_off_unless_the_config_turns_it_on(monkeypatch):
     init.init_ray(include_dashboard=True)  # the config's ray section says otherwise
     assert calls[0]["include_dashboard"] is False
     assert calls[1]["include_dashboard"] is True
+
+
+def test_k44_rays_special_addresses_are_not_refused():
+    import subprocess
+    import sys
+
+    from kestrel_ray.internal import check_address_format
+
+    for address in ("local", "auto"):
+        check_address_format(address, "--address")  # Ray's own words, not host:port
+    code = (
+        "import ray; from kestrel_ray import init_ray; init_ray('local', num_cpus=1); "
+        "print(ray.is_initialized()); ray.shutdown()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"

@@ -81,7 +81,7 @@ def check_address_format(address: str, source: str) -> None:
             f"{where} is a URL; kestrel joins a cluster at the head's host:port (the GCS port, "
             "6379 by default), e.g. --address 10.0.0.1:6379"
         )
-    if address == "auto":
+    if address in ("auto", "local"):  # Ray's own special addresses
         return
     host, sep, port = address.rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -235,7 +235,8 @@ def init_ray(address: str | None = None, *, source: str | None = None, **kwargs:
     (:func:`check_address`).
 
     Args:
-        address: ``"auto"`` or ``"host:port"`` of a running cluster.
+        address: ``"auto"`` or ``"host:port"`` of a running cluster; ``"local"`` (Ray's word
+            for a new local Ray) or ``None``: a private local Ray.
         source: where ``address`` came from, for messages (default ``"--address"``).
         **kwargs: passed to ``ray.init`` (e.g. ``num_cpus=2``, ``runtime_env``), over Kestrel's
             defaults.
@@ -254,6 +255,8 @@ def init_ray(address: str | None = None, *, source: str | None = None, **kwargs:
         return None
     source = (source or "--address") if address else "RAY_ADDRESS"
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address == "local":  # Ray's word for a new local Ray: what no address starts here
+        address = None
     opts: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     if address is None:
         if os.environ.get("RAY_AUTH_MODE") is None:
