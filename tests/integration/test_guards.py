@@ -1,5 +1,6 @@
 """Issue 10 items 5–6 end to end through ``kestrel sample``: what the guards find is warned about
-and recorded beside the sample file and in ``status.json``; a run trained with proposals warns
+and recorded beside the sample file and in ``samples/observation_checks.json`` (never in the
+launch's ``status.json``, K38); a run trained with proposals warns
 at another observation, an amortized one does not; a non-finite ``--observation`` is refused.
 
 The run directories are made without a launch (no Ray): the config written as a launch writes
@@ -20,7 +21,7 @@ import torch
 
 from kestrel import RunDir, sample_run
 from kestrel.cli import main
-from kestrel.sample._guards import STATUS_KEY, trains_with_proposals
+from kestrel.sample._guards import STATUS_KEY, read_checks, trains_with_proposals
 from kestrel_core import ConfigError, EstimatorContext, InMemoryStore, Product, load_config
 from kestrel_core.graph._observe import ObservationWarning
 from kestrel_ray.graph._arrays import observation_columns
@@ -108,8 +109,9 @@ def test_k23_findings_are_warned_and_recorded_with_the_samples(tmp_path, weights
     (finding,) = meta[STATUS_KEY]
     assert meta["observation"] == result.observation and meta["mode"] == "posterior"
     assert finding["kind"] == "constant" and finding["feature"] == 2 and finding["differs"]
-    status = RunDir(root).read_status()[STATUS_KEY][f"posterior/{result.observation}"]
+    status = read_checks(RunDir(root))[f"posterior/{result.observation}"]
     assert status["findings"] == [finding] and status["file"].endswith("000000.npz")
+    assert not (Path(root) / "status.json").exists()  # the launch's file: sampling never writes it
 
 
 def test_findings_on_ray_come_back_with_the_draws(tmp_path, weights, no_leaked_actors):
@@ -241,7 +243,7 @@ def test_batched_observations_are_checked_and_recorded_per_row(tmp_path, weights
         ("constant", 1),
         ("constant", 2),
     }
-    status = RunDir(root).read_status()[STATUS_KEY][f"posterior/{result.observation}"]
+    status = read_checks(RunDir(root))[f"posterior/{result.observation}"]
     assert status["file"].endswith("000000.npz") and len(status["findings"]) >= 6
 
 

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from kestrel.report._progress import ProgressState
+from kestrel.sample._guards import read_checks
 
 __all__ = ["launch_status", "launch_progress"]
 
@@ -17,7 +18,8 @@ def launch_status(launcher: Any, buffer: dict[str, int]) -> dict[str, Any]:
 
     Keys: ``status``, ``reason``, ``seed``, ``resumed``, ``restored`` (the buffer counts put
     back), ``epochs``, ``samples``, ``simulated`` (valid rows kept), ``nonfinite``, ``errors``,
-    ``restarts``, ``observation_checks`` (kept from the file: what sampling recorded),
+    ``restarts``, ``observation_checks`` (what sampling recorded:
+    :func:`~kestrel.sample._guards.read_checks`),
     ``budget`` (``total``, ``used``, ``invalid``, ``left``), ``rounds`` (resimulation rounds
     drawn), ``deterministic``, ``buffer`` (the store's counts), ``wall_time`` (s),
     ``placement``, ``cluster``, ``updated`` (local time).
@@ -36,7 +38,7 @@ def launch_status(launcher: Any, buffer: dict[str, int]) -> dict[str, Any]:
         "nonfinite": r.nonfinite,
         "errors": r.errors,
         "restarts": r.restarts,
-        "observation_checks": run.read_status().get("observation_checks") or {},
+        "observation_checks": read_checks(run),
         "budget": launcher.budget.as_status(),
         "rounds": launcher.state.rounds_drawn(),
         "deterministic": launcher.deterministic,

@@ -21,8 +21,9 @@ estimators number the observations of one graph call), and the warnings name the
 
 Each is an :class:`~kestrel_core.graph._observe.ObservationWarning` carrying its findings.
 :func:`record` keeps the findings with the sample file they concern — ``NNNNNN.json`` beside
-``NNNNNN.npz`` (written only when something was found) and ``status.json``'s
-``observation_checks`` (latest per mode and observation) — and then issues the warnings, so a
+``NNNNNN.npz`` (written only when something was found) and ``<samples>/observation_checks.json``
+(latest per mode and observation; a launch copies it into its ``status.json``'s
+``observation_checks``) — and then issues the warnings, so a
 caller that turns warnings into errors still gets its samples written and recorded first.
 """
 
@@ -55,11 +56,17 @@ __all__ = [
     "trace_findings",
     "record",
     "issue",
+    "checks_file",
+    "read_checks",
     "STATUS_KEY",
+    "CHECKS_FILE",
 ]
 
-#: the key of ``status.json`` that holds the findings of sampling calls
+#: the key of ``status.json`` (and of each ``NNNNNN.json``) that holds the findings of sampling
+#: calls
 STATUS_KEY = "observation_checks"
+#: ``<samples>/observation_checks.json``: the latest findings per mode and observation
+CHECKS_FILE = "observation_checks.json"
 
 
 def _options(spec: Any) -> dict[str, Any]:
@@ -285,7 +292,7 @@ def _node_warnings(
             )
             message = (
                 f"node {m!r}: the observation is unlike the training data: {text} "
-                "(details in the node's log and in status.json observation_checks)"
+                "(details in the node's log and in samples/observation_checks.json)"
             )
             out.append(ObservationWarning(message, items))
     return out
@@ -301,9 +308,10 @@ def record(
     """Keep what one sampling call found with its sample file, then issue the warnings.
 
     Writes ``<file>.json`` beside the sample file ``<file>.npz`` (``{"mode", "observation",
-    "observation_checks": [...]}``) and sets ``status.json``'s ``observation_checks`` entry
-    ``"<mode>/<digest>"`` to ``{"file": <path relative to the run>, "findings": [...]}``
-    (nothing is written when nothing was found; a clean call removes that entry). Each distinct
+    "observation_checks": [...]}``) and sets the entry ``"<mode>/<digest>"`` of
+    ``<samples>/observation_checks.json`` (:func:`checks_file`) to ``{"file": <path relative
+    to the run>, "findings": [...]}`` (nothing is written when nothing was found; a clean call
+    removes that entry). ``status.json`` is never written here: it is the launch's. Each distinct
     warning is then issued once, pointing at the sampling call's caller.
 
     Args:
@@ -316,8 +324,7 @@ def record(
     """
     found = unique_findings([f for note in notes for f in note.findings])
     key = f"{mode}/{digest}" if digest else mode
-    status = run.read_status()
-    entries = dict(status.get(STATUS_KEY) or {})
+    entries = read_checks(run)
     if found:
         meta = {"mode": mode, "observation": digest, STATUS_KEY: found}
         text = json.dumps(meta, indent=2, default=str) + "\n"
@@ -326,10 +333,36 @@ def record(
     if found or key in entries:
         if not found:
             del entries[key]
-        status[STATUS_KEY] = entries
-        run.write_status(status)
+        text = json.dumps(entries, indent=2, default=str) + "\n"
+        write_atomic(checks_file(run), text.encode())
     issue(notes, stacklevel=3)
     return found
+
+
+def checks_file(run: RunDir) -> str:
+    """``<samples>/observation_checks.json``: the latest findings per mode and observation.
+
+    Kept under the samples folder, not in ``status.json``: sampling never writes a file a
+    launch writes (a launch may be running beside it, :mod:`kestrel.rundir._lock`); a launch
+    copies the entries into its ``status.json`` (``observation_checks``)."""
+    return os.path.join(run.samples, CHECKS_FILE)
+
+
+def read_checks(run: RunDir) -> dict[str, Any]:
+    """The entries of :func:`checks_file` (``"<mode>/<digest>"`` → ``{"file", "findings"}``);
+    for a run sampled before that file existed, ``status.json``'s ``observation_checks``; an
+    unreadable file counts as none (its entries are rewritten by the next sampling call)."""
+    try:
+        with open(checks_file(run), encoding="utf-8") as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        try:
+            data = run.read_status().get(STATUS_KEY)
+        except (OSError, ValueError, AttributeError):  # status.json is an output: never stops
+            data = None
+    except (OSError, ValueError):
+        data = None
+    return dict(data) if isinstance(data, dict) else {}
 
 
 def issue(notes: Sequence[ObservationWarning], stacklevel: int = 2) -> None:

@@ -286,7 +286,9 @@ def sample_run(
         ObservationWarning: the observation is unlike the training data (a feature constant in
             training, far outside it) or, for a run trained with proposals, another than the
             run's own (:mod:`._guards`); the findings are kept beside the sample file
-            (``NNNNNN.json``) and in ``status.json`` (``observation_checks``).
+            (``NNNNNN.json``) and in ``<samples>/observation_checks.json`` (a launch copies
+            it into ``status.json``); sampling never writes ``status.json``, ``run.json``, the
+            buffer or the weights: it may run beside a launch of the run.
     """
     _check_mode(mode)
     run, config = _open(run_dir, overrides, mode)

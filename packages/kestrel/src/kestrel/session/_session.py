@@ -7,7 +7,9 @@
    check_targets=("simulator", "estimator"))`` and :func:`~kestrel.preflight._checks.preflight`);
    a launch on a directory that holds ``config.yml`` resumes it or restarts it, never
    silently: :func:`~kestrel.rundir._intent.launch_plan` decides which config is used;
-   :meth:`RunSession.create` prepares the directory and records the launch in ``run.json``;
+   :meth:`RunSession.create` prepares the directory and records the launch in ``run.json``
+   (under the run's lock, :mod:`kestrel.rundir._lock`, which :func:`~kestrel.launch` takes
+   before :meth:`RunSession.for_launch` reads the folder and holds until the launch ends);
 2. :meth:`RunSession.ray` starts (or joins) Ray for the command, and shuts it down afterwards
    only if it started it (:func:`~kestrel.session._ray.ray_for_run`);
 3. :meth:`RunSession.deployed` deploys the run's graph (a launch's actors' logs and metrics are
@@ -35,6 +37,7 @@ from kestrel.rundir._config import observation_digests
 from kestrel.rundir._config_backup import config_files, restore
 from kestrel.rundir._history import failure_reason
 from kestrel.rundir._intent import launch_plan
+from kestrel.rundir._lock import RunLock
 from kestrel.rundir._rundir import RunDir
 from kestrel.session._ray import cluster_nodes, ray_for_run
 from kestrel_core import ConfigError, EstimatorError, RunConfig, seed_sequence
@@ -181,8 +184,13 @@ class RunSession:
         return cls(run, cfg, seed=seed, config_from_run=True, mode="resume")
 
     # -- the run directory ---------------------------------------------------------------------
-    def create(self) -> None:
+    def create(self, lock: RunLock | None = None) -> None:
         """Prepare the run directory for a launch and record the launch in ``RUN/run.json``.
+
+        ``lock``: the run's lock (:class:`~kestrel.rundir._lock.RunLock`) the launch holds —
+        :func:`~kestrel.launch` takes it before :meth:`for_launch` and holds it until the
+        launch ends, so this is the first write into the folder under it; ``None`` (tests of
+        the directory alone) writes without one.
 
         A restart first moves the old contents to ``RUN/previous/N/``. Then the folders are
         created, the observations copied into ``RUN/observations/`` and ``RUN/config.yml``
@@ -195,7 +203,13 @@ class RunSession:
 
         Raises:
             OSError: a file cannot be moved or written.
+            RuntimeError: ``lock`` is not held, or is another folder's (nothing is written).
         """
+        if lock is not None and not (lock.holds() and lock.root == self.run.root):
+            raise RuntimeError(
+                f"launch: the lock {lock.path} does not cover the run {self.run.root} (not held "
+                "or another folder's); nothing was written"
+            )
         if self.mode == "restart" and os.path.isdir(self.run.root):
             self.archived = self.run.archive()
         self.run.makedirs()
