@@ -34,6 +34,13 @@ from kestrel_core.execute._plan import (
     resimulation_plan,
 )
 from kestrel_core.files._atomic import read_estimator_file, write_atomic
+from kestrel_core.files._diskfull import (
+    DISK_FULL_ERRNOS,
+    DiskFullError,
+    as_disk_full,
+    disk_full_guard,
+    free_bytes,
+)
 from kestrel_core.files._npz import save_npz
 from kestrel_core.graph._inputs import COMPLEX_HINT, as_input
 from kestrel_core.graph._names import check_names, check_names_size
@@ -50,6 +57,8 @@ __all__ = [
     "BUFFER_FILE",
     "COMPLEX_HINT",
     "Change",
+    "DISK_FULL_ERRNOS",
+    "DiskFullError",
     "ESTIMATOR_FILE",
     "Expected",
     "MISSING",
@@ -58,6 +67,7 @@ __all__ = [
     "accepts_keyword",
     "argument_problems",
     "array_digest",
+    "as_disk_full",
     "as_input",
     "attached_traceback",
     "build_simulator",
@@ -68,9 +78,11 @@ __all__ = [
     "check_names_size",
     "config_changes",
     "describe_changes",
+    "disk_full_guard",
     "fit_given_observation",
     "format_full",
     "forward_plan",
+    "free_bytes",
     "inference_plan",
     "observation_checks",
     "print_report",

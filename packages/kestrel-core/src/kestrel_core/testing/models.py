@@ -213,19 +213,21 @@ class Ragged:
 
 
 class Megabyte:
-    """1 MiB per sample: each of z's two values over half of ``WIDTH`` float64, plus noise."""
+    """1 MiB per sample: each of z's two values over half of ``WIDTH`` float64, plus noise
+    (``width``: another number of values per sample, a multiple of 1024)."""
 
     #: values per sample: 131072 float64 = 1 MiB
     WIDTH = 2**17
 
-    def __init__(self, sigma=0.05):
+    def __init__(self, sigma=0.05, width=WIDTH):
         self.sigma = float(sigma)
+        self.width = int(width)
 
     def simulate_batch(self, n, z, rng=None):
-        x = np.repeat(z, self.WIDTH // 2, axis=1)
+        x = np.repeat(z, self.width // 2, axis=1)
         # 1024 draws per sample, tiled: cheap (the tests are about bytes)
         noise = self.sigma * rng.standard_normal((len(x), 1024))
-        x += np.tile(noise, self.WIDTH // 1024)
+        x += np.tile(noise, self.width // 1024)
         return x
 
 

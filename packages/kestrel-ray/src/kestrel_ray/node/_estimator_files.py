@@ -18,7 +18,12 @@ from typing import Any, Literal
 import ray
 
 from kestrel_core import EstimatorError
-from kestrel_core.internal import ESTIMATOR_FILE, read_estimator_file, write_atomic
+from kestrel_core.internal import (
+    ESTIMATOR_FILE,
+    DiskFullError,
+    read_estimator_file,
+    write_atomic,
+)
 from kestrel_ray._errors import unwrap_error
 
 __all__ = ["estimator_file", "transfer_estimators"]
@@ -46,6 +51,7 @@ def transfer_estimators(
     Raises:
         EstimatorError: no saved state to load (naming the node and the file), or the file
             cannot be written.
+        DiskFullError: the file cannot be written for lack of space (the old one stays).
         KestrelError: the estimator failed (its error, naming the node and the file).
     """
     files = {name: estimator_file(folder) for name, folder in folders.items()}
@@ -67,6 +73,8 @@ def transfer_estimators(
         if method == "save" and data is not None:
             try:
                 write_atomic(files[name], data)
+            except DiskFullError:  # the old file stays; the launch stops on this one type
+                raise
             except OSError as err:
                 raise EstimatorError(
                     f"node {name!r}: cannot write {files[name]}: {err.strerror or err}"

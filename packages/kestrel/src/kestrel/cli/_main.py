@@ -11,8 +11,9 @@ An output file the user names (``simulate -o``, ``--image``, ``--to``) that exis
 unless it lies inside the run or ``--force`` is given (:mod:`kestrel.rundir._outputs`).
 
 ``key=value`` arguments are OmegaConf dotlist overrides (``graph.x.simulator.sigma=0.2``).
-Errors of the user's making (:class:`~kestrel_core.KestrelError`) print one message to
-stderr and exit with status 1; any other exception (raised in a simulator) prints the frames of
+Errors of the user's making (:class:`~kestrel_core.KestrelError`) and a full disk (a
+``DiskFullError``, or any ``OSError`` ``ENOSPC``/``EDQUOT``/``EROFS``: the file and the space
+left) print one message to stderr and exit with status 1; any other exception (raised in a simulator) prints the frames of
 the user's code only, status 1. ``--debug`` or ``KESTREL_DEBUG=1`` shows the full traceback.
 
 Sub-commands of the other layers
@@ -43,7 +44,7 @@ from kestrel.cli._arguments import (
 )
 from kestrel.cli._warnings import clean_warnings
 from kestrel_core import ConfigError, KestrelError
-from kestrel_core.internal import attached_traceback, user_traceback
+from kestrel_core.internal import as_disk_full, attached_traceback, user_traceback
 
 __all__ = ["main", "build_parser", "layer_installed", "LAYER_COMMANDS"]
 
@@ -309,6 +310,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # raised in user code (a simulator): its frames only
         if debug:
             raise
+        full = as_disk_full(err, getattr(err, "filename", None) or "a file")
+        if full is not None:  # a full disk met outside Kestrel's writers: one line too
+            print(f"kestrel {command}: error: {full}", file=sys.stderr)
+            return 1
         print(
             f"kestrel {command}: error: {type(err).__name__}: {err}\n"
             f"{attached_traceback(err) or user_traceback(err)}"

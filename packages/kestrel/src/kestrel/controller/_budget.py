@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kestrel_core import ConfigError
-from kestrel_core.internal import BUFFER_FILE
+from kestrel_core.internal import BUFFER_FILE, write_atomic
 
 __all__ = [
     "Budget",
@@ -146,20 +146,14 @@ def read_budget(folder: str) -> tuple[int, int, int | None] | None:
 
 def write_budget(folder: str, budget: Budget) -> str:
     """Write the budget's counters to ``<folder>/budget.json`` (atomically); returns the path."""
-    os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, BUDGET_FILE)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(
-            {
-                "used": budget.used,
-                "invalid": budget.invalid,
-                "total": budget.total,
-                "ids": budget.ids,
-            },
-            fh,
-        )
-    os.replace(tmp, path)
+    counts = {
+        "used": budget.used,
+        "invalid": budget.invalid,
+        "total": budget.total,
+        "ids": budget.ids,
+    }
+    write_atomic(path, json.dumps(counts).encode("utf-8"))  # no .tmp left on a failed write
     return path
 
 

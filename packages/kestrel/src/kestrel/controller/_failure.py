@@ -17,6 +17,14 @@ node's death it still answers:
   when the run's saved buffer does not fit its graph (rows of another simulator's shape, found
   on resume): then nothing is written and the log says to ``--restart``.
 
+A launch that failed because a write found no space (:class:`~kestrel_core.internal.DiskFullError`:
+``ENOSPC``, ``EDQUOT``, ``EROFS``) does not write the buffer again: the last snapshot and the
+journal files already on disk hold every row stored before the failed write (the journal is
+trimmed only once a snapshot is in place), and a snapshot needs more space than the write that
+failed. The weights are tried once (small files; the failed write's temporary file was
+removed); nothing on disk is deleted. The error gets its remedy (free space, then
+``kestrel launch -o RUN``).
+
 Each step has a short timeout, so a failed launch still ends within seconds. A second Ctrl-C
 (abort) saves nothing: it is not a failure.
 """
@@ -33,10 +41,11 @@ from kestrel.controller._resume import BufferMismatch, Resume, saved_epoch
 from kestrel.persist._checkpoint import Checkpoint
 from kestrel.persist._journal import JournalWriter
 from kestrel_core import KestrelError, StoreError
-from kestrel_core.store import BUFFER_FILE
+from kestrel_core.internal import DiskFullError
+from kestrel_core.store import BUFFER_FILE, journal_files
 from kestrel_ray.internal import snapshot_store
 
-__all__ = ["save_on_failure", "FAILURE_TIMEOUT"]
+__all__ = ["save_on_failure", "disk_full", "FAILURE_TIMEOUT"]
 
 #: seconds each actor (the store, each estimator node) has to answer on the failure path
 FAILURE_TIMEOUT = 10.0
@@ -57,7 +66,8 @@ def save_on_failure(
         dg: the launch's deployed graph (``None`` or no longer deployed: nothing is saved).
         resume: the launch's :class:`~kestrel.controller._resume.Resume` (its ``session``, its
             ``log``; it writes the buffer and keeps the replaced weights).
-        err: the error that ended it (a :class:`~kestrel_ray.RunError` names its ``node``).
+        err: the error that ended it (a :class:`~kestrel_ray.RunError` names its ``node``; a
+            :class:`~kestrel_core.internal.DiskFullError` gets its ``remedy`` here).
         journal: the launch's journal writer (named in the log when the buffer could not be
             written: it holds the rows appended since the last snapshot).
 
@@ -66,6 +76,12 @@ def save_on_failure(
         (empty when nothing was deployed).
     """
     log = resume.log
+    full = disk_full(err)
+    if full is not None and full.remedy is None:
+        full.remedy = (
+            f"free space there, then continue the run with `kestrel launch -o "
+            f"{resume.session.run.root}` (its complete files are kept)"
+        )
     if dg is None or not dg.deployed:
         return {}
     try:
@@ -92,13 +108,27 @@ def _save(
         )
         return {"buffer": None, "weights": {}, "gone": []}
     nodes, gone = _estimator_status(dg, session.config.graph.latents)
-    rows = _save_buffer(dg, resume, log)
-    if rows is None and journal is not None and journal.appends:
-        log.warning("failure: the journal holds the rows appended since (%s)", journal.summary())
+    full = disk_full(err)
+    if full is not None and journal is not None:  # the rows are on disk: write nothing big
+        rows = None
+        log.warning(
+            "failure: no space for %s; the buffer is not written again: %s",
+            full.path,
+            _journal_text(run),
+        )
+    else:
+        rows = _save_buffer(dg, resume, log)
+        if rows is None and journal is not None and journal.appends:
+            log.warning(
+                "failure: the journal holds the rows appended since (%s)", journal.summary()
+            )
     weights: dict[str, int] = {}
+    checkpoint = Checkpoint(resume, log)
+    # weights whose epoch is on disk already (the launch saved them) are not written again
+    checkpoint.written = {n: e for n in nodes if (e := saved_epoch(run, n))}
     try:
-        weights = Checkpoint(resume, log).save_weights(dg, nodes, skip=gone)
-    except KestrelError as problem:
+        weights = checkpoint.save_weights(dg, nodes, skip=gone)
+    except KestrelError as problem:  # DiskFullError too: the files on disk stay as they were
         log.warning("failure: weights not saved: %s", str(problem).splitlines()[0])
     for node in gone:
         epoch = saved_epoch(run, node)
@@ -113,19 +143,46 @@ def _save(
         log.warning("failure: weights saved for %s (node → epoch)", weights)
     log.warning(
         "failure: %s; once the cause above is fixed, continue the run with `kestrel launch -o %s`",
-        _on_disk(rows is not None or _has_snapshot(run), session.saved_nodes()),
+        _on_disk(rows is not None or _has_snapshot(run), session.saved_nodes(), run),
         run.root,
     )
     return {"buffer": rows, "weights": weights, "gone": gone}
 
 
-def _on_disk(snapshot: bool, saved: list[str]) -> str:
-    """What a continued launch finds on disk: the buffer snapshot, and which nodes' weights."""
-    buffer = (
-        "the buffer snapshot is on disk"
-        if snapshot
-        else "no buffer snapshot on disk (a new launch simulates the buffer again)"
+def disk_full(err: BaseException | None) -> DiskFullError | None:
+    """The :class:`~kestrel_core.internal.DiskFullError` that ended a launch: ``err`` itself or
+    one of its causes (``None``: the launch failed otherwise)."""
+    seen = 0
+    while err is not None and seen < 10:
+        if isinstance(err, DiskFullError):
+            return err
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return None
+
+
+def _journal_text(run: Any) -> str:
+    """What the snapshot and the journal hold, in words (for the failure's log lines)."""
+    files = [f for f in journal_files(run.journal) if f.complete]
+    snapshot = "the last buffer snapshot" if _has_snapshot(run) else "no buffer snapshot"
+    if not files:
+        return f"{snapshot} and no journal file are on disk"
+    return (
+        f"{snapshot} and the journal's {len(files)} files (ids up to {files[-1].last}) are on "
+        "disk and hold every row stored before it"
     )
+
+
+def _on_disk(snapshot: bool, saved: list[str], run: Any = None) -> str:
+    """What a continued launch finds on disk: the buffer snapshot (and the journal), and which
+    nodes' weights."""
+    journal = [f for f in journal_files(run.journal) if f.complete] if run is not None else []
+    rows = f"the journal's rows (ids up to {journal[-1].last})" if journal else ""
+    if snapshot:
+        buffer = "the buffer snapshot is on disk" + (f", and {rows} beyond it" if rows else "")
+    elif rows:
+        buffer = f"no buffer snapshot, but {rows} on disk (a new launch puts them back)"
+    else:
+        buffer = "no buffer snapshot on disk (a new launch simulates the buffer again)"
     weights = (
         f"saved weights of {', '.join(repr(n) for n in saved)}"
         if saved

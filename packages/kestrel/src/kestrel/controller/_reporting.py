@@ -12,6 +12,7 @@ What goes into them is built elsewhere: :mod:`kestrel.report._status` (``status.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -24,6 +25,7 @@ from kestrel.report._progress import ProgressState
 from kestrel.report._status import launch_progress, launch_status
 from kestrel.session._session import RunSession
 from kestrel_core import RunConfig, StoreError
+from kestrel_core.internal import DiskFullError
 
 __all__ = ["LaunchReporter"]
 
@@ -70,9 +72,25 @@ class LaunchReporter:
         self._node_status: dict[str, dict[str, Any]] = {}
 
     def write_status(self) -> None:
-        """Write ``RUN/status.json`` (:func:`~kestrel.report._status.launch_status`)."""
+        """Write ``RUN/status.json`` (:func:`~kestrel.report._status.launch_status`).
+
+        Raises:
+            DiskFullError: no space for it while the launch runs (it stops). The status of a
+                launch that already failed or was aborted is not raised again: that it could
+                not be written is said on stderr (the old file stays).
+        """
         launcher = self._launcher
-        launcher.session.run.write_status(launch_status(launcher, self.stats))
+        try:
+            launcher.session.run.write_status(launch_status(launcher, self.stats))
+        except DiskFullError as err:
+            status = str(launcher.result.status)
+            if status not in ("failed", "aborted"):
+                raise
+            print(
+                f"kestrel: status.json not updated to {status!r}: {err}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def write_profile(self, statuses: dict[str, Any]) -> None:
         """``RUN/profile.json`` (:mod:`kestrel.report._profile`) and its one-line summary, from

@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +38,7 @@ from kestrel.controller._budget import Budget, write_budget
 from kestrel.persist._journal import Replayed, replay_journal, trim
 from kestrel.rundir._rundir import SAVED_MARKER
 from kestrel_core import ConfigError, StoreError
-from kestrel_core.internal import ESTIMATOR_FILE
+from kestrel_core.internal import ESTIMATOR_FILE, DiskFullError, write_atomic
 from kestrel_core.store import BufferSnapshot, read_buffer_file, write_buffer_file
 from kestrel_ray.internal import restore_store, snapshot_store
 
@@ -234,13 +233,17 @@ class Resume:
     # -- end -----------------------------------------------------------------------------------
     def save_buffer(self, dg: Any, *, quiet: bool = False) -> str | None:
         """Write the whole buffer to ``<snapshots>/buffer.npz``; returns the path (``None``:
-        an empty store). A failure is logged, not raised: the weights matter more.
+        an empty store). A failure is logged, not raised: the weights matter more — except
+        :class:`~kestrel_core.internal.DiskFullError` (no space: the launch stops once; the
+        old ``buffer.npz`` and the journal stay as they were).
         ``quiet``: no log line for a snapshot written (a checkpoint logs its own)."""
         try:
             snapshot = snapshot_store(dg.store)
             if snapshot is None:
                 return None
             path = self.write_snapshot(snapshot)
+        except DiskFullError:  # no space: the launch stops (the old snapshot stays whole)
+            raise
         except (OSError, StoreError) as err:
             self.log.warning("buffer: snapshot not saved: %s", err)
             return None
@@ -342,6 +345,7 @@ def keep_previous(folder: str) -> str:
     os.makedirs(target, exist_ok=True)
     for name in (ESTIMATOR_FILE, SAVED_MARKER):
         source = os.path.join(folder, name)
-        if os.path.isfile(source):
-            shutil.copy2(source, os.path.join(target, name))
+        if os.path.isfile(source):  # through a temporary file: never a half copy
+            with open(source, "rb") as fh:
+                write_atomic(os.path.join(target, name), fh.read())
     return target

@@ -27,6 +27,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from kestrel_core import KestrelError
+from kestrel_core.internal import DiskFullError
 
 __all__ = ["Checkpoint", "CHECKPOINT_EVERY", "CHECKPOINT_SHARE"]
 
@@ -66,6 +67,12 @@ class Checkpoint:
             dg: the deployed graph. nodes: estimator node → its estimator's status dict
                 (``epoch``, ``best_epoch``). buffer: the store's counts now (unchanged counts:
                 the buffer is not written again).
+
+        Raises:
+            DiskFullError: ``buffer.npz``, ``budget.json``, an estimator file or its
+                ``saved.json`` cannot be written for lack of space. Each is written to a
+                temporary file renamed only once complete, so the previous checkpoint's files
+                stay whole, and the journal is trimmed only after a snapshot is in place.
         """
         if time.monotonic() < self._next:
             return False
@@ -73,6 +80,8 @@ class Checkpoint:
         try:
             saved_rows = self.save_buffer(dg, buffer)
             weights = self.save_weights(dg, nodes)
+        except DiskFullError:  # no space: the launch stops once (the old files stay whole)
+            raise
         except KestrelError as err:  # the launch notices a dead actor itself; log and go on
             self.log.warning("checkpoint: not written: %s", str(err).splitlines()[0])
             weights, saved_rows = {}, None
@@ -92,7 +101,12 @@ class Checkpoint:
 
     def save_buffer(self, dg: Any, buffer: Any = None) -> int | None:
         """Write the buffer snapshot unless ``buffer`` (the store's counts) equals the counts
-        of the last one; returns its rows (``None``: not written)."""
+        of the last one; returns its rows (``None``: not written).
+
+        Raises:
+            DiskFullError: ``buffer.npz`` (or ``budget.json``) cannot be written for lack of
+                space; the previous snapshot and the journal stay as they were.
+        """
         if buffer is not None and buffer == self._rows:
             return None
         path = self.resume.save_buffer(dg, quiet=True)
@@ -113,6 +127,7 @@ class Checkpoint:
 
         Raises:
             KestrelError: an estimator failed to save (naming the node).
+            DiskFullError: a file cannot be written for lack of space (the old one stays).
         """
         due = {}
         for node in self.resume.session.config.graph.latents:

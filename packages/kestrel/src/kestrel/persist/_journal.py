@@ -36,6 +36,7 @@ import numpy as np
 import ray
 
 from kestrel_core import BlockMeta, StoreError
+from kestrel_core.internal import DiskFullError
 from kestrel_core.store import (
     JournalBlock,
     journal_files,
@@ -50,8 +51,11 @@ __all__ = ["JournalWriter", "Replayed", "replay_journal", "trim"]
 class JournalWriter:
     """Writes each append the store accepted to the journal folder.
 
-    A write that fails (disk full, a block lost) is logged, not raised: the launch goes on
-    without those rows on disk, as it would without a journal.
+    A write that fails for lack of space (``ENOSPC``, ``EDQUOT``, ``EROFS``) raises
+    :class:`~kestrel_core.internal.DiskFullError` (the launch stops once: every later write
+    would fail too); its ``.tmp`` is removed and the journal files before it stay whole. Any
+    other failed write (a block lost) is logged, not raised: the launch goes on without those
+    rows on disk, as it would without a journal.
 
     Args:
         folder: the journal folder (created at the first write). log: the driver's logger.
@@ -76,6 +80,10 @@ class JournalWriter:
                 its ``wait`` reads the blocks (one batched wait).
             blocks: the ``[(block, meta), …]`` submitted (``block``: ``{flat_key: ObjectRef}``).
             ids: the int64 ids the store gave their rows, in order.
+
+        Raises:
+            DiskFullError: the file cannot be written for lack of space (naming it and the
+                space left); nothing of it stays on disk.
         """
         blocks = [(block, meta) for block, meta in blocks if int(meta.n)]
         keys = sorted(blocks[0][0]) if blocks else []
@@ -94,6 +102,9 @@ class JournalWriter:
             write_journal(
                 self.folder, ids, rows, np.concatenate(valid), [int(m.n) for _, m in blocks]
             )
+        except DiskFullError:  # no space for it: the launch stops here, once
+            self.failed += 1
+            raise
         except (OSError, StoreError, ray.exceptions.RayError) as err:
             self.failed += 1
             self.log.warning(

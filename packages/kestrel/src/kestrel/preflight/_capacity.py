@@ -22,18 +22,26 @@ says so (Ray then spills to disk, bounded but slow); the measured case is in REL
 Nodes the dry run did not check (``dry_run: false`` and their descendants) are not counted; the
 log line says so.
 
+The same bytes size the run's disk (:func:`check_disk_space`, before a launch writes
+anything): a checkpoint writes the whole buffer (``buffer.npz``, beside the old one until the
+rename) and the estimators' weights. Less free space than that is a warning naming the folder,
+the need and the free space; less than the initial simulation's rows (the first snapshot
+could never be written) refuses the launch.
+
 Shape symbols: n the dry run's draws.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from kestrel_core import ConfigError
+from kestrel_core.internal import ESTIMATOR_FILE, DiskFullError, free_bytes
 
 __all__ = [
     "bytes_per_sample",
@@ -42,10 +50,16 @@ __all__ = [
     "rounds_in_flight",
     "store_capacity",
     "size_text",
+    "check_disk_space",
+    "check_run_disk",
 ]
 
 #: a warning when the buffer's blocks and a round in flight may take more than this share
 TIGHT = 0.9
+#: bytes counted for one estimator's weights before any were saved (a resume counts the files)
+WEIGHTS_GUESS = 4 * 2**20
+#: bytes counted for the small files (status, logs, metrics, budget) beside a checkpoint
+SMALL_FILES = 1 * 2**20
 
 
 def bytes_per_sample(outputs: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, int]:
@@ -186,3 +200,85 @@ def rounds_in_flight(buffer: Any, per_sample: Mapping[str, int], capacity: float
 def _round_bytes(buffer: Any, sample: int) -> int:
     """Bytes of one resimulation round: ``simulate_count`` samples of ``sample`` bytes."""
     return int(getattr(buffer, "simulate_count", 0) or 0) * sample
+
+
+def check_disk_space(
+    folder: str,
+    buffer: Any,
+    per_sample: Mapping[str, int],
+    *,
+    weights: int = 0,
+    free: int | None = None,
+) -> str | None:
+    """Whether the disk of ``folder`` (the run's buffer snapshots) has room for a checkpoint.
+
+    A checkpoint needs ``(max(max_samples, min_samples) + validation_samples) × bytes per
+    sample`` for ``buffer.npz`` (written beside the old one, renamed once complete), plus the
+    estimators' weights and a little for the small files (:data:`SMALL_FILES`).
+
+    Args:
+        folder: where the snapshots go (need not exist: its nearest existing folder is asked).
+        buffer: the run's :class:`kestrel_core.BufferConfig`.
+        per_sample: node → bytes per sample (:func:`bytes_per_sample`, from the dry run).
+        weights: bytes of the estimators' weights (the saved files on a resume, else a guess).
+        free: bytes free there (default: :func:`shutil.disk_usage` of ``folder``).
+
+    Returns:
+        ``None`` when it fits (or nothing is known); else a one-line warning naming the folder,
+        the need and the free space, and the remedies.
+
+    Raises:
+        DiskFullError: not even the initial simulation's rows (``min_samples +
+            validation_samples``) fit: the first snapshot could never be written.
+    """
+    sample = int(sum(per_sample.values()))
+    free = free_bytes(folder) if free is None else free
+    if sample == 0 or free is None:
+        return None
+    first = (int(buffer.min_samples) + int(buffer.validation_samples)) * sample
+    need = buffer_capacity(buffer) * sample + int(weights) + SMALL_FILES
+    remedy = (
+        "free space there, lower buffer.max_samples, or put the run (-o) or its buffer "
+        "(paths.buffer) on a larger disk"
+    )
+    if free < first:
+        raise DiskFullError(
+            folder,
+            free,
+            need=first,
+            remedy=f"the initial simulation's {int(buffer.min_samples)} + "
+            f"{int(buffer.validation_samples)} samples × {size_text(sample)} per sample cannot "
+            f"be saved: {remedy}",
+        )
+    if free >= need:
+        return None
+    return (
+        f"disk: {folder} has {size_text(free)} free; a checkpoint needs about "
+        f"{size_text(need)} ({buffer_capacity(buffer)} samples × {size_text(sample)} per sample "
+        f"for buffer.npz, {size_text(int(weights))} for the weights, {size_text(SMALL_FILES)} "
+        f"for the small files): the launch stops when the disk is full; {remedy}"
+    )
+
+
+def check_run_disk(session: Any) -> None:
+    """:func:`check_disk_space` for a launch's :class:`~kestrel.session._session.RunSession`
+    before it writes: a warning joins ``session.notes`` (logged, kept in ``run.json``).
+
+    The weights count the saved estimator files of a resumed run, else
+    :data:`WEIGHTS_GUESS` per estimator node.
+
+    Raises:
+        DiskFullError: the run's disk cannot hold even the initial simulation's rows.
+    """
+    buffer = session.config.buffer
+    if buffer is None or not session.sample_bytes:
+        return
+    weights = 0
+    for node in session.config.graph.latents:
+        try:
+            weights += os.path.getsize(os.path.join(session.run.node_dir(node), ESTIMATOR_FILE))
+        except OSError:
+            weights += WEIGHTS_GUESS
+    note = check_disk_space(session.run.snapshots, buffer, session.sample_bytes, weights=weights)
+    if note:
+        session.notes.append(note)

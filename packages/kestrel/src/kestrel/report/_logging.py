@@ -2,6 +2,10 @@
 
 One file handler per run, removed when the run ends, so two runs in one process never write
 into each other's directories. The node actors' logs are :mod:`~kestrel.report._nodelog`'s.
+
+A log file that cannot be written (a full disk, a quota, a read-only filesystem) stops its
+handler at the first failure, said once on stderr (:class:`RunFileHandler`), instead of a
+``--- Logging error ---`` traceback per record; the console lines go on.
 """
 
 from __future__ import annotations
@@ -13,8 +17,9 @@ import sys
 from collections.abc import Iterator
 
 from kestrel.rundir._rundir import RunDir
+from kestrel_core.internal import as_disk_full, disk_full_guard
 
-__all__ = ["driver_logger", "LOGGER_NAME", "FILE_ONLY"]
+__all__ = ["driver_logger", "RunFileHandler", "LOGGER_NAME", "FILE_ONLY"]
 
 LOGGER_NAME = "kestrel.run"
 #: ``log.error(..., extra=FILE_ONLY)``: a record for the log file only, not the console (a
@@ -30,13 +35,17 @@ def driver_logger(run: RunDir, *, console: bool = True) -> Iterator[logging.Logg
     Args:
         run: the run directory.
         console: also print ``INFO`` lines to stdout (plain messages).
+
+    Raises:
+        DiskFullError: the log's folder cannot be created for lack of space.
     """
     log = logging.getLogger(LOGGER_NAME)
     log.setLevel(logging.INFO)
     log.propagate = False
     path = os.path.join(run.node_dir("driver"), "output.log")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    handlers: list[logging.Handler] = [logging.FileHandler(path, encoding="utf-8")]
+    with disk_full_guard(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    handlers: list[logging.Handler] = [RunFileHandler(path)]
     handlers[0].setFormatter(logging.Formatter(_FORMAT))
     if console:
         stream = _StdoutHandler()
@@ -60,3 +69,43 @@ class _StdoutHandler(logging.StreamHandler):
             return
         self.stream = sys.stdout
         super().emit(record)
+
+
+class RunFileHandler(logging.FileHandler):
+    """A :class:`logging.FileHandler` (UTF-8, appending) that stops at its first failed write.
+
+    A log file on a full disk would otherwise print a ``--- Logging error ---`` traceback for
+    every record (a launch logs hundreds). The first failure closes the file, says once on
+    stderr which file and why (the space left, for a full disk), and every later record is
+    dropped; the other handlers (the console) go on. Other errors of a record (formatting)
+    keep :mod:`logging`'s own report.
+
+    Attributes:
+        failed: the one-line reason the handler stopped (``None``: it writes).
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        super().__init__(path, encoding="utf-8")
+        self.failed: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failed is None:
+            super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 (logging's name)
+        err = sys.exc_info()[1]
+        if not isinstance(err, OSError):
+            super().handleError(record)
+            return
+        full = as_disk_full(err, self.baseFilename)
+        self.failed = str(full) if full is not None else f"cannot write {self.baseFilename}: {err}"
+        try:
+            self.close()
+        except OSError:  # flushing a full disk fails again: the file is closed anyway
+            pass
+        print(
+            f"kestrel: the log file is no longer written ({self.failed}); "
+            "log lines go to the console only",
+            file=sys.stderr,
+            flush=True,
+        )

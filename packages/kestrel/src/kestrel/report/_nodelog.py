@@ -38,6 +38,7 @@ from typing import Any
 import ray
 
 from kestrel.report._actorio import capture_prints, capture_warnings
+from kestrel_core.internal import as_disk_full, disk_full_guard
 from kestrel_ray import NodeWrapper
 
 __all__ = ["RunNodeWrapper", "NodeLogSink", "METRIC_COLUMNS"]
@@ -199,7 +200,8 @@ class NodeLogSink:
     The thread (``kestrel-node-logs``) runs between :meth:`start` and :meth:`stop`; ``stop``
     drains once more, so nothing an actor recorded before it is lost. An actor that cannot be
     reached (it died) is skipped; the failure reaches the driver through the call that was
-    running on it.
+    running on it. A file that cannot be written (a full disk) stops every write of the sink,
+    said once on stderr (:attr:`failed`); the launch stops at its own next write.
     """
 
     def __init__(
@@ -219,13 +221,15 @@ class NodeLogSink:
         #: since the actor forgot what it answered
         self._pending: dict[tuple[str, int], Any] = {}
         self._thread: threading.Thread | None = None
+        #: why the files are no longer written (``None``: they are)
+        self.failed: str | None = None
         for name, group in self._actors.items():
             os.makedirs(self._dirs[name], exist_ok=True)
             if name in self._estimators:
                 for i in range(len(group)):
                     path = self._path(name, "metrics", i, "csv")
                     if not os.path.exists(path):
-                        with open(path, "w", encoding="utf-8") as fh:
+                        with disk_full_guard(path), open(path, "w", encoding="utf-8") as fh:
                             fh.write(",".join(METRIC_COLUMNS) + "\n")
 
     def _path(self, name: str, stem: str, replica: int, ext: str) -> str:
@@ -260,11 +264,27 @@ class NodeLogSink:
                 for line in got.get("console", ()):
                     print(line, file=sys.stderr, flush=True)
                 if got["log"]:
-                    with open(self._path(name, "output", i, "log"), "a", encoding="utf-8") as fh:
-                        fh.write("\n".join(got["log"]) + "\n")
+                    self._append(self._path(name, "output", i, "log"), got["log"])
                 if got["metrics"] and name in self._estimators:
-                    with open(self._path(name, "metrics", i, "csv"), "a", encoding="utf-8") as fh:
-                        fh.writelines(",".join(row) + "\n" for row in got["metrics"])
+                    rows = [",".join(row) for row in got["metrics"]]
+                    self._append(self._path(name, "metrics", i, "csv"), rows)
+
+    def _append(self, path: str, lines: list[str]) -> None:
+        """Append ``lines`` to ``path``; after a failed write (a full disk), say so once on
+        stderr and write no more (the launch stops at its next write of its own files)."""
+        if self.failed is not None:
+            return
+        try:
+            with open(path, "a", encoding="utf-8") as fh:
+                fh.write("\n".join(lines) + "\n")
+        except OSError as err:
+            full = as_disk_full(err, path)
+            self.failed = str(full) if full is not None else f"cannot write {path}: {err}"
+            print(
+                f"kestrel: the node logs are no longer written ({self.failed})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def stop(self) -> None:
         """Stop the thread and drain a last time."""

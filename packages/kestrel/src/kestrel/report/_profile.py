@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Any
 
+from kestrel_core.internal import write_atomic
+
 __all__ = ["PROFILE_FILE", "LaunchProfile", "write_profile", "profile_rows", "summary"]
 
 #: the file in the run directory
@@ -135,10 +137,7 @@ def write_profile(run_root: str, profile: dict[str, Any]) -> str:
         OSError: the file cannot be written.
     """
     path = os.path.join(run_root, PROFILE_FILE)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(profile, fh, indent=1)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(profile, indent=1).encode("utf-8"), durable=False)
     return path
 
 

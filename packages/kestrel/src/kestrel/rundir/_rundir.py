@@ -55,6 +55,7 @@ from kestrel.rundir._config import (
 from kestrel.rundir._folder import check_launch_folder, is_run_folder
 from kestrel.rundir._history import RUN_FILE, RunHistory
 from kestrel_core import ConfigError
+from kestrel_core.internal import write_atomic
 from kestrel_core.store import JOURNAL_DIR
 
 __all__ = ["RunDir", "SAVED_MARKER", "CONFIG_FILE", "PREVIOUS_DIR"]
@@ -178,10 +179,7 @@ class RunDir:
         except FileNotFoundError:
             same = False
         if not same:
-            tmp = self.config_file + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, self.config_file)
+            write_atomic(self.config_file, text.encode("utf-8"))
         return config_digest(data)
 
     def load_config(self, overrides: Any = (), *, check_targets: Any = ("simulator",)) -> Any:
@@ -315,12 +313,10 @@ def _listdir(folder: str) -> list[str]:
 
 
 def _write_json(path: str, data: Mapping[str, Any]) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(dict(data), fh, indent=2, default=_jsonable)
-        fh.write("\n")
-    os.replace(tmp, path)
+    """Write ``data`` as JSON, atomically (a failed write leaves the old file and no temporary
+    one; a full disk raises :class:`~kestrel_core.internal.DiskFullError` naming ``path``)."""
+    text = json.dumps(dict(data), indent=2, default=_jsonable) + "\n"
+    write_atomic(path, text.encode("utf-8"), durable=False)
 
 
 def _jsonable(value: Any) -> Any:
