@@ -1,7 +1,9 @@
 """``launch``: train every estimator of a graph while simulations keep arriving.
 
-This module opens the run (:class:`~kestrel.session._session.RunSession`: everything about the
-config is checked before Ray starts), then the driver log, Ctrl-C and timeout, the progress
+This module takes the run's lock (:class:`~kestrel.rundir._lock.RunLock`: one launch writes a
+run folder at a time, from before anything is written until the launch ends), opens the run
+(:class:`~kestrel.session._session.RunSession`: everything about the config is checked before
+Ray starts), then the driver log, Ctrl-C and timeout, the progress
 reporter and Ray; :class:`~kestrel.controller._launcher.Launcher` runs it. It builds the
 launch's collaborators in dependency order and hands each what it needs when it is made — the
 budget, the :class:`~kestrel.controller._resume.Resume` that writes it beside every snapshot,
@@ -29,7 +31,12 @@ from kestrel.preflight._launch_notes import check_epochs_overrides
 from kestrel.report._logging import driver_logger
 from kestrel.report._profile import LaunchProfile
 from kestrel.report._progress import make_progress
+from kestrel.rundir._folder import check_launch_folder
+from kestrel.rundir._intent import MODES
+from kestrel.rundir._lock import RunLock
+from kestrel.rundir._rundir import RunDir
 from kestrel.session._session import RunSession
+from kestrel_core import ConfigError
 from kestrel_core.internal import DiskFullError
 from kestrel_ray.internal import check_address_format
 
@@ -58,7 +65,9 @@ def launch(
             the run with that config; a config that equals it resumes too; one that differs
             is an error unless ``mode`` says what to do.
         run_dir: the run directory (created). Nothing inside it refers to it by an absolute
-            path, so a copy or a moved run directory works where it is.
+            path, so a copy or a moved run directory works where it is. The launch holds the
+            run's lock (``RUN/.kestrel.lock``, :mod:`kestrel.rundir._lock`) from before it
+            writes anything until it ends: one launch writes a run at a time.
         overrides: dotlist overrides (``"graph.theta.estimator.max_epochs=10"``).
         seed: the run's seed; ``None`` draws fresh entropy (recorded in the result and in
             ``status.json``).
@@ -90,6 +99,8 @@ def launch(
         ConfigError, GraphError: the config or an argument is invalid (before anything is
             written); in ``"auto"`` mode, the config differs from the run's own (the message
             names the keys, old → new); ``epochs`` with a ``max_epochs`` override.
+        RunLockedError: another launch holds the run's lock (the message names it: host,
+            pid, start), before anything is read or written.
         ClusterError: ``address`` (or ``ray.address``, ``RAY_ADDRESS``) is not ``host:port``
             (before anything is written), or no Ray cluster answers there.
         RunError: a node failed during the run (status ``"failed"`` in ``status.json``; every
@@ -99,12 +110,53 @@ def launch(
     t_start = time.monotonic()  # RUN/profile.json counts from here
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
     check_epochs_overrides(overrides, epochs)  # every argument check before anything is written
-    session = RunSession.for_launch(config, run_dir, overrides=overrides, seed=seed, mode=mode)
+    if mode not in MODES:  # (as launch_plan says it) before the lock creates the folder
+        raise ConfigError(f"launch: mode must be one of {', '.join(MODES)}; found {mode!r}")
+    # one writer per run folder: the lock first (a file or a user's folder refused before it),
+    # held until the launch ends, whichever way
+    root = RunDir(run_dir).root
+    check_launch_folder(root, mode)
+    with RunLock(root) as lock:
+        try:
+            session = RunSession.for_launch(
+                config, run_dir, overrides=overrides, seed=seed, mode=mode
+            )
+        except BaseException:
+            for note in lock.notes:  # said here: the session that would log them never came
+                print(f"warning: {note}", file=sys.stderr)
+            raise
+        session.notes[:0] = lock.notes  # a stale lock taken over, no file locks here
+        return _launch(
+            session,
+            lock,
+            t_start,
+            timeout=timeout,
+            address=address,
+            auto_sample=auto_sample,
+            progress=progress,
+            epochs=epochs,
+            deterministic=deterministic,
+        )
+
+
+def _launch(
+    session: RunSession,
+    lock: RunLock,
+    t_start: float,
+    *,
+    timeout: float | None,
+    address: str | None,
+    auto_sample: bool,
+    progress: Any,
+    epochs: int | None,
+    deterministic: bool | None,
+) -> RunResult:
+    """The launch of :func:`launch` on its session, under the run's lock."""
     # a budget smaller than the initial simulation: said before anything is written or started
     check_initial_budget(session.config, session.run.snapshots, fresh=session.mode == "restart")
     _check_address(address, session.config.ray)
     check_run_disk(session)  # no room for a checkpoint: a warning (or refused) before writing
-    session.create()
+    session.create(lock)
     launcher: Launcher | None = None
     interrupted = False
     error: BaseException | None = None
