@@ -14,7 +14,11 @@ simulator too expensive to call here) and its descendants are not dry-run. With
 
 Each simulator is also called once more (one sample, two at most) with a generator seeded as
 its dry-run call was: one whose output differs ignores its ``rng`` (``--seed`` would not
-reproduce a run) and gets a :class:`~kestrel_core._errors.ReproducibilityWarning`
+reproduce a run) and gets a :class:`~kestrel_core._errors.ReproducibilityWarning`. One that
+never drew from its ``rng`` gets one more call (two samples on the same parents, another seed):
+random samples that are the same under another rng come from a generator it seeds itself
+(``default_rng(42)``), so its replicas and rounds would repeat each other's noise — warned too,
+before Ray starts; a deterministic simulator is not
 (:mod:`kestrel.preflight._reproducible`). What a simulator prints here is not shown (it would
 print twice, here and on Ray) unless it raises: then its last lines precede the error.
 
@@ -36,11 +40,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from kestrel.preflight._reproducible import (
-    ReproducibilityWarning,
-    unreproducible,
-    unreproducible_message,
-)
+from kestrel.preflight._reproducible import ReproducibilityWarning, rng_message, rng_problem
+from kestrel.preflight._slownotice import slow_notice
 from kestrel_core import (
     Graph,
     GraphError,
@@ -154,7 +155,7 @@ def dry_run(
         parents = {p: values[p] for p in node.parents}
         rng = np.random.Generator(np.random.PCG64(child))
         try:
-            with _quiet():
+            with _quiet(), slow_notice(name, node.simulator.target_name):
                 attempt = simulate_or_skip(
                     name, simulator, n, parents, rng=rng, seq=child, on_error=node.on_error
                 )
@@ -175,9 +176,9 @@ def dry_run(
             raise GraphError(problem)
         reference = None if attempt.raised.any() else attempt.value
         with _quiet():
-            differs = unreproducible(name, simulator, parents, child, reference)
-        if differs:
-            message = unreproducible_message(name, node.simulator.target_name)
+            rng_fault = rng_problem(name, simulator, parents, child, reference)
+        if rng_fault is not None:
+            message = rng_message(rng_fault, name, node.simulator.target_name)
             warnings.warn(ReproducibilityWarning(message), stacklevel=2)
         fields = {"value": attempt.value}
         log_prob = getattr(simulator, "log_prob", None)
