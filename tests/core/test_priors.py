@@ -347,3 +347,34 @@ def test_prior_from_spec_uses_the_key_path():
     prior = prior_from_spec({"_target_": "kestrel_core.Product", "priors": [ENTRIES["normal"]]})
     assert prior.specs == [ENTRIES["normal"]] and prior_from_spec(prior) is prior
     assert repr(prior) == "Product([['normal', 1.0, 2.0]])"
+
+
+# -- K45 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_k45_prior_log_prob_is_minus_inf_row_by_row_outside_the_support(dtype):
+    """A density evaluation never raises for a value outside the support (only the bijections
+    refuse it): −inf in that row, the other rows as they are alone."""
+    prior = Product([["uniform", -1.0, 1.0], ["uniform", -1.0, 1.0], ["fixed", 2.0]])
+    inside = np.array([[0.3, -0.2, 2.0], [-1.0, 1.0, 2.0], [0.0, 0.0, 2.0]], dtype=dtype)
+    outside = np.array(
+        [[1.5, 0.0, 2.0], [0.0, -1.01, 2.0], [0.0, 0.0, 3.0], [np.nan, 0.0, 2.0]], dtype=dtype
+    )
+    mixed = np.concatenate([inside[:1], outside[:2], inside[1:], outside[2:]])
+    got = prior.log_prob(mixed)
+    assert got.shape == (7,) and np.isfinite(got[[0, 3, 4]]).all()
+    assert np.all(got[[1, 2, 5, 6]] == -np.inf)
+    assert np.array_equal(got[[0, 3, 4]], prior.log_prob(inside))
+    with pytest.raises(OutOfSupportError, match="priors\\[0\\]"):
+        prior.to_normal(outside[:1])  # a transform's input still has to be in the support
+
+
+def test_k45_multivariate_normal_log_prob_is_minus_inf_for_non_finite_rows():
+    from kestrel_core import MultivariateNormal
+
+    prior = MultivariateNormal([0.0, 0.0], [[1.0, 0.5], [0.5, 1.0]])
+    theta = np.array([[0.1, 0.2], [np.inf, 0.0], [0.0, np.nan], [-0.4, 0.3]])
+    got = prior.log_prob(theta)
+    assert np.all(got[1:3] == -np.inf) and np.isfinite(got[[0, 3]]).all()
+    assert np.array_equal(got[[0, 3]], prior.log_prob(theta[[0, 3]]))

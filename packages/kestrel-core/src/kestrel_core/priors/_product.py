@@ -41,8 +41,10 @@ class Product:
     (``Z_MAX = 37``, where Φ reaches ≈ 5.7e-300), so the bounds of a bounded prior map to
     finite latents in float32 and float64; the round trip of interior points is exact to about
     1e-13 in float64. Computation is in float64; outputs keep the floating dtype of the input
-    (integers become float64). Values outside the support raise :class:`OutOfSupportError`
-    naming the entry, the value and the bounds — they are never clamped; the one allowance is
+    (integers become float64). Values outside the support get ``log_prob`` −inf (row by row,
+    never an error: a density evaluation) and are refused by the bijections, which raise
+    :class:`OutOfSupportError` naming the entry, the value and the bounds — they are never
+    clamped; the one allowance is
     that a float32 (or narrower) value equal to a bound rounded to that dtype counts as the
     bound, so ``to_normal(from_normal(z))`` also works in float32 for bounds like ``0.7``.
 

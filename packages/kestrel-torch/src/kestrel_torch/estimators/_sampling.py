@@ -224,11 +224,22 @@ def log_density(
 ) -> np.ndarray:
     """The model's posterior log density at ``theta`` ``(N, F)``: float64 ``(N,)``, θ-space.
 
+    A row where the prior's density is zero — outside its support, NaN or ±inf — gets ``-inf``
+    (the posterior is zero there, as MCMC and importance weights need), row by row: the other
+    rows are computed as they are without it, bit for bit (the row is scored at the prior's
+    median instead, in a batch of the same size, and its result replaced).
+
     Raises:
-        OutOfSupportError: ``theta`` outside the prior's support.
         EstimatorError: a missing or mis-shaped condition.
+        ShapeError: ``theta``'s last axis is not the prior's ``F``.
     """
+    outside = ~np.isfinite(np.asarray(prior.log_prob(theta), dtype=np.float64))
+    if outside.any():
+        theta = np.array(theta, dtype=np.float64)
+        theta[outside] = prior.from_normal(np.zeros((1, prior.dim)))[0]  # in the support
     z, logdet = prior.to_normal(theta, with_logdet=True)
     s = model.embed(conditions.inputs(theta.shape[0], given))
     log_z = model.head.log_prob(torch.as_tensor(z, device=conditions.device), s)
-    return log_z.cpu().numpy() + logdet
+    out = log_z.cpu().numpy() + logdet
+    out[outside] = -np.inf
+    return out

@@ -382,15 +382,18 @@ class StepwiseEstimator:
         Uses the best model, like the sampling methods; deterministic.
 
         Args:
-            theta: array ``(N, F)`` inside the prior's support.
+            theta: array ``(N, F)``.
             conditions: evidence node → array ``(N, *D)`` or ``(1, *D)``.
 
         Returns:
-            float64 ``(N,)``, θ-space.
+            float64 ``(N,)``, θ-space; ``-inf`` in each row where the prior's density is zero
+            (outside its support, NaN, ±inf), as the posterior's is — never an error for such
+            a row; the other rows are unchanged by it.
 
         Raises:
-            EstimatorError: no trained model, or a missing/mis-shaped condition.
-            OutOfSupportError: ``theta`` outside the prior's support.
+            EstimatorError: no trained model, ``theta`` not 2-D, or a missing/mis-shaped
+                condition.
+            ShapeError: ``theta`` has another number of columns than the prior's ``F``.
         """
         return self._inference.log_prob(theta, conditions)
 
