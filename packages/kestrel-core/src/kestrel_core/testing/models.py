@@ -51,6 +51,7 @@ __all__ = [
     "CrashOnce",
     "KilledAt",
     "HangsAt",
+    "Stall",
     "FAULT_SIGMA",
     "batches",
 ]
@@ -343,4 +344,30 @@ class HangsAt:
     def simulate_batch(self, n, z, rng=None):
         if _count(self.folder) in self.hang_at:
             time.sleep(self.seconds)
+        return z + FAULT_SIGMA * rng.standard_normal(z.shape)
+
+
+class Stall:
+    """x = z + noise, a simulator that stalls on demand (files decide, so a test can change it
+    while a launch runs): every call hangs ``seconds`` while the file ``hang`` exists, and so
+    does a call of at least ``hang_rows`` rows (0: none); while the file ``slow`` exists a
+    call sleeps ``per_sample`` seconds a row."""
+
+    def __init__(
+        self,
+        hang: str,
+        slow: str = "",
+        hang_rows: int = 0,
+        per_sample: float = 0.0,
+        seconds: float = 3600.0,
+    ):
+        self.hang, self.slow = str(hang), str(slow)
+        self.hang_rows, self.per_sample = int(hang_rows), float(per_sample)
+        self.seconds = float(seconds)
+
+    def simulate_batch(self, n, z, rng=None):
+        if os.path.exists(self.hang) or (self.hang_rows and n >= self.hang_rows):
+            time.sleep(self.seconds)
+        if self.slow and os.path.exists(self.slow):
+            time.sleep(self.per_sample * n)
         return z + FAULT_SIGMA * rng.standard_normal(z.shape)

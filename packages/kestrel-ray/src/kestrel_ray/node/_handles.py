@@ -273,6 +273,25 @@ class SubmittedTrace:
         done, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
         return len(done) == len(self._refs)
 
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every call; returns :meth:`ready`."""
+        if not self._refs:
+            return True
+        done, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=max(0.0, timeout))
+        return len(done) == len(self._refs)
+
+    def waiting(self) -> list[str]:
+        """The nodes whose calls have not all finished, in submission order (empty once
+        :meth:`ready`); a call queued on an actor behind another counts as not finished."""
+        out = []
+        for name, (_, pending) in self._calls.items():
+            refs = pending.meta_refs
+            if refs:
+                done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                if len(done) < len(refs):
+                    out.append(name)
+        return out
+
     def collect(self) -> RefTrace:
         """The trace (waits for the calls; raises a node's failure, as :meth:`DeployedGraph.run`)."""
         if self.n == 0:

@@ -10,13 +10,15 @@ between actors and the store). :meth:`Launcher.run` deploys the graph, then adva
    into the run directory) and load saved weights (a resume, :mod:`._resume`);
 2. ``Restoring`` (phase ``initial simulation``): restore the run's saved buffer and the journal
    beyond it (a resume); without a saved buffer, append ``buffer.initial_samples_path`` if set;
-3. ``InitialSimulation(left)``: simulate the rest of ``min_samples + validation_samples`` from
-   the prior, one chunk per step;
+3. ``InitialSimulation``: simulate the rest of ``min_samples + validation_samples`` from the
+   prior, in pieces appended as they are done (:mod:`._prior`; one poll per step);
 4. ``Training(calls, rounds)``: start training on every estimator node, then one poll per step:
    resimulation rounds paced by training epochs and bounded by the simulation budget
    (:mod:`._rounds`, one append in flight); the training calls are polled every ~50 ms, so an
    actor's error surfaces at once; with budget left after training ended, the rest is drawn;
-5. ``Stopping`` (Ctrl-C, SIGTERM or timeout): estimators stop after their current step;
+5. ``Stopping`` (Ctrl-C, SIGTERM or timeout): estimators stop after their current step; the
+   rounds in flight get :data:`~._stop.STOP_GRACE` seconds, then are abandoned (a stop stops
+   in every phase, :mod:`._stop`);
 6. ``Saving`` and ``Sampling``: save the buffer and the weights (a resumed node's only when
    this launch made a better model), draw ``sample.posterior.n`` (and ``sample.ppd.n``)
    samples; then ``Finished``.
@@ -45,6 +47,7 @@ from kestrel.controller._budget import Budget, check_initial_budget, restore_cou
 from kestrel.controller._endsample import sample_if_trained
 from kestrel.controller._failure import save_on_failure
 from kestrel.controller._initial import append_initial_samples
+from kestrel.controller._prior import PriorSimulation, piece_size
 from kestrel.controller._reporting import LaunchReporter
 from kestrel.controller._result import RunResult
 from kestrel.controller._resume import Resume, add_epochs
@@ -78,10 +81,8 @@ from kestrel_core import ConfigError, KestrelError
 from kestrel_ray import DeployedGraph, RunError
 from kestrel_ray.internal import describe_failure, unwrap_error
 
-__all__ = ["Launcher", "INITIAL_CHUNK"]
+__all__ = ["Launcher"]
 
-#: rows per call of the initial prior simulation
-INITIAL_CHUNK = 4096
 _POLL = 0.05  # seconds: how long one ray.wait on the training calls may block
 
 
@@ -294,7 +295,15 @@ class Launcher:
             left,
             "" if loaded else f" (no buffer snapshot in {self.session.run.snapshots})",
         )
-        return InitialSimulation(left)
+        prior = PriorSimulation(
+            dg,
+            left,
+            piece=piece_size(self.buffer, total),
+            append=lambda trace: self._append_initial(dg, trace),
+            stop=self.stop,
+            log=self.log,
+        )
+        return InitialSimulation(prior)
 
     def _restore_budget(self) -> None:
         """A resumed run counts on from the simulations its saved buffer recorded."""
@@ -303,20 +312,22 @@ class Launcher:
             self.log.info("budget: %s (restored)", self.budget.as_status())
 
     def _simulate(self, state: InitialSimulation) -> LaunchState:
-        """InitialSimulation: one chunk from the prior, appended; training starts once none is
-        left (a stop goes to saving)."""
-        if self.stop.requested:
-            return Saving(self.stop.status)
-        if state.left <= 0:
-            return self._start_training()
-        dg = self._graph()
-        n = min(INITIAL_CHUNK, state.left)
-        trace = dg.sample(n)
+        """InitialSimulation: append the pieces that are done; training starts once every row
+        is in the store (a stop goes to saving once the pieces in flight are done or
+        abandoned)."""
+        prior = state.prior
+        if prior.done:
+            return Saving(self.stop.status) if self.stop.requested else self._start_training()
+        if prior.step(_POLL):
+            self.reporter.report(force=True)
+        else:
+            self.reporter.report()
+        return state
+
+    def _append_initial(self, dg: DeployedGraph, trace: Any) -> None:
         valid = trace.valid_rows()
         self.appends.append(dg.store, trace, "initial simulation")
         self.budget.count(trace.n, 0 if valid is None else int((~valid).sum()))
-        self.reporter.report(force=True)
-        return InitialSimulation(state.left - n)
 
     def _start_training(self) -> Training:
         dg = self._graph()
@@ -347,8 +358,15 @@ class Launcher:
         round is owed (stopping: once the training calls ended), drain the rounds and save."""
         rounds = state.rounds
         stopping = isinstance(state, Stopping)
-        if stopping and not state.calls:
-            return self._drained(rounds)
+        if stopping and not state.calls:  # the rounds in flight: until done, or the grace ends
+            if rounds.busy and self.stop.waited_enough():
+                rounds.abandon()
+            if not rounds.busy:
+                return self._drained(rounds)
+            rounds.step(training=False, stopping=True)
+            time.sleep(_POLL / 5)
+            self.reporter.report()
+            return state
         if not (state.calls or rounds.busy or rounds.more_after_training()):
             return self._drained(rounds)
         calls = self._poll_training(state.calls)
@@ -423,9 +441,13 @@ class Launcher:
             self.log,
             epochs=self.result.epochs,
             max_epochs=self.max_epochs,
+            stop=self.stop,
         )
         self.result.samples.update(paths)
-        return self._finished(state.status, state.drawn)
+        # a stop during the sampling ends the launch as interrupted (or timeout)
+        return self._finished(
+            self.stop.status if self.stop.requested else state.status, state.drawn
+        )
 
     def _finished(self, status: RunStatus, drawn: int) -> Finished:
         """The result, ``status.json``, ``profile.json`` and the last log lines."""

@@ -21,6 +21,11 @@ and three rounds would not fit the object store (a second round in flight would 
 :func:`~kestrel.preflight._capacity.rounds_in_flight`) keep one round at a time.
 
 When the budget is spent, or the launch stops, the estimators hear that no more rounds come.
+A stopping launch gives the rounds in flight :data:`~kestrel.controller._stop.STOP_GRACE`
+seconds, then abandons those whose calls still run (:meth:`Resimulation.abandon`: their rows
+are never stored). A round whose calls run for long is reported
+(:class:`~kestrel.controller._stall.StallWatch`): a hung simulator without a node ``timeout``
+is visible.
 After training ended with budget left (``max_epochs`` reached), the rest of the budget is drawn
 from the final proposals (one warning), so a budget is always spent exactly.
 """
@@ -37,6 +42,7 @@ from typing import Any
 import ray
 
 from kestrel.controller._budget import Budget
+from kestrel.controller._stall import StallWatch
 from kestrel_core import BufferConfig
 from kestrel_ray import RunError
 from kestrel_ray.internal import describe_failure, unwrap_error
@@ -98,6 +104,8 @@ class Resimulation:
         self._closed = False
         self._warned = False
         self._interval = float(buffer.simulate_interval)
+        self._watch = StallWatch(log, "resimulation")
+        self.abandoned = 0  # rows of rounds abandoned after a stop
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -224,24 +232,53 @@ class Resimulation:
         """Wait for the rounds in flight (if any) and account for them, oldest first."""
         self._advance(wait=True)
 
+    def abandon(self) -> None:
+        """Give up the rounds whose calls still run (a stopping launch, after its grace):
+        their rows are never stored (the session kills the actors that run them); rounds
+        already handed to the store are finished and counted."""
+        self._advance(wait=False)
+        while self._pending and self._pending[0].append is not None:
+            self._advance_head()
+        if not self._pending:
+            return
+        rows = sum(r.rows for r in self._pending)
+        nodes = sorted({m for r in self._pending for m in r.submitted.waiting()})
+        self.log.warning(
+            "rounds: %d round%s in flight abandoned (%d samples; the calls of %s still ran "
+            "after the stop; their rows are not stored)",
+            len(self._pending),
+            "s" if len(self._pending) != 1 else "",
+            rows,
+            ", ".join(f"node {m!r}" for m in nodes) or "the simulators",
+        )
+        self.abandoned += rows
+        self._pending.clear()
+
     def _advance(self, *, wait: bool) -> None:
         """Collect and append the rounds whose calls are done (every round: ``wait``), in
         order; account for the appends that finished, oldest first."""
         for r in self._pending:
             if r.append is None:
                 if not (wait or r.submitted.ready()):
+                    if r is self._pending[0]:
+                        self._watch.check(r.submitted.waiting(), f"round {r.k}")
                     break
                 self._collect(r)
         while self._pending:
             head = self._pending[0]
             if head.append is None or not (wait or _ready(head.append)):
                 break
-            self._pending.popleft()
-            self._finish(head.append)
-            self.budget.count(head.rows, head.invalid)
-            self.dg.round_appended(head.k, last=self.budget.spent)
-            if self.budget.spent:
-                self.close(f"the simulation budget of {self.budget.total} is spent", last=head.k)
+            self._advance_head()
+
+    def _advance_head(self) -> None:
+        """The oldest round's append is done (or is waited for): count it, tell the estimators."""
+        head = self._pending.popleft()
+        self._watch.clear()
+        self._finish(head.append)
+        self.budget.count(head.rows, head.invalid)
+        self.dg.round_appended(head.k, last=self.budget.spent)
+        if self.budget.spent:
+            self.close(f"the simulation budget of {self.budget.total} is spent", last=head.k)
 
     def _collect(self, r: _Round) -> None:
         """The round's trace (raises its simulation's failure), appended."""

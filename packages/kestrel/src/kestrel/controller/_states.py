@@ -17,8 +17,8 @@ state                  leads to
 =====================  ==================================================================
 ``Starting``           ``Restoring`` (the saved weights loaded)
 ``Restoring``          ``InitialSimulation(left)``
-``InitialSimulation``  itself with ``left`` one chunk less; ``Training`` once ``left`` is 0;
-                       ``Saving`` when a stop was requested
+``InitialSimulation``  itself while pieces are left; ``Training`` once every row is in the
+                       store; ``Saving`` after a stop request (the pieces done appended)
 ``Training``           itself; ``Stopping`` when a stop is requested; ``Saving`` once training
                        ended and no round is owed (the rounds in flight drained)
 ``Stopping``           itself; ``Saving`` once the training calls ended (rounds drained)
@@ -38,6 +38,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from kestrel.controller._prior import PriorSimulation
     from kestrel.controller._rounds import Resimulation
 
 __all__ = [
@@ -126,13 +127,14 @@ class Restoring(LaunchState):
 
 @dataclass(frozen=True)
 class InitialSimulation(LaunchState):
-    """Simulating from the prior, one chunk per step.
+    """Simulating from the prior, in pieces appended as they are done (one poll per step).
 
     Attributes:
-        left: rows still to simulate (0: training starts at the next step).
+        prior: the launch's :class:`~kestrel.controller._prior.PriorSimulation` (its ``left``:
+            rows not yet in the store).
     """
 
-    left: int
+    prior: PriorSimulation
     phase: Phase = field(default=Phase.INITIAL_SIMULATION, init=False)
 
 
