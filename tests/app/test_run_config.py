@@ -28,7 +28,11 @@ def config(observed, **buffer):
         "buffer": {"min_samples": 4, "max_samples": 8, "validation_samples": 2, **buffer},
         "graph": {
             "z": {"simulator": PRIOR, "evidence": ["x"]},
-            "x": {"simulator": "collections.OrderedDict", "parents": ["z"], "observed": observed},
+            "x": {
+                "simulator": "kestrel_core.testing.models.Shift",
+                "parents": ["z"],
+                "observed": observed,
+            },
         },
     }
 

@@ -36,6 +36,7 @@ from kestrel_core.config._schema import (
     schema_problems,
 )
 from kestrel_core.config._targets import spec_problems
+from kestrel_core.config._trust import untrusted_problems
 from kestrel_core.graph._graph import Graph
 from kestrel_core.graph._spec import Spec
 from kestrel_core.graph._topology import structure_problems
@@ -232,6 +233,29 @@ def _check_targets(graph: Graph, roles: Sequence[str]) -> list[str]:
     return problems
 
 
+def _check_trust(data: Mapping[str, Any], origin: Any) -> None:
+    """Raise for what a config that is not trusted may not do (before anything is imported)."""
+    imports = (data.get("paths") or {}).get("imports") if isinstance(data, Mapping) else None
+    folders = [imports] if isinstance(imports, str) else list(imports or [])
+    run_dir = data.get("run_dir") if isinstance(data, Mapping) else None
+    problems = untrusted_problems(data, [str(f) for f in folders], run_dir)
+    if not problems:
+        return
+    where = (
+        os.path.abspath(os.path.expanduser(os.fspath(origin)))
+        if isinstance(origin, (str, os.PathLike))
+        else "the config"
+    )
+    remedy = (
+        "a run folder's config may only use Kestrel's config classes and the code of its code "
+        "folders; if you trust whoever wrote it, pass --trust (Python: trust=True)"
+    )
+    if len(problems) == 1:
+        raise ConfigError(f"{where}: refused: {problems[0]}; {remedy}")
+    lines = "\n".join(f"  {p}" for p in problems)
+    raise ConfigError(f"{where}: refused, {len(problems)} problems ({remedy}):\n{lines}")
+
+
 def _is_prior(target: Any) -> bool:
     return isinstance(target, type) and issubclass(target, (Product, MultivariateNormal))
 
@@ -243,6 +267,8 @@ def load_config(
     run_dir: str | os.PathLike[str] | None = None,
     check_targets: Sequence[str] = ("simulator",),
     base_dir: str | os.PathLike[str] | None = None,
+    trust: bool = True,
+    origin: str | os.PathLike[str] | None = None,
 ) -> RunConfig:
     """Load, override, resolve and validate a run config.
 
@@ -259,6 +285,19 @@ def load_config(
         base_dir: the directory relative paths (``observed``, ``paths.imports``,
             ``buffer.initial_samples_path``) are resolved against; default: the config file's
             folder, or the current directory for a mapping.
+        trust: whether the config is the user's own (default). ``False`` for a config
+            someone else may have written (a run folder's ``config.yml``): before anything is
+            imported, every ``_target_`` must name one of Kestrel's config classes or code of
+            the config's code folders (``paths.imports``, outside ``run_dir`` and the Python
+            installation), and the ``ray`` sections may not fetch or run code or join another
+            cluster (:mod:`kestrel_core.config._trust`); a config that names no
+            ``paths.imports`` then has no code folder (not its own folder).
+        origin: the file the config came from, named in the errors of ``trust=False``
+            (default: ``source`` when it is a path).
+
+    A path given as ``source``, ``run_dir`` or ``base_dir``, and the paths in the config
+    (``paths.*``, ``observed``, ``buffer.initial_samples_path``), may start with ``~``: it is
+    expanded as a shell does (:func:`os.path.expanduser`), never a folder named ``~``.
 
     Returns:
         The frozen :class:`RunConfig`.
@@ -266,7 +305,9 @@ def load_config(
     Raises:
         ConfigError: unreadable source, bad override, failed interpolation, unknown or invalid
             keys, unimportable targets, bad kwargs or prior parameters — every problem found,
-            one per line, each starting with its key path.
+            one per line, each starting with its key path; an empty config file (naming it);
+            with ``trust=False``, a target or ``ray`` setting the config may not use (naming
+            the file, the key and the target; nothing imported).
         GraphError: the config is well-formed but the graph is not (unknown node reference,
             cycle, estimator without evidence, …).
 
@@ -279,7 +320,11 @@ def load_config(
         if role not in _ROLES:
             raise ConfigError(f"check_targets: unknown role {role!r} (expected {_ROLES})")
     cfg, source_dir = read_source(source)
-    base_dir = source_dir if base_dir is None else os.path.abspath(os.fspath(base_dir))
+    if base_dir is not None:
+        base_dir = os.path.abspath(os.path.expanduser(os.fspath(base_dir)))
+    base_dir = source_dir if base_dir is None else base_dir
+    if run_dir is not None:
+        run_dir = os.path.expanduser(os.fspath(run_dir))
     nodes = list(cfg.get("graph") or {}) if hasattr(cfg.get("graph"), "keys") else []
     problems = []
     for item in [overrides] if isinstance(overrides, str) else overrides:
@@ -290,7 +335,13 @@ def load_config(
     if problems:
         raise ConfigError(_join(problems))
     unresolved = cfg.copy()
+    paths_given = cfg.get("paths")
+    named_imports = hasattr(paths_given, "keys") and "imports" in paths_given
     data = resolve(cfg, run_dir, base_dir)
+    if not trust:
+        if not named_imports and isinstance(data.get("paths"), dict):
+            data["paths"]["imports"] = []  # no code folder it does not name (not its own folder)
+        _check_trust(data, source if origin is None else origin)
     problems = schema_problems(data)
     if problems:
         raise ConfigError(_join(problems))

@@ -43,7 +43,7 @@ def read_source(source: Any) -> tuple[Any, str]:
     ):
         return source_pair[0].copy(), source_pair[1]
     if isinstance(source, (str, os.PathLike)):
-        path = os.path.abspath(os.fspath(source))
+        path = os.path.abspath(os.path.expanduser(os.fspath(source)))
         if not os.path.isfile(path):
             raise ConfigError(f"config file not found: {path}")
         try:
@@ -53,6 +53,11 @@ def read_source(source: Any) -> tuple[Any, str]:
         if isinstance(cfg, ListConfig):
             raise ConfigError(
                 f"config file {path}: expected a mapping at the top level, found a list"
+            )
+        if len(cfg) == 0:
+            raise ConfigError(
+                f"config file {path} is empty (nothing but blank lines or comments); a config "
+                "needs at least a graph section (graph: <node>: simulator: ...)"
             )
         return cfg, os.path.dirname(path)
     if isinstance(source, DictConfig):
@@ -167,7 +172,7 @@ def resolve(cfg: Any, run_dir: Any, base_dir: str) -> dict[str, Any]:
 
     register_resolvers()  # ${calc:...}, ${sqrt:...}, ${exp:...}, ${log:...}
     if run_dir is not None:
-        cfg["run_dir"] = os.fspath(run_dir)
+        cfg["run_dir"] = os.path.expanduser(os.fspath(run_dir))
     elif "run_dir" not in cfg or (not OmegaConf.is_missing(cfg, "run_dir") and cfg.run_dir is None):
         cfg["run_dir"] = _MISSING
     missing = OmegaConf.is_missing(cfg, "run_dir")
@@ -200,8 +205,15 @@ def resolve(cfg: Any, run_dir: Any, base_dir: str) -> dict[str, Any]:
 
 
 def _absolutise(data: dict[str, Any], base_dir: str) -> None:
+    """Expand ``~`` in every path of the config (as a shell does: never a folder named ``~``)
+    and make ``paths.imports``, ``buffer.initial_samples_path`` and ``observed`` absolute."""
+    if isinstance(data.get("run_dir"), str):
+        data["run_dir"] = os.path.expanduser(data["run_dir"])
     paths = data.get("paths")
     if isinstance(paths, dict):
+        for name in ("graph", "samples", "buffer"):
+            if isinstance(paths.get(name), str):
+                paths[name] = os.path.expanduser(paths[name])
         imports = paths.get("imports")
         if isinstance(imports, str):
             imports = [imports]
@@ -212,7 +224,7 @@ def _absolutise(data: dict[str, Any], base_dir: str) -> None:
     buf = data.get("buffer")
     if isinstance(buf, dict) and isinstance(buf.get("initial_samples_path"), str):
         buf["initial_samples_path"] = os.path.normpath(
-            os.path.join(base_dir, buf["initial_samples_path"])
+            os.path.join(base_dir, os.path.expanduser(buf["initial_samples_path"]))
         )
     graph = data.get("graph")
     if isinstance(graph, dict):

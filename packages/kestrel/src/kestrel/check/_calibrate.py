@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from kestrel.rundir._read import node_labels
+from kestrel.rundir._trust import trust_keyword
 from kestrel.sample._batch import run_batch
 from kestrel.sample._guards import trains_with_proposals
 from kestrel.sample._sampling import _open, _require_weights, needs_ray
@@ -98,6 +99,7 @@ class CalibrationResult:
     skipped: SkipLog = field(repr=False, default_factory=SkipLog)  # on_error: skip
 
 
+@trust_keyword
 def check_calibration(
     run_dir: str | os.PathLike[str],
     *,
@@ -109,6 +111,7 @@ def check_calibration(
     address: str | None = None,
     ray: bool | None = None,
     image: bool = True,
+    trust: bool = False,
 ) -> CalibrationResult:
     """Check the calibration of a trained run; write ``RUN/checks/calibration.json`` and
     ``.png`` (see the module docstring).
@@ -124,6 +127,9 @@ def check_calibration(
         address: Ray cluster to simulate the truths on. ray: ``True`` simulates them on Ray,
             ``False`` here, ``None`` decides as ``kestrel sample`` does.
         image: draw ``calibration.png`` (skipped, with ``image=None``, without matplotlib).
+        trust: the user trusts the run (``--trust``): its config may name any target;
+            without it only Kestrel's config classes and the run's code folders
+            (:mod:`kestrel.rundir._trust`).
 
     Returns:
         A :class:`CalibrationResult`.

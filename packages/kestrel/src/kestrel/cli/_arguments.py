@@ -1,8 +1,16 @@
-"""Arguments shared by the ``kestrel`` sub-commands: the config, overrides, numbers, ``--force``."""
+"""Arguments shared by the ``kestrel`` sub-commands: the config, overrides, numbers, paths,
+``--force`` and ``--trust``.
+
+Every path argument (``-c``, ``-o``, ``--observation``, ``--file``, ``--image``, ``--to``) goes
+through :func:`user_path`: a leading ``~`` is expanded as a shell expands it, also when the
+shell did not (quoted, ``-o='~/runs/a'``, from a script) — never a folder named ``~``
+(``./~`` names one).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
 __all__ = [
@@ -12,7 +20,14 @@ __all__ = [
     "non_negative_int",
     "positive_float",
     "positive_int",
+    "trust_argument",
+    "user_path",
 ]
+
+
+def user_path(text: str) -> str:
+    """argparse ``type`` of a path: ``~`` and ``~user`` expanded (:func:`os.path.expanduser`)."""
+    return os.path.expanduser(text)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,6 +36,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         "-c",
         "--config",
         default="config.yml",
+        type=user_path,
         metavar="CONFIG",
         help="config YAML file (default: %(default)s)",
     )
@@ -34,14 +50,19 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace, **kwargs: Any) -> Any:
-    """``load_config(args.config, args.overrides, **kwargs)``.
+    """``load_config(args.config, args.overrides, **kwargs)``; a ``-c`` that names a run
+    folder's ``config.yml`` is that run's config: not trusted without ``--trust``
+    (:mod:`kestrel.rundir._trust`).
 
     Raises:
         ConfigError, GraphError: as :func:`~kestrel_core.load_config`.
     """
+    from kestrel.rundir._trust import config_trust, trusted_run
     from kestrel_core import load_config
 
-    return load_config(args.config, args.overrides, **kwargs)
+    with trusted_run(os.path.dirname(os.path.abspath(args.config)), getattr(args, "trust", False)):
+        trust, origin = config_trust(args.config)
+    return load_config(args.config, args.overrides, trust=trust, origin=origin, **kwargs)
 
 
 def _override(text: str) -> str:
@@ -88,4 +109,15 @@ def force_argument(parser: argparse.ArgumentParser, flag: str) -> None:
         action="store_true",
         help=f"replace the {flag} file if it exists (without it an existing file outside the "
         "run is refused)",
+    )
+
+
+def trust_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--trust``: the user trusts the run folder (its config may name any target)."""
+    parser.add_argument(
+        "--trust",
+        action="store_true",
+        help="trust the run folder: its config.yml may import and run any code it names "
+        "(without it, only Kestrel's config classes and the code of the run's code folders, "
+        "paths.imports; pass it only for runs you or someone you trust wrote)",
     )

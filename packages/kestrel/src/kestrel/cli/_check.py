@@ -3,7 +3,7 @@
 ::
 
     kestrel check calibration -o RUN [-n 200] [--samples 1000] [--from proposal|prior]
-                  [--seed S] [--ray] [--address ADDR] [--no-image] [key=value ...]
+                  [--seed S] [--ray] [--address ADDR] [--no-image] [--trust] [key=value ...]
 
 Ray and torch are imported only when the command runs (see :mod:`kestrel.check._calibrate`).
 """
@@ -15,7 +15,7 @@ import importlib.util
 import sys
 from typing import Any
 
-from kestrel.cli._arguments import non_negative_int, positive_int
+from kestrel.cli._arguments import non_negative_int, positive_int, trust_argument, user_path
 
 __all__ = ["check_command", "add_check_argument", "run_calibration", "summary_lines"]
 
@@ -41,7 +41,9 @@ def check_command(subparsers: Any) -> None:
         "this process unless --ray, --address, ray.address or num_actors > 1 ask for Ray; the "
         "posterior draws always run here.",
     )
-    c.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
+    c.add_argument(
+        "-o", "--output", required=True, type=user_path, metavar="RUN", help="run directory"
+    )
     c.add_argument(
         "-n",
         type=positive_int,
@@ -75,6 +77,7 @@ def check_command(subparsers: Any) -> None:
     c.add_argument(
         "--no-image", dest="image", action="store_false", help="do not draw calibration.png"
     )
+    trust_argument(c)
     c.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (not saved)")
     c.set_defaults(func=_run_check)
 
@@ -100,6 +103,7 @@ def _run_check(args: argparse.Namespace) -> int:
         address=args.address,
         ray=True if args.ray else None,
         image=args.image,
+        trust=args.trust,
     )
     for text in result.skipped.warnings("kestrel check calibration"):  # on_error: skip
         print(text, file=sys.stderr)

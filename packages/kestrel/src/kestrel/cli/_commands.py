@@ -4,9 +4,13 @@
 
     kestrel launch [-c CONFIG] -o RUN [--resume | --restart] [--epochs N] [--address ADDR]
                    [--seed S] [--timeout SEC] [--no-auto-sample]
-                   [--progress {auto,live,log,none}] [--check] [key=value ...]
+                   [--progress {auto,live,log,none}] [--check] [--trust] [key=value ...]
     kestrel sample prior|posterior|proposal|ppd -o RUN [-n N] [--seed S] [--address ADDR]
-                   [--observation [NODE=]FILE[:key] ...] [--ray] [key=value ...]
+                   [--observation [NODE=]FILE[:key] ...] [--ray] [--trust] [key=value ...]
+
+``--trust``: the user trusts the run folder, whose ``config.yml`` may then name any target
+(:mod:`kestrel.rundir._trust`); without it, only Kestrel's config classes and the code of the
+run's code folders.
 
 Ray is imported only when a command runs, so ``kestrel --help`` stays fast; ``kestrel sample``
 draws in one process without Ray unless it needs Ray (see :mod:`kestrel.sample._sampling`).
@@ -23,6 +27,8 @@ from kestrel.cli._arguments import (
     non_negative_int,
     positive_float,
     positive_int,
+    trust_argument,
+    user_path,
 )
 from kestrel.cli._check import add_check_argument
 
@@ -46,7 +52,9 @@ def launch_command(subparsers: Any) -> None:
     add_config_arguments(p)
     # no -c on an existing run: resume it (a new run still defaults to config.yml)
     p.set_defaults(config=None)
-    p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
+    p.add_argument(
+        "-o", "--output", required=True, type=user_path, metavar="RUN", help="run directory"
+    )
     intent = p.add_mutually_exclusive_group()
     intent.add_argument(
         "--resume",
@@ -120,6 +128,7 @@ def launch_command(subparsers: Any) -> None:
         help="live table (terminal), log lines, or nothing (default: live on a terminal)",
     )
     add_check_argument(p)
+    trust_argument(p)
     p.set_defaults(func=_run_launch)
 
 
@@ -149,6 +158,7 @@ def _run_launch(args: argparse.Namespace) -> int:
         mode=args.mode,
         epochs=args.epochs,
         deterministic=args.deterministic,
+        trust=args.trust,
     )
     print(
         f"kestrel launch: {result.status} in {result.wall_time:.1f} s (seed {result.seed}); "
@@ -157,7 +167,8 @@ def _run_launch(args: argparse.Namespace) -> int:
     for mode, path in result.samples.items():
         print(f"  {mode} samples: {path}")
     if args.check and result.status in (RunStatus.COMPLETED, RunStatus.TIMEOUT):
-        for line in summary_lines(run_calibration(result.run_dir, address=args.address)):
+        calibration = run_calibration(result.run_dir, address=args.address, trust=args.trust)
+        for line in summary_lines(calibration):
             print(line)
     # the shell's convention for a run ended by a signal, 128 + its number (weights saved):
     # 130 for Ctrl-C (SIGINT), 143 for SIGTERM
@@ -183,7 +194,9 @@ def sample_command(subparsers: Any) -> None:
         "per node).",
     )
     p.add_argument("mode", choices=_MODES, help="what to sample")
-    p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
+    p.add_argument(
+        "-o", "--output", required=True, type=user_path, metavar="RUN", help="run directory"
+    )
     p.add_argument(
         "-n",
         type=positive_int,
@@ -215,6 +228,7 @@ def sample_command(subparsers: Any) -> None:
         action="store_true",
         help="draw on Ray (a local Ray, or RAY_ADDRESS) even where one process can do it",
     )
+    trust_argument(p)
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides (not saved)")
     p.set_defaults(func=_run_sample)
 
@@ -235,6 +249,7 @@ def _run_sample(args: argparse.Namespace) -> int:
         address=args.address,
         observation=parse_observation_args(args.observation),
         ray=True if args.ray else None,
+        trust=args.trust,
     )
     with np.load(result.path, allow_pickle=False) as npz:  # as written: without skipped rows
         arrays = {m: npz[m] for m in result.shapes}

@@ -2,10 +2,15 @@
 
 Sub-commands that need neither Ray nor PyTorch::
 
-    kestrel graph    -c CONFIG [key=value ...]                       # print the graph
-    kestrel simulate -c CONFIG -n N -o OUT.npz [--seed S] [--force] [key=value ...]
+    kestrel graph    -c CONFIG [--trust] [key=value ...]             # print the graph
+    kestrel simulate -c CONFIG -n N -o OUT.npz [--seed S] [--force] [--trust] [key=value ...]
     kestrel plot     -o RUN [--mode MODE] [--file SAMPLES.npz] [--image IMAGE] [--force]
     kestrel export   -o RUN [--format arviz] [--file SAMPLES.npz] [--to OUT.nc] [--force]
+
+A ``-c`` that names a run folder's ``config.yml`` is that run's config: without ``--trust`` it
+may use only Kestrel's config classes and the run's code folders (:mod:`kestrel.rundir._trust`).
+``plot`` and ``export`` read a run's config as data and import nothing from it. Every path
+argument expands a leading ``~`` as a shell does (:func:`~kestrel.cli._arguments.user_path`).
 
 An output file the user names (``simulate -o``, ``--image``, ``--to``) that exists is refused
 unless it lies inside the run or ``--force`` is given (:mod:`kestrel.rundir._outputs`).
@@ -41,6 +46,8 @@ from kestrel.cli._arguments import (
     force_argument,
     non_negative_int,
     positive_int,
+    trust_argument,
+    user_path,
 )
 from kestrel.cli._warnings import clean_warnings
 from kestrel_core import ConfigError, KestrelError
@@ -165,6 +172,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
         "nodes in forward order with edges, observed nodes, evidence and estimators.",
     )
     add_config_arguments(p)
+    trust_argument(p)
     p.set_defaults(func=_cmd_graph)
 
     p = sub.add_parser(
@@ -177,11 +185,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     )
     add_config_arguments(p)
     p.add_argument("-n", type=positive_int, required=True, metavar="N", help="number of samples")
-    p.add_argument("-o", "--output", required=True, metavar="OUT.npz", help="output file")
+    p.add_argument(
+        "-o", "--output", required=True, type=user_path, metavar="OUT.npz", help="output file"
+    )
     p.add_argument(
         "--seed", type=non_negative_int, default=None, help="seed (default: fresh entropy, printed)"
     )
     force_argument(p, "-o")
+    trust_argument(p)
     p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser(
@@ -194,7 +205,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
         "observed node with the observed data. Writes RUN/plots/<mode>.png. "
         "Needs matplotlib and corner: pip install 'kestrel[plot]'.",
     )
-    p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
+    p.add_argument(
+        "-o", "--output", required=True, type=user_path, metavar="RUN", help="run directory"
+    )
     p.add_argument(
         "--mode",
         default="posterior",
@@ -204,12 +217,17 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     p.add_argument(
         "--file",
         default=None,
+        type=user_path,
         metavar="PATH",
         help="one of the run's sample files of MODE (RUN/samples/MODE/…/NNNNNN.npz) to draw "
         "(default: the newest)",
     )
     p.add_argument(
-        "--image", default=None, metavar="IMAGE", help="image file (default: RUN/plots/<mode>.png)"
+        "--image",
+        default=None,
+        type=user_path,
+        metavar="IMAGE",
+        help="image file (default: RUN/plots/<mode>.png)",
     )
     force_argument(p, "--image")
     p.set_defaults(func=_cmd_plot)
@@ -221,16 +239,23 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
         "one) as an ArviZ InferenceData in netCDF (groups posterior and observed_data; the "
         "nodes' `names` become coordinates). Needs arviz: pip install 'kestrel[export]'.",
     )
-    p.add_argument("-o", "--output", required=True, metavar="RUN", help="run directory")
+    p.add_argument(
+        "-o", "--output", required=True, type=user_path, metavar="RUN", help="run directory"
+    )
     p.add_argument("--format", default="arviz", choices=("arviz",), help="(default: %(default)s)")
     p.add_argument(
         "--file",
         default=None,
+        type=user_path,
         metavar="PATH",
         help="one of the run's posterior sample files (RUN/samples/posterior/…/NNNNNN.npz)",
     )
     p.add_argument(
-        "--to", default=None, metavar="OUT", help="output file (default: RUN/export/posterior.nc)"
+        "--to",
+        default=None,
+        type=user_path,
+        metavar="OUT",
+        help="output file (default: RUN/export/posterior.nc)",
     )
     force_argument(p, "--to")
     p.set_defaults(func=_cmd_export)

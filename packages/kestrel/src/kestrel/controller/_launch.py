@@ -35,6 +35,7 @@ from kestrel.rundir._folder import check_launch_folder
 from kestrel.rundir._intent import MODES
 from kestrel.rundir._lock import RunLock
 from kestrel.rundir._rundir import RunDir
+from kestrel.rundir._trust import trust_keyword
 from kestrel.session._session import RunSession
 from kestrel_core import ConfigError
 from kestrel_core.internal import DiskFullError
@@ -43,6 +44,7 @@ from kestrel_ray.internal import check_address_format
 __all__ = ["launch"]
 
 
+@trust_keyword
 def launch(
     config: Any,
     run_dir: str | os.PathLike[str],
@@ -56,6 +58,7 @@ def launch(
     mode: str = "auto",
     epochs: int | None = None,
     deterministic: bool | None = None,
+    trust: bool = False,
 ) -> RunResult:
     """Train the graph's estimators with adaptive re-simulation; save; sample the posterior.
 
@@ -90,6 +93,11 @@ def launch(
             buffers, weights and samples under any machine load; training waits for each
             round, see :class:`kestrel_core.Rounds`); ``None``: the config's ``deterministic``
             (default false).
+        trust: the user trusts the run folder ``run_dir`` (``--trust``): its ``config.yml``
+            may name any target. Without it a resume or restart with the run's own config
+            (and a ``config`` that is a run folder's ``config.yml``) may use only Kestrel's
+            config classes and the run's code folders (:mod:`kestrel.rundir._trust`); a
+            ``config`` of the user's own is never restricted.
 
     Returns:
         A :class:`RunResult` (status ``"completed"``, ``"interrupted"`` (Ctrl-C) or

@@ -106,6 +106,9 @@ def export_run(
         raise ConfigError(f"unknown export format {fmt!r} (known: {', '.join(FORMATS)})")
     from kestrel.rundir._outputs import check_output_file
 
+    run_dir = os.path.expanduser(os.fspath(run_dir))  # ~ expanded as a shell does
+    output = None if output is None else os.path.expanduser(output)
+    sample_file = None if sample_file is None else os.path.expanduser(sample_file)
     run = read_run_samples(run_dir, "posterior", sample_file)
     path = output or os.path.join(os.path.abspath(os.fspath(run_dir)), "export", "posterior.nc")
     path = check_output_file(path, "--to", run_dir=run_dir, force=force)

@@ -230,6 +230,9 @@ def plot_run(
     """
     from kestrel.rundir._outputs import check_output_file
 
+    run_dir = os.path.expanduser(os.fspath(run_dir))  # ~ expanded as a shell does
+    output = None if output is None else os.path.expanduser(output)
+    sample_file = None if sample_file is None else os.path.expanduser(sample_file)
     run = read_run_samples(run_dir, mode, sample_file)
     path = output or os.path.join(os.path.abspath(os.fspath(run_dir)), "plots", f"{mode}.png")
     if os.path.isdir(path):

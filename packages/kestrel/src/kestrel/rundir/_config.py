@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from kestrel.rundir._trust import is_trusted
 from kestrel_core import ConfigError, KestrelError, RunConfig, load_config, load_observation
 from kestrel_core.internal import (
     MISSING,
@@ -296,24 +297,31 @@ def load_run_config(
     overrides: Iterable[str] = (),
     *,
     check_targets: Sequence[str] = ("simulator",),
+    trust: bool | None = None,
 ) -> RunConfig:
     """Load ``RUN/config.yml`` for the directory it lies in (wherever that is now).
 
     Args:
-        run_root: the run directory.
+        run_root: the run directory (``~`` expanded).
         overrides: dotlist overrides (as :func:`~kestrel_core.load_config`).
         check_targets: as :func:`~kestrel_core.load_config`.
+        trust: whether the user trusts the run (:mod:`kestrel.rundir._trust`); ``None``: as
+            the command says (:func:`~kestrel.rundir._trust.is_trusted`), else not: the
+            config may then use only Kestrel's config classes and its code folders' code
+            (``trust=False`` of :func:`~kestrel_core.load_config`).
 
     Returns:
         The config, ``run_dir`` set to ``run_root``, relative paths resolved against it.
 
     Raises:
         ConfigError: no ``config.yml`` there, or as :func:`~kestrel_core.load_config`.
+            Untrusted: a target or ``ray`` setting the config may not use, naming the file
+            and the target, before anything is imported.
         GraphError: as :func:`~kestrel_core.load_config`.
     """
     import yaml
 
-    root = os.path.abspath(os.fspath(run_root))
+    root = os.path.abspath(os.path.expanduser(os.fspath(run_root)))
     path = os.path.join(root, RUN_CONFIG_FILE)
     if not os.path.isfile(path):
         raise ConfigError(f"{root}: not a run directory (no {RUN_CONFIG_FILE})")
@@ -330,4 +338,12 @@ def load_run_config(
     paths = data.get("paths")
     if isinstance(paths, dict) and "imports" in paths:
         paths["imports"] = _existing_imports(paths["imports"], root)
-    return load_config(data, overrides, run_dir=root, check_targets=check_targets, base_dir=root)
+    return load_config(
+        data,
+        overrides,
+        run_dir=root,
+        check_targets=check_targets,
+        base_dir=root,
+        trust=is_trusted(root) if trust is None else trust,
+        origin=path,
+    )

@@ -8,6 +8,8 @@ that holds other files but neither marker — a model folder with the user's ``c
 ``--restart`` alike, before anything is written or moved), and ``kestrel sample -o`` says what
 to do instead of steering the user into launching there.
 
+Every path may start with ``~``: it is expanded as a shell does, never a folder named ``~``.
+
 Pure standard library: used by kestrel-ray's launch and sampling, tested without Ray.
 """
 
@@ -34,9 +36,14 @@ RUN_MARKERS = (RUN_FILE, "status.json")
 _CONFIG = "config.yml"
 
 
+def _full(path: str | os.PathLike[str]) -> str:
+    """``path`` absolute, a leading ``~`` expanded as a shell does (never a folder named ``~``)."""
+    return os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+
 def is_run_folder(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a folder a launch wrote (it holds one of :data:`RUN_MARKERS`)."""
-    root = os.fspath(path)
+    root = _full(path)
     return os.path.isdir(root) and any(
         os.path.isfile(os.path.join(root, name)) for name in RUN_MARKERS
     )
@@ -55,7 +62,7 @@ def folder_kind(path: str | os.PathLike[str]) -> str:
         but hidden files), ``"run"`` (:func:`is_run_folder`), ``"other"`` (a folder holding
         files Kestrel did not write), ``"file"`` (it, or a folder above it, is not a folder).
     """
-    root = os.path.abspath(os.fspath(path))
+    root = _full(path)
     if os.path.isdir(root):
         if is_run_folder(root):
             return "run"
@@ -109,7 +116,7 @@ def check_launch_folder(path: str | os.PathLike[str], mode: str = "auto") -> str
         >>> check_launch_folder(os.path.join(tempfile.mkdtemp(), "run"))
         'new'
     """
-    root = os.path.abspath(os.fspath(path))
+    root = _full(path)
     kind = folder_kind(root)
     if kind == "file":
         raise ConfigError(_not_a_folder(root))
@@ -136,7 +143,7 @@ def check_run_folder(path: str | os.PathLike[str]) -> None:
         ConfigError: it is not a folder, not a run (a model folder: suggests launching a run
             from its ``config.yml`` into a new folder), or a run without ``config.yml``.
     """
-    root = os.path.abspath(os.fspath(path))
+    root = _full(path)
     kind = folder_kind(root)
     if kind == "file":
         raise ConfigError(f"{root} is not a run directory (not a folder)")
@@ -164,7 +171,7 @@ def check_restart_keeps(path: str | os.PathLike[str], folders: list[str] | tuple
     Raises:
         ConfigError: one of ``folders`` is the run folder or lies inside it.
     """
-    root = os.path.realpath(os.fspath(path))
+    root = os.path.realpath(_full(path))
     for folder in folders:
         real = os.path.realpath(folder)
         if real == root or real.startswith(root.rstrip(os.sep) + os.sep):

@@ -34,6 +34,7 @@ from kestrel.rundir._code import code_changes
 from kestrel.rundir._config import run_config_changes
 from kestrel.rundir._folder import check_launch_folder, check_restart_keeps
 from kestrel.rundir._rundir import PREVIOUS_DIR, RunDir
+from kestrel.rundir._trust import config_trust
 from kestrel_core import ConfigError, KestrelError, RunConfig, load_config
 from kestrel_core.internal import Change, describe_changes
 
@@ -81,7 +82,7 @@ def launch_plan(
     if mode == "auto" and config is None:
         cfg = run.load_config(overrides, check_targets=_TARGETS)
         if overrides:  # only training and sampling settings change without --resume
-            recorded = run.load_config(check_targets=())
+            recorded = run.load_config(check_targets=(), trust=True)  # compared, never built
             changes = run_config_changes(recorded, cfg, run.root) + code_changes(recorded, cfg)
             changed = [c for c in changes if not _training_key(c.key)]
             if changed:
@@ -96,7 +97,7 @@ def launch_plan(
         return cfg, "restart"
     cfg = _load(config, run, overrides)
     try:
-        recorded = run.load_config(check_targets=())
+        recorded = run.load_config(check_targets=(), trust=True)  # compared, never built
     except KestrelError as err:
         raise ConfigError(
             f"{run.config_file}: the run's own config cannot be read ({err}); launch with "
@@ -119,7 +120,10 @@ def _training_key(key: str) -> bool:
 
 
 def _load(config: Any, run: RunDir, overrides: Sequence[str]) -> RunConfig:
-    return load_config(config, overrides, run_dir=run.root, check_targets=_TARGETS)
+    trust, origin = config_trust(config)  # a run folder's config.yml is that run's
+    return load_config(
+        config, overrides, run_dir=run.root, check_targets=_TARGETS, trust=trust, origin=origin
+    )
 
 
 def differs_message(run: RunDir, changes: Sequence[Change]) -> str:

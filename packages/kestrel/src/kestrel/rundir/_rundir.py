@@ -78,7 +78,7 @@ class RunDir:
     """
 
     def __init__(self, root: str | os.PathLike[str], config: Any = None):
-        self.root = os.path.abspath(os.fspath(root))
+        self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))  # ~ as a shell does
         paths = getattr(config, "paths", None)
         self.graph = getattr(paths, "graph", None) or os.path.join(self.root, "graph")
         self.samples = getattr(paths, "samples", None) or os.path.join(self.root, "samples")
@@ -182,13 +182,16 @@ class RunDir:
             write_atomic(self.config_file, text.encode("utf-8"))
         return config_digest(data)
 
-    def load_config(self, overrides: Any = (), *, check_targets: Any = ("simulator",)) -> Any:
-        """``RUN/config.yml`` loaded for this directory (wherever the run lies now).
+    def load_config(
+        self, overrides: Any = (), *, check_targets: Any = ("simulator",), trust: Any = None
+    ) -> Any:
+        """``RUN/config.yml`` loaded for this directory (wherever the run lies now); ``trust``
+        as :func:`kestrel.rundir._config.load_run_config`.
 
         Raises:
             ConfigError, GraphError: as :func:`kestrel.rundir._config.load_run_config`.
         """
-        return load_run_config(self.root, overrides, check_targets=check_targets)
+        return load_run_config(self.root, overrides, check_targets=check_targets, trust=trust)
 
     def archive(self) -> str:
         """Move everything in the run directory to ``RUN/previous/N/`` (N = 1, 2, …), except

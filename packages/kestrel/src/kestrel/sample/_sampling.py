@@ -39,6 +39,7 @@ import numpy as np
 from kestrel.rundir._folder import check_run_folder
 from kestrel.rundir._rundir import RunDir
 from kestrel.rundir._samplefiles import OBSERVED_MODES, observation_digest
+from kestrel.rundir._trust import trust_keyword
 from kestrel.sample._batch import Batch, draw_batch, read_batch
 from kestrel.sample._guards import capture, issue, other_observation, record, trace_findings
 from kestrel.sample._observations import given_observations
@@ -240,6 +241,7 @@ def _require_weights(run: RunDir, config: RunConfig, purpose: str) -> None:
         )
 
 
+@trust_keyword
 def sample_run(
     run_dir: str | os.PathLike[str],
     mode: str,
@@ -250,6 +252,7 @@ def sample_run(
     address: str | None = None,
     observation: Any = None,
     ray: bool | None = None,
+    trust: bool = False,
 ) -> SampleResult:
     """Load a run, draw samples of ``mode`` and write them into the run.
 
@@ -273,14 +276,19 @@ def sample_run(
             written as ``(m, n, *D)`` arrays (:mod:`._batch`).
         ray: ``True`` draws on Ray, ``False`` in this process, ``None`` decides
             (:func:`needs_ray`).
+        trust: the user trusts the run (``--trust``): its config may name any target;
+            without it only Kestrel's config classes and the run's code folders
+            (:mod:`kestrel.rundir._trust`).
 
     Returns:
         A :class:`SampleResult`.
 
     Raises:
         ConfigError: not a run directory; unknown mode; ``n`` given neither here nor in the
-            config; an unusable observation. EstimatorError: no saved weights (modes other than
-            ``prior``). ShapeError: an observation of the wrong shape.
+            config; an unusable observation; without ``trust``, a target or ``ray`` setting
+            of the run's config that only a trusted run may use (refused before it is
+            imported). EstimatorError: no saved weights (modes other than ``prior``).
+            ShapeError: an observation of the wrong shape.
 
     Warns:
         ObservationWarning: the observation is unlike the training data (a feature constant in
