@@ -298,8 +298,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 on success, 1 for a user error (message on stderr), 2 for a usage error or a
-        missing / broken layer package, 130 on Ctrl-C.
+        missing / broken layer package, 130 on Ctrl-C (SIGINT) and 143 on SIGTERM (a launch's
+        graceful stop, or a command ended by the signal).
     """
+    from kestrel.controller._stop import interrupt_exit_status, signals_interrupt
+
     argv = list(sys.argv[1:] if argv is None else argv)
     parser, unavailable = build_parser()
     debug = "--debug" in argv or os.environ.get("KESTREL_DEBUG", "") not in ("", "0")
@@ -321,7 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        status = args.func(args)
+        with signals_interrupt():  # SIGTERM ends a command as Ctrl-C does (exit status 143)
+            status = args.func(args)
     except KestrelError as err:
         if debug:
             raise
@@ -331,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         print(f"kestrel {command}: interrupted", file=sys.stderr)
-        return 130
+        return interrupt_exit_status()
     except Exception as err:  # raised in user code (a simulator): its frames only
         if debug:
             raise

@@ -58,7 +58,7 @@ def _until_stopped(fn: Callable[[], T], stop: StopControl | None, poll: float = 
             raise _Skipped
     if "error" in out:
         raise out["error"]
-    return out["value"]  # type: ignore[no-any-return]
+    return out["value"]
 
 
 def sample_if_trained(
