@@ -259,3 +259,17 @@ def test_k41_kestrel_sample_refuses_and_writes_no_marker(tmp_path):
     assert "os.system" in done.stderr and str(run / "config.yml") in done.stderr
     assert "--trust" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "PWNED").exists() and not (run / "PWNED").exists()
+
+
+def test_k41_modules_the_user_trusts_in_the_environment_are_allowed(monkeypatch):
+    from kestrel_core.config._trust import untrusted_problems
+
+    data = {"graph": {"x": {"simulator": {"_target_": "json.JSONDecoder"}}}}
+    monkeypatch.delenv("KESTREL_TRUSTED_MODULES", raising=False)
+    (problem,) = untrusted_problems(data, [])
+    assert "'json.JSONDecoder'" in problem and "KESTREL_TRUSTED_MODULES" in problem
+    monkeypatch.setenv("KESTREL_TRUSTED_MODULES", " json , other.pkg")
+    assert untrusted_problems(data, []) == []
+    # a prefix is a module path, not a string prefix: 'js' does not trust 'json'
+    monkeypatch.setenv("KESTREL_TRUSTED_MODULES", "js")
+    assert untrusted_problems(data, [])

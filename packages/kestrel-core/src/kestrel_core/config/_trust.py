@@ -25,6 +25,11 @@ A config that is not trusted may name:
   means unpickling what it returns; no ``runtime_env``: ``pip``, ``env_vars``,
   ``worker_process_setup_hook`` … run code), and a node's ``ray`` options no ``runtime_env``.
 
+* **the modules the user trusts**: names under the module prefixes listed, comma-separated,
+  in the environment variable ``KESTREL_TRUSTED_MODULES`` (e.g. ``mysim,lab.models`` for a
+  simulator package installed in site-packages). The environment is the user's, not the run
+  folder's, so a user's own runs of an installed package open without ``--trust``.
+
 Kestrel's own config interpolations (``${calc:…}`` and the other resolvers) evaluate
 arithmetic only; values are checked after interpolation, so a target assembled from pieces is
 checked as the string it becomes.
@@ -51,7 +56,18 @@ __all__ = [
     "EXCLUDED",
     "RAY_INIT_KEYS",
     "untrusted_problems",
+    "user_trusted_modules",
 ]
+
+#: the environment variable listing module prefixes the user trusts in any config
+TRUSTED_ENV = "KESTREL_TRUSTED_MODULES"
+
+
+def user_trusted_modules() -> tuple[str, ...]:
+    """The module prefixes of ``KESTREL_TRUSTED_MODULES`` (comma-separated, blanks ignored)."""
+    raw = os.environ.get(TRUSTED_ENV, "")
+    return tuple(p.strip().strip(".") for p in raw.split(",") if p.strip().strip("."))
+
 
 #: Kestrel's packages (the application and its three libraries)
 KESTREL_PACKAGES = ("kestrel", "kestrel_core", "kestrel_ray", "kestrel_torch")
@@ -215,6 +231,8 @@ class _Checker:
 
     def name_problem(self, name: str) -> str | None:
         """Why ``name`` may not be imported (checked on the string alone), or ``None``."""
+        if _in_modules(name, user_trusted_modules()):
+            return None
         top = name.split(".")[0]
         if top in KESTREL_PACKAGES or name.startswith(_TORCH_NN):
             shadow = _module_file(top, self.code)
@@ -236,11 +254,14 @@ class _Checker:
             return f"{name!r} comes from {hidden}, a folder of the Python installation"
         return (
             f"{name!r} is neither one of Kestrel's config classes nor code from the run's code "
-            f"folders (paths.imports: {self.shown})"
+            f"folders (paths.imports: {self.shown}) nor under a module the user trusts "
+            f"({TRUSTED_ENV})"
         )
 
     def object_problem(self, name: str, obj: Any) -> str | None:
         """Why the imported ``obj`` of ``name`` may not be built, or ``None``."""
+        if _in_modules(name, user_trusted_modules()):
+            return None
         module, file = _defined_in(obj)
         top = name.split(".")[0]
         if top in KESTREL_PACKAGES or name.startswith(_TORCH_NN):
