@@ -1,7 +1,7 @@
 """The states of a launch: the :class:`Phase` it reports, the :class:`RunStatus` it ends with, and
 the state objects its controller moves through.
 
-:class:`Phase` and :class:`RunStatus` are string enums: a member equals its text
+:class:`Phase` and :class:`RunStatus` (:mod:`._phases`) are string enums: a member equals its text
 (``RunStatus.COMPLETED == "completed"``) and prints as it (log lines, the progress display,
 ``status.json``, ``profile.json``), so the on-disk format and comparisons with plain strings
 stay as they were.
@@ -34,8 +34,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from kestrel.controller._phases import Phase, RunStatus
 
 if TYPE_CHECKING:
     from kestrel.controller._prior import PriorSimulation
@@ -58,38 +59,6 @@ __all__ = [
     "Aborted",
     "Step",
 ]
-
-
-class _Text(str, Enum):
-    """A string enum that prints as its value."""
-
-    def __str__(self) -> str:
-        return str(self.value)
-
-    def __format__(self, spec: str) -> str:
-        return format(str(self.value), spec)
-
-
-class Phase(_Text):
-    """What a launch is doing, in order (``STOPPING`` only after a stop request)."""
-
-    STARTING = "starting"  #: deploying the actors, loading saved weights
-    INITIAL_SIMULATION = "initial simulation"  #: filling the buffer from the prior
-    TRAINING = "training"  #: estimators train while proposal rounds are simulated
-    STOPPING = "stopping"  #: Ctrl-C or timeout: the estimators finish their current step
-    SAVING = "saving"  #: writing the estimators' files
-    SAMPLING = "sampling"  #: drawing ``sample.posterior.n`` (and ``sample.ppd.n``) samples
-
-
-class RunStatus(_Text):
-    """How a launch stands (``status`` of :class:`~kestrel.RunResult` and ``status.json``)."""
-
-    RUNNING = "running"
-    COMPLETED = "completed"  #: every estimator stopped by itself; saved and sampled
-    INTERRUPTED = "interrupted"  #: Ctrl-C (or a stop requested by a call); saved and sampled
-    TIMEOUT = "timeout"  #: ``timeout`` seconds passed; saved and sampled
-    FAILED = "failed"  #: a node raised; every actor killed
-    ABORTED = "aborted"  #: a second Ctrl-C; nothing more saved
 
 
 class LaunchState:

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-from kestrel.controller._states import RunStatus
+from kestrel.controller._phases import RunStatus
 
 __all__ = ["StopControl", "STOP_GRACE", "interrupt_exit_status", "signals_interrupt"]
 
