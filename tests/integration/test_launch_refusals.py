@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import ray
 
 from kestrel import RunDir, launch
 from kestrel.session._session import RunSession
 from kestrel_core import ConfigError
-from kestrel_core.store import BUFFER_FILE
+from kestrel_core.store import BufferSnapshot, write_buffer_file
 from kestrel_ray._errors import ClusterError
 
 from .test_launch import toy
@@ -24,8 +25,9 @@ def a_run(tmp_path, rows: bool = True) -> RunDir:
     session = RunSession.for_launch(toy(tmp_path), run.root, seed=4)
     session.create()
     session.end_launch(None)
-    if rows:
-        (tmp_path / "run" / "buffer" / "snapshots" / BUFFER_FILE).write_bytes(b"rows")
+    if rows:  # a readable snapshot (a damaged one is refused: K40)
+        empty = BufferSnapshot({}, np.zeros(0, np.int64), np.zeros(0, np.int8), 0)
+        write_buffer_file(tmp_path / "run" / "buffer" / "snapshots", empty)
     return run
 
 

@@ -25,9 +25,10 @@ A launch on a run directory an earlier launch wrote continues that run
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import zipfile
+import zlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,9 +38,10 @@ import ray
 from kestrel.controller._budget import Budget, write_budget
 from kestrel.persist._journal import Replayed, replay_journal, trim
 from kestrel.rundir._rundir import SAVED_MARKER
+from kestrel.rundir._runfiles import RunFileError, buffer_remedy, npz_problem, read_saved
 from kestrel_core import ConfigError, StoreError
 from kestrel_core.internal import ESTIMATOR_FILE, DiskFullError, write_atomic
-from kestrel_core.store import BufferSnapshot, read_buffer_file, write_buffer_file
+from kestrel_core.store import BUFFER_FILE, BufferSnapshot, read_buffer_file, write_buffer_file
 from kestrel_ray.internal import restore_store, snapshot_store
 
 __all__ = ["LAUNCH_KEY", "launch_seed", "add_epochs", "Resume", "PREVIOUS_DIR", "BufferMismatch"]
@@ -67,14 +69,26 @@ def launch_seed(seed: int, launch: int | None) -> int | np.random.SeedSequence:
     return np.random.SeedSequence(int(seed), spawn_key=(LAUNCH_KEY, int(launch) - 1))
 
 
-def saved_epoch(run: Any, node: str) -> int:
-    """The epoch count recorded with ``node``'s saved weights (0 when none were saved)."""
+def saved_epoch(run: Any, node: str, *, strict: bool = False) -> int:
+    """The epoch count recorded with ``node``'s saved weights (0 when none were saved).
+
+    Args:
+        run: the :class:`~kestrel.rundir._rundir.RunDir`. node: the estimator node.
+        strict: raise when ``saved.json`` is damaged (what :func:`add_epochs` counts from);
+            ``False`` (messages of a failed launch): 0.
+
+    Raises:
+        RunFileError: (``strict``) ``saved.json`` is empty, not JSON, or its ``epoch`` is not
+            a count (names the file and the remedy).
+    """
     path = os.path.join(run.node_dir(node), SAVED_MARKER)
     try:
-        with open(path, encoding="utf-8") as fh:
-            return int(json.load(fh).get("epoch", 0))
-    except (OSError, ValueError, TypeError, AttributeError):
+        saved = read_saved(path, run.root, node)
+    except RunFileError:
+        if strict:
+            raise
         return 0
+    return int((saved or {}).get("epoch", 0))
 
 
 def add_epochs(config: Any, run: Any, epochs: int) -> dict[str, int]:
@@ -87,6 +101,8 @@ def add_epochs(config: Any, run: Any, epochs: int) -> dict[str, int]:
 
     Raises:
         ConfigError: an estimator given as a live object (its options cannot be changed).
+        RunFileError: (a ConfigError) a node's ``saved.json`` is damaged: its epoch count is
+            unknown, so N more epochs cannot be counted (never 0 epochs silently).
     """
     totals = {}
     for node in config.graph.latents:
@@ -96,9 +112,30 @@ def add_epochs(config: Any, run: Any, epochs: int) -> dict[str, int]:
                 f"--epochs: node {node!r}'s estimator is an object, not a _target_ config; "
                 "set its max_epochs (a total over the run's launches) instead"
             )
-        totals[node] = saved_epoch(run, node) + int(epochs)
+        totals[node] = saved_epoch(run, node, strict=True) + int(epochs)
         spec.kwargs["max_epochs"] = totals[node]
     return totals
+
+
+def read_snapshot(run: Any) -> BufferSnapshot | None:
+    """The run's saved buffer (:func:`~kestrel_core.store.read_buffer_file`), ``None`` without
+    one.
+
+    Raises:
+        RunFileError: the snapshot is empty, cut short or damaged (a resume checked its table
+            of contents before it started; this finds damage inside its arrays).
+    """
+    path = os.path.join(run.snapshots, BUFFER_FILE)
+    try:
+        return read_buffer_file(run.snapshots)
+    except (StoreError, zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as err:
+        where = path if os.path.exists(path) else run.snapshots
+        if isinstance(err, StoreError):  # its message names the file: said once, in front
+            problem = " ".join(str(err).split()).replace(f"{where}: ", "")
+            problem = problem.replace(f" {where}", "")
+        else:
+            problem = npz_problem(err)
+        raise RunFileError(where, problem, buffer_remedy(run.root, where)) from None
 
 
 class BufferMismatch(ConfigError):
@@ -194,9 +231,11 @@ class Resume:
             BufferMismatch: (a ConfigError) the snapshot or a journal file does not fit the
                 graph (keys, shapes): the message names the node, the key, both shapes and the
                 remedy (``--restart``).
+            RunFileError: (a ConfigError) the snapshot cannot be read (cut short, damaged):
+                one line naming it and the remedy (move it away, or ``--restart``).
         """
         run = self.session.run
-        snapshot = read_buffer_file(run.snapshots)
+        snapshot = read_snapshot(run)
         if snapshot is not None:
             try:
                 restore_store(dg.store, snapshot)

@@ -27,6 +27,12 @@ from typing import Any
 
 import numpy as np
 
+from kestrel.rundir._runfiles import (
+    config_remedy,
+    observation_remedy,
+    read_array_file,
+    read_yaml,
+)
 from kestrel.rundir._trust import is_trusted
 from kestrel_core import ConfigError, KestrelError, RunConfig, load_config, load_observation
 from kestrel_core.internal import (
@@ -292,6 +298,22 @@ def _existing_imports(imports: Any, root: str) -> Any:
     return found or every
 
 
+def _check_observation_files(data: Mapping[str, Any], root: str, overrides: Iterable[str]) -> None:
+    """Each observation file the run's config names reads in full (a copy cut short is named
+    with its remedy, not left to numpy's traceback); a node whose ``observed`` an override
+    replaces is skipped."""
+    replaced = {o.split("=", 1)[0].strip() for o in overrides if isinstance(o, str)}
+    graph = data.get("graph")
+    for name, node in graph.items() if isinstance(graph, Mapping) else ():
+        spec = node.get("observed") if isinstance(node, Mapping) else None
+        if not isinstance(spec, str) or f"graph.{name}.observed" in replaced:
+            continue
+        file, _ = split_observation_spec(spec)
+        full = os.path.normpath(os.path.join(root, os.path.expanduser(file)))
+        if os.path.isfile(full):  # a missing file is load_config's to report
+            read_array_file(full, observation_remedy(root, str(name)))
+
+
 def load_run_config(
     run_root: str | os.PathLike[str],
     overrides: Iterable[str] = (),
@@ -315,23 +337,18 @@ def load_run_config(
 
     Raises:
         ConfigError: no ``config.yml`` there, or as :func:`~kestrel_core.load_config`.
+        RunFileError: (a ConfigError) ``config.yml`` or one of the run's observation files is
+            empty, damaged or cut short: one line naming the file, what is wrong, the remedy.
             Untrusted: a target or ``ray`` setting the config may not use, naming the file
             and the target, before anything is imported.
         GraphError: as :func:`~kestrel_core.load_config`.
     """
-    import yaml
-
     root = os.path.abspath(os.path.expanduser(os.fspath(run_root)))
     path = os.path.join(root, RUN_CONFIG_FILE)
-    if not os.path.isfile(path):
+    data = read_yaml(path, config_remedy(root)) if os.path.isfile(path) else None
+    if data is None:
         raise ConfigError(f"{root}: not a run directory (no {RUN_CONFIG_FILE})")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path} is not valid YAML: {err}") from err
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {path}: expected a mapping at the top level")
+    _check_observation_files(data, root, overrides)
     recorded = data.pop("run_dir", None)
     if isinstance(recorded, str) and os.path.isabs(recorded):
         data = _rebase(data, os.path.normpath(recorded))

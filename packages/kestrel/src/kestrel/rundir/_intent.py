@@ -34,6 +34,7 @@ from kestrel.rundir._code import code_changes
 from kestrel.rundir._config import run_config_changes
 from kestrel.rundir._folder import check_launch_folder, check_restart_keeps
 from kestrel.rundir._rundir import PREVIOUS_DIR, RunDir
+from kestrel.rundir._runfiles import check_resume_files
 from kestrel.rundir._trust import config_trust
 from kestrel_core import ConfigError, KestrelError, RunConfig, load_config
 from kestrel_core.internal import Change, describe_changes
@@ -66,6 +67,9 @@ def launch_plan(
             ``"auto"`` mode a config
             that differs from the run's own (:func:`differs_message`); or as
             :func:`~kestrel_core.load_config`.
+        RunFileError: (a ConfigError) a resume whose ``config.yml``, observation copy,
+            ``run.json``, ``saved.json`` or ``buffer.npz`` is empty or damaged (names the file
+            and the remedy; nothing is written).
         GraphError: as :func:`~kestrel_core.load_config`.
     """
     if mode not in MODES:
@@ -78,7 +82,7 @@ def launch_plan(
             )
         return _load(config, run, overrides), "new"
     if mode == "resume":
-        return run.load_config(overrides, check_targets=_TARGETS), "resume"
+        return _resumable(run.load_config(overrides, check_targets=_TARGETS), run), "resume"
     if mode == "auto" and config is None:
         cfg = run.load_config(overrides, check_targets=_TARGETS)
         if overrides:  # only training and sampling settings change without --resume
@@ -87,7 +91,7 @@ def launch_plan(
             changed = [c for c in changes if not _training_key(c.key)]
             if changed:
                 raise ConfigError(differs_message(run, changed))
-        return cfg, "resume"
+        return _resumable(cfg, run), "resume"
     if mode == "restart":
         if config is None:
             cfg = run.load_config(overrides, check_targets=_TARGETS)
@@ -107,7 +111,16 @@ def launch_plan(
     changes = run_config_changes(recorded, cfg, run.root) + code_changes(recorded, cfg)
     if changes:
         raise ConfigError(differs_message(run, changes))
-    return cfg, "resume"
+    return _resumable(cfg, run), "resume"
+
+
+def _resumable(cfg: RunConfig, run: RunDir) -> RunConfig:
+    """``cfg``, once the files a resume continues from read back (``run.json``, each node's
+    ``saved.json``, the buffer snapshot's table of contents): a damaged one is refused here,
+    before anything is written or Ray starts (:func:`~kestrel.rundir._runfiles.
+    check_resume_files`)."""
+    check_resume_files(RunDir(run.root, cfg), cfg.graph.latents)
+    return cfg
 
 
 def _training_key(key: str) -> bool:

@@ -22,6 +22,15 @@ from typing import Any
 import numpy as np
 
 import kestrel.rundir._samplefiles as samplefiles
+from kestrel.rundir._runfiles import (
+    RunFileError,
+    config_remedy,
+    observation_remedy,
+    read_array_file,
+    read_npz,
+    read_sample_arrays,
+    read_yaml,
+)
 from kestrel_core import ConfigError, load_observation
 
 __all__ = [
@@ -65,15 +74,14 @@ def run_config(run_dir: str) -> dict[str, Any]:
 
     Raises:
         ConfigError: ``run_dir`` holds no ``config.yml``.
+        RunFileError: (a ConfigError) it is empty, not YAML or not a mapping (names the file
+            and the remedy).
     """
-    import yaml
-
     path = os.path.join(run_dir, "config.yml")
-    if not os.path.isfile(path):
+    data = read_yaml(path, config_remedy(run_dir)) if os.path.isfile(path) else None
+    if data is None:
         raise ConfigError(f"{run_dir}: not a run directory (no config.yml)")
-    with open(path, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh)
-    return data if isinstance(data, dict) else {}
+    return data
 
 
 def samples_dir(run_dir: str, config: Mapping[str, Any] | None = None) -> str:
@@ -94,21 +102,27 @@ def latest_sample_file(run_dir: str, mode: str = "posterior") -> str:
     """
     try:
         config = run_config(run_dir)
+    except RunFileError:
+        raise  # a damaged config.yml is named, not taken for the default layout
     except ConfigError:
         config = {}
     return samplefiles.latest_sample_file(samples_dir(run_dir, config), mode)
 
 
-def read_sample_file(path: str) -> dict[str, np.ndarray]:
-    """node → array of one sample file.
+def read_sample_file(
+    path: str, run_dir: str | None = None, mode: str = "posterior"
+) -> dict[str, np.ndarray]:
+    """node → array of one sample file (of ``mode`` in the run ``run_dir``: named in the
+    remedy of a damaged file).
 
     Raises:
         ConfigError: the file is missing or not an ``.npz``.
+        RunFileError: (a ConfigError) it is empty, cut short or damaged (names the file and
+            the remedy).
     """
     if not os.path.isfile(path) or not path.endswith(".npz"):
         raise ConfigError(f"{path}: not a sample file (expected an existing .npz)")
-    with np.load(path, allow_pickle=False) as data:
-        return {key: np.asarray(data[key]) for key in data.files}
+    return read_sample_arrays(path, run_dir, mode)
 
 
 def node_labels(node: str, size: int, names: list[str] | None) -> list[str]:
@@ -135,16 +149,18 @@ def _run_observations(
         spec = (node or {}).get("observed") if isinstance(node, Mapping) else None
         if not isinstance(spec, str):
             continue
+        path = _observation_file(spec, run_dir)
+        if os.path.isfile(path):  # a damaged copy is named (a missing one: not drawn)
+            read_array_file(path, observation_remedy(run_dir, str(name)))
         try:
             observed[name] = np.asarray(load_observation(spec, run_dir))
         except ConfigError:
             continue
-        path = _observation_file(spec, run_dir)
         if path.endswith(".npz") and os.path.isfile(path):
-            with np.load(path, allow_pickle=False) as data:
-                for key in data.files:
-                    if key.endswith("_true") and key[:-5] in graph:
-                        truth[key[:-5]] = np.asarray(data[key])
+            data = read_npz(path, observation_remedy(run_dir, str(name)))
+            for key, value in data.items():
+                if key.endswith("_true") and key[:-5] in graph:
+                    truth[key[:-5]] = value
     return observed, truth
 
 
@@ -224,7 +240,7 @@ def read_run_samples(
         if path
         else latest_sample_file(run_dir, mode)
     )
-    arrays = read_sample_file(path)
+    arrays = read_sample_file(path, run_dir, mode)
     graph = config.get("graph") or {}
     _refuse_batch(path, graph, run_dir)
     names: dict[str, list[str]] = {}

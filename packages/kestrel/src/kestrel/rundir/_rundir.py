@@ -54,6 +54,7 @@ from kestrel.rundir._config import (
 )
 from kestrel.rundir._folder import check_launch_folder, is_run_folder
 from kestrel.rundir._history import RUN_FILE, RunHistory
+from kestrel.rundir._runfiles import read_output_json, read_sample_arrays
 from kestrel_core import ConfigError
 from kestrel_core.internal import write_atomic
 from kestrel_core.store import JOURNAL_DIR
@@ -226,12 +227,10 @@ class RunDir:
         _write_json(self.status_file, status)
 
     def read_status(self) -> dict[str, Any]:
-        """``RUN/status.json`` as a dict (empty when missing)."""
-        try:
-            with open(self.status_file, encoding="utf-8") as fh:
-                return json.load(fh)
-        except FileNotFoundError:
-            return {}
+        """``RUN/status.json`` as a dict: empty when missing, and when damaged (empty, not
+        JSON) empty with a :class:`~kestrel.rundir._runfiles.RunFileWarning` naming it — the
+        file is an output, rewritten by the next launch, and never stops a command."""
+        return read_output_json(self.status_file)
 
     # -- samples (layout: kestrel.rundir._samplefiles) -----------------------------------------
     def sample_files(
@@ -303,9 +302,9 @@ class RunDir:
 
         Raises:
             ConfigError: there are no samples of ``mode`` (for that observation) in this run.
+            RunFileError: (a ConfigError) the newest file is damaged (names it).
         """
-        with np.load(self.latest_sample_file(mode, observation), allow_pickle=False) as data:
-            return {key: data[key] for key in data.files}
+        return read_sample_arrays(self.latest_sample_file(mode, observation), self.root, mode)
 
 
 def _listdir(folder: str) -> list[str]:

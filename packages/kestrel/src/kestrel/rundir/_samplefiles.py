@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from kestrel.rundir._runfiles import read_npz
 from kestrel_core import ConfigError
 from kestrel_core.internal import save_npz, write_atomic
 
@@ -265,7 +266,7 @@ def _noted_latest(samples: str, mode: str) -> str | None:
     try:
         with open(os.path.join(folder, LATEST_FILE), encoding="utf-8") as fh:
             rel = fh.read().strip()
-    except OSError:
+    except (OSError, ValueError):  # missing or damaged: the newest file is found without it
         return None
     path = os.path.normpath(os.path.join(folder, rel))
     inside = os.path.dirname(path) == folder or os.path.dirname(os.path.dirname(path)) == folder
@@ -283,9 +284,17 @@ def sample_observation(path: str) -> dict[str, np.ndarray] | None:
     Returns:
         The contents of ``observation.npz`` beside it; ``None`` where there is none (prior
         samples, files of the old flat layout).
+
+    Raises:
+        RunFileError: (a ConfigError) ``observation.npz`` is empty, cut short or damaged
+            (names it; the remedy: delete it, the next sampling call for that observation
+            writes it again).
     """
     obs_file = os.path.join(os.path.dirname(os.path.abspath(path)), OBSERVATION_FILE)
     if not os.path.isfile(obs_file):
         return None
-    with np.load(obs_file, allow_pickle=False) as data:
-        return {k: data[k] for k in data.files}
+    return read_npz(
+        obs_file,
+        "it records the observation the sample files beside it were drawn for; delete it and "
+        "the next sampling call for that observation writes it again",
+    )

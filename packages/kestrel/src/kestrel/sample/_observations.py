@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import os
 import re
+import zipfile
+import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
+from kestrel.rundir._runfiles import RunFileError, npz_problem, read_array_file
 from kestrel.rundir._samplefiles import OBSERVED_MODES
 from kestrel_core import ConfigError, Graph, check_observation, load_observation
+from kestrel_core.internal import split_observation_spec
 
 __all__ = ["read_observation", "given_observations", "parse_observation_args"]
 
@@ -33,15 +37,26 @@ def read_observation(spec: Any, node: str | None = None) -> np.ndarray:
         The array, read-only (its shape is checked against the node later).
 
     Raises:
-        ConfigError: no such file or key (the message lists the keys of an ``.npz``), or a
-            NaN or ±inf in the data (node, index, value).
+        ConfigError: no such file or key (the message lists the keys of an ``.npz``), a file
+            that is empty, cut short or damaged (one line naming it), or a NaN or ±inf in the
+            data (node, index, value).
     """
     if isinstance(spec, (str, os.PathLike)):
         text = os.fspath(spec)
         head, sep, key = text.rpartition(":")
         if sep and "[" not in text and head.endswith(".npz") and key:
             text = f"{head}[{key!r}]"
-        return load_observation(text, os.getcwd(), node=node)
+        path, _ = split_observation_spec(text)
+        full = os.path.abspath(os.path.expanduser(path))
+        remedy = "give an intact file written with numpy.save / numpy.savez"
+        try:
+            if os.path.isfile(full):  # read in full first: a damaged file in one line
+                read_array_file(full, remedy)
+            return load_observation(text, os.getcwd(), node=node)
+        except RunFileError as err:
+            raise ConfigError(f"--observation {err}") from None
+        except (zipfile.BadZipFile, zlib.error, EOFError) as err:  # numpy's, on a damaged file
+            raise ConfigError(f"--observation {full}: {npz_problem(err)}; {remedy}") from None
     return load_observation(spec, node=node)
 
 
