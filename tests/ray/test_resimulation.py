@@ -31,6 +31,9 @@ class FakeSubmitted:
     def ready(self) -> bool:
         return self.done
 
+    def waiting(self) -> list[str]:
+        return [] if self.done else ["x"]
+
     def collect(self) -> FakeTrace:
         self.collected = True
         return FakeTrace(self.n)

@@ -137,7 +137,7 @@ class PriorSimulation:
             return True
         if poll > 0 and head.submitted.wait(poll):
             return True
-        self._watch.check(head.submitted.waiting(), f"rows {head.first}:{head.first + head.rows}")
+        self._watch.check(head.submitted.waiting, f"rows {head.first}:{head.first + head.rows}")
         return False
 
     def _abandon(self) -> None:

@@ -261,7 +261,7 @@ class Resimulation:
             if r.append is None:
                 if not (wait or r.submitted.ready()):
                     if r is self._pending[0]:
-                        self._watch.check(r.submitted.waiting(), f"round {r.k}")
+                        self._watch.check(r.submitted.waiting, f"round {r.k}")
                     break
                 self._collect(r)
         while self._pending:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 __all__ = ["StallWatch", "STALL_NOTE"]
 
@@ -47,16 +47,20 @@ class StallWatch:
         """The call waited for is done: the next one is timed afresh."""
         self._since, self._next = None, self.after
 
-    def check(self, nodes: Sequence[str], where: str = "") -> None:
-        """The launch still waits on calls of ``nodes``; report once they ran long."""
+    def check(self, waiting: Callable[[], Sequence[str]], where: str = "") -> None:
+        """The launch still waits; once it has waited long, report the nodes ``waiting()``
+        names (asked only then: it polls the calls)."""
         now = time.monotonic()
         if self._since is None:
             self._since = now
             return
         ran = now - self._since
-        if ran < self._next or not nodes:
+        if ran < self._next:
             return
         self._next *= 2
+        nodes = waiting()
+        if not nodes:
+            return
         self.log.warning(
             "%s%s: the call of node%s %s has run for %s and is not done; with no node "
             "`timeout`, a simulator that hangs holds the launch here (set `timeout` on the "
