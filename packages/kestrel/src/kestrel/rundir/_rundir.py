@@ -54,7 +54,7 @@ from kestrel.rundir._config import (
 )
 from kestrel.rundir._folder import check_launch_folder, is_run_folder
 from kestrel.rundir._history import RUN_FILE, RunHistory
-from kestrel.rundir._runfiles import read_output_json, read_sample_arrays
+from kestrel.rundir._runfiles import SAVED_MARKER, read_output_json, read_sample_arrays
 from kestrel_core import ConfigError
 from kestrel_core.internal import write_atomic
 from kestrel_core.store import JOURNAL_DIR
@@ -65,8 +65,8 @@ CONFIG_FILE = RUN_CONFIG_FILE
 STATUS_FILE = "status.json"
 #: ``RUN/previous/N/``: the contents of the run before a restart
 PREVIOUS_DIR = "previous"
-#: written into ``graph/<node>/`` after the node's estimator saved without error
-SAVED_MARKER = "saved.json"
+# SAVED_MARKER (``graph/<node>/saved.json``, written after the node's estimator saved without
+# error) is defined with the run's other file readers (:mod:`._runfiles`)
 
 
 class RunDir:

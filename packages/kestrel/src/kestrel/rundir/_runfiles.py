@@ -53,6 +53,9 @@ import numpy as np
 
 from kestrel_core import ConfigError
 
+#: the file beside an estimator's weights that says they are complete (``graph/<node>/``)
+SAVED_MARKER = "saved.json"
+
 __all__ = [
     "RunFileError",
     "RunFileWarning",
@@ -373,8 +376,6 @@ def check_resume_files(run: Any, latents: Iterable[str]) -> None:
     Raises:
         RunFileError: the first damaged file: its path, what is wrong and the remedy.
     """
-    from kestrel.rundir._rundir import SAVED_MARKER
-
     run.history.launches()
     for node in latents:
         read_saved(os.path.join(run.node_dir(node), SAVED_MARKER), run.root, node)
