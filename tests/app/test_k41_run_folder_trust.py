@@ -273,3 +273,15 @@ def test_k41_modules_the_user_trusts_in_the_environment_are_allowed(monkeypatch)
     # a prefix is a module path, not a string prefix: 'js' does not trust 'json'
     monkeypatch.setenv("KESTREL_TRUSTED_MODULES", "js")
     assert untrusted_problems(data, [])
+
+
+def test_k41_what_the_user_overrides_is_the_users_own(tmp_path):
+    _, run = handed_over(tmp_path)
+    # the user's own override of a setting a run folder's file may not hold: taken
+    load_run_config(run, ["ray.address=127.0.0.1:6379"], trust=False)
+    # the same setting in the file: refused, and an override does not launder the file
+    edit(run, lambda d: d.setdefault("ray", {}).__setitem__("address", "127.0.0.1:6379"))
+    assert "ray.address" in refusal(run, trust=False)
+    edit(run, simulator(PWNED))
+    with pytest.raises(ConfigError, match="os.system"):
+        load_run_config(run, ["graph.x.simulator.command=true"], trust=False)

@@ -326,6 +326,9 @@ def load_config(
     if run_dir is not None:
         run_dir = os.path.expanduser(os.fspath(run_dir))
     nodes = list(cfg.get("graph") or {}) if hasattr(cfg.get("graph"), "keys") else []
+    # a config that is not trusted is checked as its file says, without the overrides: what
+    # the user gives on the command line is the user's own
+    own = None if trust else cfg.copy()
     problems = []
     for item in [overrides] if isinstance(overrides, str) else overrides:
         try:
@@ -335,13 +338,14 @@ def load_config(
     if problems:
         raise ConfigError(_join(problems))
     unresolved = cfg.copy()
-    paths_given = cfg.get("paths")
-    named_imports = hasattr(paths_given, "keys") and "imports" in paths_given
     data = resolve(cfg, run_dir, base_dir)
-    if not trust:
-        if not named_imports and isinstance(data.get("paths"), dict):
-            data["paths"]["imports"] = []  # no code folder it does not name (not its own folder)
-        _check_trust(data, source if origin is None else origin)
+    if own is not None:
+        own_paths = own.get("paths")  # (before resolve() fills in the defaults)
+        named = hasattr(own_paths, "keys") and "imports" in own_paths
+        checked = resolve(own, run_dir, base_dir)
+        if not named and isinstance(checked.get("paths"), dict):
+            checked["paths"]["imports"] = []  # no code folder it does not name (not its own)
+        _check_trust(checked, source if origin is None else origin)
     problems = schema_problems(data)
     if problems:
         raise ConfigError(_join(problems))
