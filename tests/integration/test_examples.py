@@ -12,7 +12,14 @@ from kestrel_core import load_config
 
 from .helpers import example, tiny
 
-EXAMPLES = ["01_minimal", "02_bimodal", "03_composite", "04_gaussian", "05_linear_regression"]
+EXAMPLES = [
+    "01_minimal",
+    "02_bimodal",
+    "03_composite",
+    "04_gaussian",
+    "05_linear_regression",
+    "10_program",
+]
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

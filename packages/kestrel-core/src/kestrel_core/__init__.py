@@ -17,6 +17,7 @@ __all__ = [
     "OutOfSupportError",
     "CountError",
     "OutputTypeError",
+    "ProgramError",
     "StoreWarning",
     "ObservationWarning",
     "ReproducibilityWarning",
@@ -62,6 +63,7 @@ __all__ = [
     # priors, simulation, store
     "Product",
     "MultivariateNormal",
+    "Program",
     "prior_from_spec",
     "seed_sequence",
     "spawn_rngs",
@@ -88,6 +90,7 @@ from kestrel_core._errors import (
     KestrelError,
     OutOfSupportError,
     OutputTypeError,
+    ProgramError,
     ReproducibilityWarning,
     ShapeError,
     SimulatorError,
@@ -134,6 +137,7 @@ from kestrel_core.graph._trace import (
 )
 from kestrel_core.priors._mvnormal import MultivariateNormal
 from kestrel_core.priors._product import Product, prior_from_spec
+from kestrel_core.program._program import Program
 from kestrel_core.store import (
     LIVE,
     TRAINABLE,

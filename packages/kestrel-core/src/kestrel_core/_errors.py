@@ -7,6 +7,8 @@ node, the key path and what was expected versus found.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "KestrelError",
     "ConfigError",
@@ -21,6 +23,7 @@ __all__ = [
     "OutputTypeError",
     "OutOfSupportError",
     "InputWriteError",
+    "ProgramError",
 ]
 
 
@@ -77,3 +80,38 @@ class InputWriteError(SimulatorError, ValueError):
 
     The message names the node, the input (which parent) and the remedy: copy it first.
     """
+
+
+class ProgramError(SimulatorError):
+    """A run of an external simulator program (:class:`kestrel_core.Program`) failed.
+
+    A non-zero exit status, a signal, its time limit, or an output that cannot be read or has
+    the wrong shape. Unlike other :class:`SimulatorError`\\ s it is a failed *sample*, not a
+    misuse: under a node's ``on_error: skip`` its samples are skipped as those of a Python
+    simulator that raises. The message names the command, the exit status, the scratch folder
+    (kept) and the last lines of the command's stderr.
+
+    Attributes:
+        command: the command's words as run. status: its exit status (negative: the signal
+            that killed it), or ``"timeout"``. folder: the scratch folder, kept.
+        failed: bool ``(n,)``, the samples of the call that failed, when the program ran per
+            sample (``None``: the call as a whole). value: ``(n, *D)``, the values of the
+            samples that did not fail (anything in the others), or ``None``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        command: Any = None,
+        status: Any = None,
+        folder: str | None = None,
+        failed: Any = None,
+        value: Any = None,
+    ):
+        super().__init__(message)
+        self.command = command
+        self.status = status
+        self.folder = folder
+        self.failed = failed
+        self.value = value

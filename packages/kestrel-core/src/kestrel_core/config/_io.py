@@ -10,10 +10,11 @@ from typing import Any, cast
 import numpy as np
 
 from kestrel_core._errors import ConfigError
-from kestrel_core.config._instantiate import target_name
+from kestrel_core.config._instantiate import TARGET, target_name
 from kestrel_core.config._resolvers import register_resolvers
 from kestrel_core.config._schema import override_problem, split_key_path
 from kestrel_core.graph._observe import absolute_observation_spec
+from kestrel_core.program._program import PROGRAM_TARGETS, absolute_program_paths
 
 __all__ = ["read_source", "apply_override", "resolve", "yamlable"]
 
@@ -206,7 +207,8 @@ def resolve(cfg: Any, run_dir: Any, base_dir: str) -> dict[str, Any]:
 
 def _absolutise(data: dict[str, Any], base_dir: str) -> None:
     """Expand ``~`` in every path of the config (as a shell does: never a folder named ``~``)
-    and make ``paths.imports``, ``buffer.initial_samples_path`` and ``observed`` absolute."""
+    and make ``paths.imports``, ``buffer.initial_samples_path``, ``observed`` and the paths of a
+    :class:`~kestrel_core.Program` simulator (its program, ``cwd``, ``scratch``) absolute."""
     if isinstance(data.get("run_dir"), str):
         data["run_dir"] = os.path.expanduser(data["run_dir"])
     paths = data.get("paths")
@@ -231,6 +233,9 @@ def _absolutise(data: dict[str, Any], base_dir: str) -> None:
         for node in graph.values():
             if isinstance(node, dict) and isinstance(node.get("observed"), str):
                 node["observed"] = absolute_observation_spec(node["observed"], base_dir)
+            sim = node.get("simulator") if isinstance(node, dict) else None
+            if isinstance(sim, dict) and sim.get(TARGET) in PROGRAM_TARGETS:
+                absolute_program_paths(sim, base_dir)  # command, cwd, scratch
 
 
 def yamlable(obj: Any) -> Any:

@@ -25,6 +25,13 @@ A config that is not trusted may name:
   means unpickling what it returns; no ``runtime_env``: ``pip``, ``env_vars``,
   ``worker_process_setup_hook`` … run code), and a node's ``ray`` options no ``runtime_env``.
 
+* **external programs of its code folders**: a :class:`~kestrel_core.Program` simulator runs
+  a command, so its program (``command[0]``, made absolute against the config's folder) must
+  be a file inside one of the code folders (a bare name found on ``PATH``, ``sh`` or
+  ``python``, would run whatever its arguments say), and its ``env`` may not set the variables
+  that make a program load or run other code (:data:`PROGRAM_ENV_REFUSED`: ``LD_PRELOAD``,
+  ``PATH``, ``BASH_ENV``, ``PYTHONPATH`` …).
+
 * **the modules the user trusts**: names under the module prefixes listed, comma-separated,
   in the environment variable ``KESTREL_TRUSTED_MODULES`` (e.g. ``mysim,lab.models`` for a
   simulator package installed in site-packages). The environment is the user's, not the run
@@ -49,6 +56,7 @@ from typing import Any
 from kestrel_core._errors import ConfigError
 from kestrel_core.config._instantiate import TARGET, import_target
 from kestrel_core.config._suggest import key_path
+from kestrel_core.program._program import PROGRAM_TARGETS, Program
 
 __all__ = [
     "KESTREL_PACKAGES",
@@ -57,6 +65,7 @@ __all__ = [
     "RAY_INIT_KEYS",
     "untrusted_problems",
     "user_trusted_modules",
+    "PROGRAM_ENV_REFUSED",
 ]
 
 #: the environment variable listing module prefixes the user trusts in any config
@@ -101,6 +110,33 @@ RAY_INIT_KEYS = (
     "include_dashboard",
     "ignore_reinit_error",
     "labels",
+)
+#: environment variables a Program of a config that is not trusted may not set (names, and
+#: prefixes ending in ``*``): they make a program load libraries, run start-up files or find
+#: other programs
+PROGRAM_ENV_REFUSED = (
+    "LD_*",
+    "DYLD_*",
+    "PATH",
+    "BASH_ENV",
+    "ENV",
+    "BASH_FUNC_*",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "IFS",
+    "CDPATH",
+    "GCONV_PATH",
+    "PYTHON*",
+    "PERL5*",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "NODE_OPTIONS",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "MALLOC_*",
+    "GLIBC_TUNABLES",
 )
 _TORCH_NN = "torch.nn."
 _ROLES = ("simulator", "estimator")
@@ -264,6 +300,8 @@ class _Checker:
             return None
         module, file = _defined_in(obj)
         top = name.split(".")[0]
+        if obj is Program:  # its command is checked on the config (:meth:`program_problems`)
+            return None if name in PROGRAM_TARGETS else f"{name!r}: name it kestrel_core.Program"
         if top in KESTREL_PACKAGES or name.startswith(_TORCH_NN):
             qualname = f"{module}.{getattr(obj, '__qualname__', '')}"
             if not inspect.isclass(obj) or not _in_modules(module, TARGET_MODULES):
@@ -285,6 +323,56 @@ class _Checker:
                 f"(paths.imports: {self.shown})"
             )
         return None
+
+    def program_problems(self, where: str, spec: Mapping[str, Any]) -> list[str]:
+        """What a :class:`~kestrel_core.Program` spec at ``where`` may not run (its paths
+        already absolute, :func:`~kestrel_core.program._program.absolute_program_paths`)."""
+        problems = []
+        command = spec.get("command")
+        if isinstance(command, str):
+            command = command.split()
+        first = command[0] if isinstance(command, list) and command else None
+        if isinstance(first, str) and os.path.isabs(first):
+            real = _real(first)
+            if self._in_run(real):
+                problems.append(
+                    f"{where}.command: the program {first} lies inside the run folder; a run "
+                    "folder carries no code"
+                )
+            elif not self._from_code(real):
+                problems.append(
+                    f"{where}.command: the program {first} is not in the run's code folders "
+                    f"(paths.imports: {self.shown})"
+                )
+        elif first is not None:
+            problems.append(
+                f"{where}.command: the program {first!r} is looked up on PATH, not a file of "
+                f"the run's code folders (paths.imports: {self.shown})"
+            )
+        env = spec.get("env")
+        for key in env if isinstance(env, Mapping) else ():
+            name = str(key)
+            if any(
+                name.startswith(p[:-1]) if p.endswith("*") else name == p
+                for p in PROGRAM_ENV_REFUSED
+            ):
+                problems.append(
+                    f"{where}.env.{name}: not taken from a config that is not trusted (it makes "
+                    "a program load or run other code)"
+                )
+        return problems
+
+
+def _program_specs(obj: Any, where: str, out: list[tuple[str, Mapping[str, Any]]]) -> None:
+    """Every mapping of ``obj`` whose ``_target_`` names :class:`~kestrel_core.Program`."""
+    if isinstance(obj, Mapping):
+        if obj.get(TARGET) in PROGRAM_TARGETS:
+            out.append((where, obj))
+        for k, v in obj.items():
+            _program_specs(v, key_path(where, str(k)), out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _program_specs(v, key_path(where, i), out)
 
 
 #: why a ``ray`` key is refused in a config that is not trusted
@@ -343,6 +431,10 @@ def untrusted_problems(
             problems.append(f"{where}: {problem}")
         else:
             named.append((where, value))
+    programs: list[tuple[str, Mapping[str, Any]]] = []
+    _program_specs(data, "", programs)
+    for where, spec in programs:
+        problems += checker.program_problems(where, spec)
     if problems:  # nothing imported
         return problems
     for where, value in named:

@@ -5,7 +5,10 @@ A simulator is called on a chunk of ``c`` samples at once. When the call raises 
 its own generator, spawned from the chunk's ``SeedSequence``) to find the samples that raise;
 the others keep their values. The samples that raised get a filler value (NaN, or 0 for an
 integer dtype) and are reported in a mask, so that the caller keeps them out of training as it
-does non-finite samples. With ``"raise"`` (the default) the exception propagates, carrying its
+does non-finite samples. A :class:`~kestrel_core.ProgramError` (a run of an external program,
+:class:`~kestrel_core.Program`, that failed) counts as such an exception although it is a
+Kestrel error; when it names the samples that failed (a program run per sample), the chunk is
+not simulated again. With ``"raise"`` (the default) the exception propagates, carrying its
 short user traceback (:func:`~kestrel_core.execute._blame.attach_user_traceback`).
 
 Every command that simulates follows the option: ``kestrel launch`` keeps such samples out of
@@ -25,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from kestrel_core._errors import KestrelError, ShapeError, SimulatorError
+from kestrel_core._errors import KestrelError, ProgramError, ShapeError, SimulatorError
 from kestrel_core.execute._blame import attach_user_traceback, attached_traceback, user_traceback
 from kestrel_core.execute._boundary import call_simulator, finite_rows
 
@@ -82,11 +85,19 @@ def simulate_or_skip(
 
     Raises:
         Exception: with ``"raise"``, the simulator's own exception (user traceback attached).
-        KestrelError: always raised (an unusable output is a bug, not an invalid sample).
+        KestrelError: always raised (an unusable output is a bug, not an invalid sample),
+            except a :class:`~kestrel_core.ProgramError`, which follows ``on_error``.
         ShapeError: the samples that did not raise disagree on the per-sample shape.
     """
     try:
         return Attempt(call_simulator(node, simulator, n, parents, rng=rng), np.zeros(n, bool))
+    except ProgramError as err:  # a failed run of an external program: a failed sample
+        attach_user_traceback(err)
+        if on_error != "skip":
+            raise
+        known = _known_failures(err, n)
+        if known is not None:
+            return known
     except KestrelError:
         raise
     except Exception as err:
@@ -101,6 +112,11 @@ def simulate_or_skip(
         try:
             gen = np.random.Generator(np.random.PCG64(child))
             rows.append(call_simulator(node, simulator, 1, row, rng=gen))
+        except ProgramError as err:
+            raised[k] = True
+            rows.append(None)
+            if first is None:
+                first = attach_user_traceback(err)
         except KestrelError:
             raise
         except Exception as err:
@@ -123,6 +139,21 @@ def simulate_or_skip(
         if r is not None:
             value[k] = r[0]
     return Attempt(fill_raised(value, raised), raised, first)
+
+
+def _known_failures(err: ProgramError, n: int) -> Attempt | None:
+    """The attempt a :class:`ProgramError` describes when it names its failed samples (a
+    per-sample program ran every sample); ``None``: simulate again one sample at a time."""
+    failed = None if err.failed is None else np.asarray(err.failed, dtype=bool)
+    if failed is None or failed.shape != (n,):
+        return None
+    value = err.value
+    if value is None:
+        return Attempt(None, failed.copy(), err) if failed.all() else None
+    value = np.array(value, order="C", copy=True)
+    if value.ndim == 0 or value.shape[0] != n:
+        return None
+    return Attempt(fill_raised(value, failed), failed.copy(), err)
 
 
 def fill_raised(value: np.ndarray, raised: np.ndarray) -> np.ndarray:
