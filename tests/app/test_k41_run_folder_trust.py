@@ -9,6 +9,7 @@ and ``run.json``), then edited as someone else would.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -285,3 +286,16 @@ def test_k41_what_the_user_overrides_is_the_users_own(tmp_path):
     edit(run, simulator(PWNED))
     with pytest.raises(ConfigError, match="os.system"):
         load_run_config(run, ["graph.x.simulator.command=true"], trust=False)
+
+
+def test_k41_targets_a_command_does_not_build_are_not_imported(tmp_path):
+    _, run = handed_over(tmp_path)
+    mark = tmp_path / "imported.txt"
+    (tmp_path / "m" / "k41_canary.py").write_text(CANARY.format(mark=str(mark)))
+    edit(run, lambda d: d["graph"]["z"].__setitem__("estimator", {"_target_": "k41_canary.run"}))
+    # sampling the prior builds no estimator: its target is checked as a name, never imported
+    load_run_config(run, trust=False, check_targets=("simulator",))
+    assert not mark.exists()
+    with contextlib.suppress(ConfigError):  # building the estimator imports it (and checks it)
+        load_run_config(run, trust=False, check_targets=("simulator", "estimator"))
+    assert mark.exists()

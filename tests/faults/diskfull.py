@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 import yaml
 
+from tests.faults.faultkit import FOREVER, MODELS, toy
+
 MIB = 2**20
-#: epochs and patience no run reaches
-FOREVER = 1_000_000
 
 
 def mount(disk: Path, size: str) -> None:
@@ -69,43 +69,14 @@ def fill(disk: Path, leave: int) -> None:
 
 
 def config(folder: Path, kind: str) -> Path:
-    """z ~ U(0, 1)², x: 1 024 floats a sample (8 KiB), a Gaussian estimator."""
-    obs = folder / "obs.npy"
-    np.save(obs, np.full(1024, 0.5))
+    """:func:`~tests.faults.faultkit.toy` with x of 1 024 floats a sample (8 KiB, dry-run, so
+    the launch knows a checkpoint's size before it writes)."""
     forever = kind in ("journal", "checkpoint")
-    cfg = {
-        "buffer": {
-            "min_samples": 64,
-            "max_samples": 100_000,
-            "validation_samples": 16,
-            "simulate_count": 16,
-            "simulate_interval": 0.05,
-        },
-        "graph": {
-            "z": {
-                "simulator": {
-                    "_target_": "kestrel_core.Product",
-                    "priors": [["uniform", 0.0, 1.0]] * 2,
-                },
-                "evidence": ["x"],
-                "estimator": {
-                    "_target_": "kestrel_torch.GaussianPosterior",
-                    "max_epochs": FOREVER if forever else 2,
-                    "early_stop_patience": FOREVER,
-                },
-            },
-            "x": {
-                "simulator": {
-                    "_target_": "kestrel_core.testing.models.Megabyte",
-                    "width": 1024,
-                },
-                "parents": ["z"],
-                "observed": str(obs),
-                "sample_chunk_size": 16,
-            },
-        },
-        "sample": {"posterior": {"n": 20_000 if kind == "sample" else 5}},
-    }
+    x = {"_target_": f"{MODELS}.Megabyte", "width": 1024}
+    cfg = toy(folder, x, epochs=FOREVER if forever else 2, max_samples=100_000)
+    np.save(folder / "obs.npy", np.full(1024, 0.5))
+    cfg["graph"]["x"]["dry_run"] = True
+    cfg["sample"]["posterior"]["n"] = 20_000 if kind == "sample" else 5
     path = folder / f"{kind}.yml"
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -233,12 +233,13 @@ def _check_targets(graph: Graph, roles: Sequence[str]) -> list[str]:
     return problems
 
 
-def _check_trust(data: Mapping[str, Any], origin: Any) -> None:
-    """Raise for what a config that is not trusted may not do (before anything is imported)."""
+def _check_trust(data: Mapping[str, Any], origin: Any, roles: Sequence[str]) -> None:
+    """Raise for what a config that is not trusted may not do (before anything is imported;
+    only the targets of ``roles`` are imported to be checked)."""
     imports = (data.get("paths") or {}).get("imports") if isinstance(data, Mapping) else None
     folders = [imports] if isinstance(imports, str) else list(imports or [])
     run_dir = data.get("run_dir") if isinstance(data, Mapping) else None
-    problems = untrusted_problems(data, [str(f) for f in folders], run_dir)
+    problems = untrusted_problems(data, [str(f) for f in folders], run_dir, roles)
     if not problems:
         return
     where = (
@@ -291,7 +292,10 @@ def load_config(
             the config's code folders (``paths.imports``, outside ``run_dir`` and the Python
             installation), and the ``ray`` sections may not fetch or run code or join another
             cluster (:mod:`kestrel_core.config._trust`); a config that names no
-            ``paths.imports`` then has no code folder (not its own folder).
+            ``paths.imports`` then has no code folder (not its own folder). The file is
+            checked as written, without ``overrides`` (they are the user's own). Targets of
+            roles outside ``check_targets`` are checked as names only, not imported: build
+            only the roles of ``check_targets`` from such a config.
         origin: the file the config came from, named in the errors of ``trust=False``
             (default: ``source`` when it is a path).
 
@@ -345,7 +349,7 @@ def load_config(
         checked = resolve(own, run_dir, base_dir)
         if not named and isinstance(checked.get("paths"), dict):
             checked["paths"]["imports"] = []  # no code folder it does not name (not its own)
-        _check_trust(checked, source if origin is None else origin)
+        _check_trust(checked, source if origin is None else origin, check_targets)
     problems = schema_problems(data)
     if problems:
         raise ConfigError(_join(problems))

@@ -404,7 +404,10 @@ def _ray_problems(data: Mapping[str, Any]) -> list[str]:
 
 
 def untrusted_problems(
-    data: Mapping[str, Any], imports: Sequence[str], run_dir: str | None = None
+    data: Mapping[str, Any],
+    imports: Sequence[str],
+    run_dir: str | None = None,
+    roles: Sequence[str] = ("simulator", "estimator"),
 ) -> list[str]:
     """What a config that is not trusted may not do (see the module docstring).
 
@@ -415,6 +418,10 @@ def untrusted_problems(
         data: the resolved config (plain containers, interpolations resolved).
         imports: its code folders (``paths.imports``, absolute).
         run_dir: the run folder the config came from (code inside it is refused).
+        roles: the nodes' roles whose targets the command builds (``load_config``'s
+            ``check_targets``): only their names are imported to be checked; the others are
+            checked as strings alone (``kestrel sample prior`` never imports an estimator, so
+            never torch).
 
     Returns:
         One message per problem, each starting with its key path (empty: nothing to refuse).
@@ -437,7 +444,15 @@ def untrusted_problems(
         problems += checker.program_problems(where, spec)
     if problems:  # nothing imported
         return problems
+    skipped = tuple(
+        f"graph.{name}.{role}"
+        for name in (data.get("graph") or {})
+        for role in _ROLES
+        if role not in roles
+    )
     for where, value in named:
+        if where.startswith(skipped) and skipped:
+            continue  # never built by this command: never imported
         try:
             obj = import_target(value, imports)
         except ConfigError:
