@@ -291,8 +291,8 @@ def test_k41_what_the_user_overrides_is_the_users_own(tmp_path):
 def test_k41_targets_a_command_does_not_build_are_not_imported(tmp_path):
     _, run = handed_over(tmp_path)
     mark = tmp_path / "imported.txt"
-    (tmp_path / "m" / "k41_canary.py").write_text(CANARY.format(mark=str(mark)))
-    edit(run, lambda d: d["graph"]["z"].__setitem__("estimator", {"_target_": "k41_canary.run"}))
+    (tmp_path / "m" / "k41_unbuilt.py").write_text(CANARY.format(mark=str(mark)))
+    edit(run, lambda d: d["graph"]["z"].__setitem__("estimator", {"_target_": "k41_unbuilt.run"}))
     # sampling the prior builds no estimator: its target is checked as a name, never imported
     load_run_config(run, trust=False, check_targets=("simulator",))
     assert not mark.exists()
