@@ -18,6 +18,8 @@ def test_public_api_is_pinned():
         "sample_run",
         "SampleResult",
         "RunDir",
+        "import_simulations",
+        "ImportResult",
         "RunError",
         "main",
     ]

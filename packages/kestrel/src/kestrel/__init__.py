@@ -2,7 +2,8 @@
 
 Simulation-based inference on a graph of simulators: :func:`launch` trains every estimator of a
 run's graph on Ray while simulations from the current proposal keep arriving, and
-:func:`sample_run` draws samples of a trained run. Built on the three libraries
+:func:`sample_run` draws samples of a trained run; :func:`import_simulations` brings simulations
+made elsewhere into a new run as its initial rows. Built on the three libraries
 :mod:`kestrel_core` (numpy), :mod:`kestrel_ray` and :mod:`kestrel_torch`.
 
 Importing this package imports neither ray nor torch; each name is imported on first use
@@ -21,6 +22,8 @@ _HOMES = {
     "sample_run": "kestrel.sample._sampling",
     "SampleResult": "kestrel.sample._sampling",
     "RunDir": "kestrel.rundir._rundir",
+    "import_simulations": "kestrel.importing._import",
+    "ImportResult": "kestrel.importing._import",
     "RunError": "kestrel_ray",
     "main": "kestrel.cli",
 }

@@ -6,6 +6,7 @@ Sub-commands that need neither Ray nor PyTorch::
     kestrel simulate -c CONFIG -n N -o OUT.npz [--seed S] [--force] [--trust] [key=value ...]
     kestrel plot     -o RUN [--mode MODE] [--file SAMPLES.npz] [--image IMAGE] [--force]
     kestrel export   -o RUN [--format arviz] [--file SAMPLES.npz] [--to OUT.nc] [--force]
+    kestrel import   [-c CONFIG] -o RUN [--trust] NODE=FILE ... [key=value ...]  # kestrel.cli._import
 
 A ``-c`` that names a run folder's ``config.yml`` is that run's config: without ``--trust`` it
 may use only Kestrel's config classes and the run's code folders (:mod:`kestrel.rundir._trust`).
@@ -49,6 +50,7 @@ from kestrel.cli._arguments import (
     trust_argument,
     user_path,
 )
+from kestrel.cli._import import import_command
 from kestrel.cli._warnings import clean_warnings
 from kestrel_core import ConfigError, KestrelError
 from kestrel_core.internal import as_disk_full, attached_traceback, user_traceback
@@ -259,6 +261,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     )
     force_argument(p, "--to")
     p.set_defaults(func=_cmd_export)
+
+    import_command(sub)
 
     unavailable: dict[str, str] = {}
     for name, (module, register, layers) in LAYER_COMMANDS.items():

@@ -2,10 +2,18 @@
 
 A simulation is counted when its row reaches the store — valid, or invalid (a NaN / ±inf
 value, or a simulator call that raised under ``on_error: skip``; counted separately, since
-they cost as much). Rows loaded from ``buffer.initial_samples_path`` or restored from the
-run's own buffer are not simulations of this launch; a resumed run counts on from what its
-saved buffer recorded (``<snapshots>/budget.json``, written with every ``buffer.npz``), so the
-budget is the run's, not the launch's.
+they cost as much). Rows restored from the run's own buffer are not simulations of this
+launch, nor are rows loaded from a ``buffer.initial_samples_path`` of the user's; a resumed run
+counts on from what its saved buffer recorded (``<snapshots>/budget.json``, written with every
+``buffer.npz``), so the budget is the run's, not the launch's.
+
+Rows ``kestrel import`` brought into the run (its ``import/`` folder, which the run's config
+names as ``initial_samples_path``; :mod:`kestrel.importing`) are simulations the run used,
+made elsewhere: the first launch counts them in ``used`` when it appends them, so a
+``budget.simulations`` of 10 000 + k over 10 000 imported rows simulates k more. Imported rows
+that spend the budget leave nothing to simulate: the launch trains on them alone, or — when
+they are fewer than ``min_samples + validation_samples`` — stops at start as a budget smaller
+than the initial simulation does.
 
 ``budget.json`` records with the counters the store's id count they cover (``ids``). Every id
 assigned after it is a simulation (ids are never reused; only a first launch's initial samples

@@ -9,7 +9,9 @@ between actors and the store). :meth:`Launcher.run` deploys the graph, then adva
 1. ``Starting`` (phase ``starting``): deploy one actor per node (the driver writes their logs
    into the run directory) and load saved weights (a resume, :mod:`._resume`);
 2. ``Restoring`` (phase ``initial simulation``): restore the run's saved buffer and the journal
-   beyond it (a resume); without a saved buffer, append ``buffer.initial_samples_path`` if set;
+   beyond it (a resume); without a saved buffer, append ``buffer.initial_samples_path`` if set
+   (rows ``kestrel import`` put in the run's ``import/`` folder count as simulations of the
+   budget, :mod:`kestrel.importing`);
 3. ``InitialSimulation``: simulate the rest of ``min_samples + validation_samples`` from the
    prior, in pieces appended as they are done (:mod:`._prior`; one poll per step);
 4. ``Training(calls, rounds)``: start training on every estimator node, then one poll per step:
@@ -70,6 +72,7 @@ from kestrel.controller._states import (
     Training,
 )
 from kestrel.controller._stop import StopControl
+from kestrel.importing._layout import holds_imported_rows
 from kestrel.persist._journal import JournalWriter
 from kestrel.preflight._capacity import rounds_in_flight, store_capacity
 from kestrel.report._logging import FILE_ONLY
@@ -286,8 +289,19 @@ class Launcher:
             loaded = append_initial_samples(
                 dg, path, lambda trace: self.appends.append(dg.store, trace, "initial samples")
             )
-            self.log.info("initial samples: %d loaded from %s", loaded, path)
-            write_budget(self.session.run.snapshots, self.budget)  # they are no simulations
+            imported = holds_imported_rows(self.session.run.root, path)
+            if imported:  # `kestrel import`ed simulations: they count in the budget
+                self.budget.count(loaded)
+            self.log.info(
+                "initial samples: %d loaded from %s%s",
+                loaded,
+                path,
+                f" (imported: counted as simulations, budget {self.budget.as_status()})"
+                if imported
+                else "",
+            )
+            # the counters cover them: imported rows as simulations, any others as none
+            write_budget(self.session.run.snapshots, self.budget)
         left = max(0, total - loaded)
         self.budget.check_initial(left)
         self.log.info(

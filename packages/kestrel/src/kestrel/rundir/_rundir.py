@@ -24,6 +24,8 @@ Layout (``RUN`` is the directory given with ``-o``)::
     RUN/buffer/snapshots/             buffer snapshots (``buffer.npz``; ``buffer.snapshot_every``)
     RUN/buffer/journal/               the rows appended since the last snapshot
                                       (``<first id>-<last id>.npz``, ``buffer.journal``)
+    RUN/import/NNNNNN.npz             rows ``kestrel import`` brought in, the run's initial
+                                      rows (``imports.json``: their sources; kestrel.importing)
     RUN/plots/                        ``kestrel plot``
 
 The ``paths`` section of the config may move ``graph``, ``samples`` and ``buffer`` elsewhere;
