@@ -33,8 +33,10 @@ import contextlib
 import dataclasses
 import json
 import os
+import sys
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
+from types import FrameType
 from typing import Any, TextIO
 
 import numpy as np
@@ -366,10 +368,27 @@ def read_checks(run: RunDir) -> dict[str, Any]:
 
 
 def issue(notes: Sequence[ObservationWarning], stacklevel: int = 2) -> None:
-    """Issue each distinct warning once (``stacklevel`` as for :func:`warnings.warn`, counted
-    from the caller of this function)."""
+    """Issue each distinct warning once, attributed to the first caller outside Kestrel's
+    packages (the user's call, whatever wrappers lie between), at least ``stacklevel`` (as
+    for :func:`warnings.warn`, counted from the caller of this function) up."""
     seen: set[str] = set()
+    level = max(stacklevel + 1, _outside_kestrel())
     for note in notes:
         if str(note) not in seen:
             seen.add(str(note))
-            warnings.warn(note, stacklevel=stacklevel + 1)
+            warnings.warn(note, stacklevel=level)
+
+
+def _outside_kestrel() -> int:
+    """The ``stacklevel`` of :func:`warnings.warn` called in :func:`issue` that names the first
+    frame outside Kestrel's packages."""
+    roots = tuple(
+        os.path.dirname(os.path.abspath(module.__file__)) + os.sep
+        for name in ("kestrel", "kestrel_core", "kestrel_ray", "kestrel_torch")
+        if (module := sys.modules.get(name)) is not None and module.__file__
+    )
+    frame: FrameType | None = sys._getframe(1)  # issue()
+    level = 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(roots):
+        frame, level = frame.f_back, level + 1
+    return level
