@@ -256,6 +256,7 @@ class _Checker:
             else:
                 self.code.append(real)
         self.shown = ", ".join(folders) or "none"
+        self.missing = [f for f in folders if not os.path.isdir(_real(f))]
 
     def _in_run(self, file: str | None) -> bool:
         return self.run is not None and file is not None and _inside(file, self.run)
@@ -288,6 +289,12 @@ class _Checker:
         hidden = _module_file(name, list(self.skipped))
         if hidden is not None:
             return f"{name!r} comes from {hidden}, a folder of the Python installation"
+        if self.missing and file is None:
+            return (
+                f"{name!r}: no module named {name.split('.')[0]!r} in the run's code folders: "
+                f"{', '.join(self.missing)} does not exist (the code was moved or deleted; "
+                "put it back there, or launch a copy of the model folder)"
+            )
         return (
             f"{name!r} is neither one of Kestrel's config classes nor code from the run's code "
             f"folders (paths.imports: {self.shown}) nor under a module the user trusts "
