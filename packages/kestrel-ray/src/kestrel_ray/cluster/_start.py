@@ -228,7 +228,11 @@ def init_ray(address: str | None = None, *, source: str | None = None, **kwargs:
     says otherwise. If Ray is already initialised in this process, nothing happens (a second
     ``launch`` in the same process reuses it). A local Ray uses token authentication
     (``RAY_AUTH_MODE=token`` unless the environment sets the mode; Ray's own default, without
-    its warning).
+    its warning). Its worker processes — simulator replicas and the estimators' training — run
+    at this process's priority (``RAY_worker_niceness=0``, unless the environment sets it:
+    Ray's own default, 15, makes them yield to every other program on the machine, so training
+    starves on a shared machine). On a cluster started with ``ray start``, set
+    ``RAY_worker_niceness=0`` in the environment of ``ray start`` for the same.
 
     Joining: with ``RAY_AUTH_MODE`` unset and a token available (:func:`token_source`), token
     authentication is switched on, as ``ray start`` does; the address is checked first
@@ -259,6 +263,9 @@ def init_ray(address: str | None = None, *, source: str | None = None, **kwargs:
         address = None
     opts: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
     if address is None:
+        # the workers at the driver's priority, not Ray's 15 (read by the raylet and the
+        # workers it starts, which inherit this environment)
+        os.environ.setdefault("RAY_worker_niceness", "0")
         if os.environ.get("RAY_AUTH_MODE") is None:
             _use_token_auth()  # what Ray ≥ 2.59 does by default, said explicitly: no warning
         opts["include_dashboard"] = False
