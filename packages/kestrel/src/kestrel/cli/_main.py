@@ -6,6 +6,7 @@ Sub-commands that need neither Ray nor PyTorch::
     kestrel simulate -c CONFIG -n N -o OUT.npz [--seed S] [--force] [--trust] [key=value ...]
     kestrel plot     -o RUN [--mode MODE] [--file SAMPLES.npz] [--image IMAGE] [--force]
     kestrel export   -o RUN [--format arviz] [--file SAMPLES.npz] [--to OUT.nc] [--force]
+    kestrel cluster slurm-script -c CONFIG -o RUN [--nodes N] … [--to FILE [--force]]  # sbatch script
     kestrel import   [-c CONFIG] -o RUN [--trust] NODE=FILE ... [key=value ...]  # kestrel.cli._import
 
 A ``-c`` that names a run folder's ``config.yml`` is that run's config: without ``--trust`` it
@@ -50,6 +51,7 @@ from kestrel.cli._arguments import (
     trust_argument,
     user_path,
 )
+from kestrel.cli._cluster import cluster_command
 from kestrel.cli._import import import_command
 from kestrel.cli._warnings import clean_warnings
 from kestrel_core import ConfigError, KestrelError
@@ -261,6 +263,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, str]]:
     )
     force_argument(p, "--to")
     p.set_defaults(func=_cmd_export)
+
+    cluster_command(sub)  # kestrel cluster slurm-script (kestrel.cli._cluster)
 
     import_command(sub)
 
