@@ -220,6 +220,8 @@ KESTREL=("$PYTHON" -m kestrel)           # the `kestrel` command of that Python
 export RAY_USAGE_STATS_ENABLED=0
 export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=0   # nothing is left to drain when a node stops here
 export PYTHONUNBUFFERED=1
+# Ray's workers (simulators, the estimators' training) at the job's priority, not Ray's 15
+export RAY_worker_niceness=${RAY_worker_niceness:-0}
 # token authentication on every node and in the launch when a token is there (`ray start --head`
 # turns it on by itself, a joining node does not): RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH's file or
 # ~/.ray/auth_token; RAY_AUTH_MODE=disabled in the environment opts out
