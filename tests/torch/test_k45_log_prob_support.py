@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kestrel_core import EstimatorContext, InMemoryStore, Product
-from kestrel_torch import FlowLikelihood, FlowPosterior, GaussianPosterior
+from kestrel_torch import FlowLikelihood, FlowMatchingPosterior, FlowPosterior, GaussianPosterior
 
 from .estimator_helpers import one_thread  # noqa: F401 (fixture)
 
@@ -20,6 +20,7 @@ X_O = np.array([0.3, -0.2])
 ESTIMATORS = {
     "FlowPosterior": (FlowPosterior, {"transforms": 1, "hidden_features": (16, 16)}),
     "GaussianPosterior": (GaussianPosterior, {}),
+    "FlowMatchingPosterior": (FlowMatchingPosterior, {"hidden_features": (16,), "ode_steps": 4}),
     "FlowLikelihood": (FlowLikelihood, {"transforms": 1, "hidden_features": (16, 16)}),
 }
 #: rows outside the support (or not numbers) and inside it (a bound included)

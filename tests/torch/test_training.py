@@ -463,6 +463,7 @@ def test_public_names() -> None:
         "StepwiseEstimator",
         "GaussianPosterior",
         "FlowPosterior",
+        "FlowMatchingPosterior",
         "FlowLikelihood",
     ]
     for name in kestrel_torch.__all__:

@@ -1,6 +1,6 @@
 """Kestrel on PyTorch: the cached device loader, embeddings, online normalisation, estimators.
 
-Depends on kestrel-core, torch and zuko; never imports ray.
+Depends on kestrel-core, torch, zuko and torchdiffeq; never imports ray.
 """
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "StepwiseEstimator",
     "GaussianPosterior",
     "FlowPosterior",
+    "FlowMatchingPosterior",
     "FlowLikelihood",
 ]
 
@@ -24,6 +25,7 @@ from kestrel_torch.__about__ import __version__
 from kestrel_torch.data._batch import Batch
 from kestrel_torch.data._loader import CachedDataLoader
 from kestrel_torch.estimators._flow import FlowPosterior
+from kestrel_torch.estimators._flow_matching import FlowMatchingPosterior
 from kestrel_torch.estimators._gaussian import GaussianPosterior
 from kestrel_torch.estimators._likelihood import FlowLikelihood
 from kestrel_torch.estimators._stepwise import StepwiseEstimator
