@@ -11,7 +11,11 @@ Like :class:`~kestrel_ray.NodeHandle` for a node actor, a :class:`StoreHandle` w
   one append in flight, a view releases its checkout without waiting;
 * the driver's files, through the :class:`~kestrel_ray.store._files.StoreFiles` it holds: the
   snapshot rows an append names (a launch's journal of appends is its launch loop's, not the
-  handle's: the loop reads the blocks it appended through :meth:`StoreHandle.wait`).
+  handle's: the loop reads the blocks it appended through :meth:`StoreHandle.wait`);
+* the refs it lends the store (:class:`~kestrel_ray.store._lent.LentRefs`): Ray keeps the
+  owner's copy of a block whose last reference was the store's, so every
+  :meth:`StoreHandle.submit_append` drops, at most every few seconds, the copies of the blocks
+  nothing references any more (without it the soak's driver grew by 8.4 bytes a sample).
 
 A handle is small and picklable: the driver passes it to the node actors that train.
 """
@@ -31,6 +35,7 @@ from kestrel_core import BlockMeta, Checkout, ConfigError, KestrelError, StoreEr
 from kestrel_core.store import Appended, Schema
 from kestrel_ray.store._actor import SampleStore
 from kestrel_ray.store._files import StoreFiles
+from kestrel_ray.store._lent import LentRefs
 
 __all__ = ["StoreHandle", "create_store"]
 
@@ -61,6 +66,8 @@ class StoreHandle:
         self._use_futures = bool(use_futures)
         #: the driver's files (snapshots); shared with the with_options copies
         self._files = StoreFiles(snapshot_dir)
+        #: the blocks lent to the store (their owner's copies dropped once unreferenced)
+        self._lent = LentRefs()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the snapshot folder is the driver's: a handle sent to an actor does not write files
@@ -174,6 +181,7 @@ class StoreHandle:
         futures = self._use_futures if use_futures is None else use_futures
         handle = StoreHandle(self._actor, timeout=timeout, use_futures=futures)
         handle._files = self._files  # the same snapshot folder
+        handle._lent = self._lent  # and the same blocks lent
         return handle
 
     def wait(self, refs: Any) -> Any:
@@ -297,6 +305,7 @@ class StoreHandle:
         Raises:
             StoreError: the rows do not fit the store; nothing is stored.
         """
+        self._lend([block])
         return self.wait(
             self._actor.restore.remote(dict(block), meta, ids, statuses, next_id=int(next_id))
         )
@@ -332,7 +341,15 @@ class StoreHandle:
             The ObjectRef of the store's :class:`~kestrel_core.store.Appended`; pass it to
             :meth:`appended`.
         """
+        self._lend([block for block, _ in blocks])
         return self._actor.append_blocks.remote([(dict(block), meta) for block, meta in blocks])
+
+    def _lend(self, blocks: Sequence[Mapping[str, Any]]) -> None:
+        """The store is about to borrow the refs of ``blocks``: drop this process's copies
+        of the blocks lent earlier that nothing references any more (at most every
+        :data:`~kestrel_ray.store._lent.SWEEP_EVERY` seconds), then remember these."""
+        self._lent.maybe_sweep()
+        self._lent.lend(ref for block in blocks for ref in block.values())
 
     def appended(self, ref: Any) -> Appended:
         """Wait for a :meth:`submit_append`.
