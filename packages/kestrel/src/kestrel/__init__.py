@@ -2,8 +2,10 @@
 
 Simulation-based inference on a graph of simulators: :func:`launch` trains every estimator of a
 run's graph on Ray while simulations from the current proposal keep arriving, and
-:func:`sample_run` draws samples of a trained run; :func:`import_simulations` brings simulations
-made elsewhere into a new run as its initial rows. Built on the three libraries
+:func:`sample_run` draws samples of a trained run into it; :func:`open_run` gives a trained run
+as a Python object (:class:`Run`: its posterior's draws and densities as arrays, for
+notebooks); :func:`import_simulations` brings simulations made elsewhere into a new run as its
+initial rows. Built on the three libraries
 :mod:`kestrel_core` (numpy), :mod:`kestrel_ray` and :mod:`kestrel_torch`.
 
 Importing this package imports neither ray nor torch; each name is imported on first use
@@ -21,6 +23,10 @@ _HOMES = {
     "RunResult": "kestrel.controller._result",
     "sample_run": "kestrel.sample._sampling",
     "SampleResult": "kestrel.sample._sampling",
+    "open_run": "kestrel.run._run",
+    "Run": "kestrel.run._run",
+    "Posterior": "kestrel.run._run",
+    "Prior": "kestrel.run._run",
     "RunDir": "kestrel.rundir._rundir",
     "import_simulations": "kestrel.importing._import",
     "ImportResult": "kestrel.importing._import",

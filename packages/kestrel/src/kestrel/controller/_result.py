@@ -4,9 +4,12 @@ which carries it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kestrel.controller._states import RunStatus
+
+if TYPE_CHECKING:
+    from kestrel.run._run import Run
 
 __all__ = ["RunResult"]
 
@@ -51,3 +54,17 @@ class RunResult:
     placement: dict[str, list[str]] = field(default_factory=dict)
     config: Any = field(default=None, repr=False)
     stop_signal: int | None = None
+
+    def open(self, *, trust: bool = False) -> Run:
+        """The run as a Python object: :func:`kestrel.open_run` of :attr:`run_dir` (its
+        posterior, prior, metrics, plots; nothing drawn yet).
+
+        Args:
+            trust: as :func:`~kestrel.open_run` (``--trust``).
+
+        Raises:
+            As :func:`~kestrel.open_run`.
+        """
+        from kestrel.run._run import open_run
+
+        return open_run(self.run_dir, trust=trust)

@@ -18,6 +18,7 @@ predictive median with 68 % and 95 % bands per component, the observed data draw
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import numpy as np
@@ -43,7 +44,8 @@ def _pyplot() -> Any:
     try:
         import matplotlib
 
-        matplotlib.use("Agg")
+        if "matplotlib.pyplot" not in sys.modules and "ipykernel" not in sys.modules:
+            matplotlib.use("Agg")  # files only; a notebook's (or the caller's) backend is kept
         import matplotlib.pyplot as plt
     except ImportError:
         raise MissingExtra(

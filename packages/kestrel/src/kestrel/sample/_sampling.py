@@ -58,6 +58,8 @@ from kestrel_core.internal import SkipLog
 __all__ = [
     "MODES",
     "SampleResult",
+    "Drawn",
+    "draw_run",
     "draw_samples",
     "sample_run",
     "select_nodes",
@@ -302,9 +304,96 @@ def sample_run(
     run, config = _open(run_dir, overrides, mode)
     if n is None:
         n = config.require_sample(mode).n
-    n = check_count(n, f"sample.{mode}.n")
+    drawn = draw_run(
+        run,
+        config,
+        mode,
+        n,
+        seed,
+        observation,
+        overrides=overrides,
+        address=address,
+        ray=ray,
+        what=f"sample.{mode}.n",
+    )
+    arrays, batch, observed = drawn.arrays, drawn.batch, drawn.observed
+    path = run.write_samples(mode, arrays, observations=observed, latest=batch is None)
+    if drawn.checked:
+        record(run, path, mode, observation_digest(observed or {}), drawn.findings)
+    else:
+        issue(drawn.findings, stacklevel=2)
+    skip = 1 if batch is None else 2  # (n, *D), or (m, n, *D) for a batch
+    return SampleResult(
+        path,
+        mode,
+        drawn.n,
+        drawn.seed,
+        {m: tuple(a.shape[skip:]) for m, a in arrays.items()},
+        observation_digest(observed) if observed else None,
+        drawn.ray,
+        None if batch is None else batch.m,
+        drawn.skipped,
+    )
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """What :func:`draw_run` drew (nothing written).
+
+    Attributes:
+        mode: the sample mode. n: samples per observation. seed: the seed used (the entropy
+        when none was given). arrays: node → ``(n, *D)``, or ``(m, n, *D)`` for a batch.
+        observed: every observed node → the observation the draws are conditioned on
+        (``(m, *D)`` for the batched nodes; ``None`` for ``prior``). batch: the
+        :class:`~._batch.Batch` of m observations, or ``None``. checked: whether the
+        observation was checked (:mod:`._guards`); then ``findings`` belong with the sample
+        file (:func:`~._guards.record`), else they are only issued. findings: the
+        warnings found (:class:`~kestrel_core.ObservationWarning`, not yet issued). ray: whether the
+        draws were made on Ray. skipped: the samples whose simulation raised
+        (``on_error: skip``).
+    """
+
+    mode: str
+    n: int
+    seed: int
+    arrays: dict[str, np.ndarray]
+    observed: dict[str, Any] | None
+    batch: Batch | None
+    checked: bool
+    findings: list[ObservationWarning]
+    ray: bool
+    skipped: SkipLog
+
+
+def draw_run(
+    run: RunDir,
+    config: RunConfig,
+    mode: str,
+    n: Any,
+    seed: int | None = None,
+    observation: Any = None,
+    *,
+    overrides: Iterable[str] = (),
+    address: str | None = None,
+    ray: bool | None = None,
+    what: str = "n",
+) -> Drawn:
+    """Check a sampling call and draw it, writing nothing: :func:`sample_run` without the file
+    (and what :class:`kestrel.Run` draws with, ``ray=False``).
+
+    Args:
+        run, config: the run and its config as :func:`_open` loads them (with ``overrides``).
+        mode, seed, observation, address, ray: as :func:`sample_run`. n: number of samples
+            (≥ 1). overrides: the call's config overrides (for the observation check).
+        what: the name of ``n`` in messages.
+
+    Raises:
+        As :func:`sample_run` (everything checked before drawing).
+    """
+    _check_mode(mode)
+    n = check_count(n, what)
     if n == 0:
-        raise ConfigError(f"sample.{mode}.n: expected a positive number of samples, got 0")
+        raise ConfigError(f"{what}: expected a positive number of samples, got 0")
     batch = read_batch(config, mode, observation)  # (m, *D) arrays: m observations at once
     given = given_observations(config.graph, mode, None if batch else observation)
     if mode != "prior":
@@ -335,22 +424,8 @@ def sample_run(
             seed, arrays = _draw_here(
                 run, config, mode, n, seed, given, batch, skipped, findings=caught
             )
-    path = run.write_samples(mode, arrays, observations=observed, latest=batch is None)
-    if checked:
-        record(run, path, mode, observation_digest(observed or {}), found + caught)
-    else:
-        issue(caught, stacklevel=2)
-    skip = 1 if batch is None else 2  # (n, *D), or (m, n, *D) for a batch
-    return SampleResult(
-        path,
-        mode,
-        n,
-        seed,
-        {m: tuple(a.shape[skip:]) for m, a in arrays.items()},
-        observation_digest(observed) if observed else None,
-        bool(on_ray),
-        None if batch is None else batch.m,
-        skipped,
+    return Drawn(
+        mode, n, seed, arrays, observed, batch, checked, found + caught, bool(on_ray), skipped
     )
 
 
