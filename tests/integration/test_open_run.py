@@ -207,3 +207,31 @@ def test_a_fresh_process_samples_without_starting_ray(launched):
     written = sample_run(folder, "posterior", n=300, seed=7)
     with np.load(written.path) as f:
         np.testing.assert_array_equal(np.load(out), f["z"])
+
+
+NOISE = """
+class Noise:
+    def simulate_batch(self, n, mu, rng=None):
+        return mu + 0.05 * rng.standard_normal(mu.shape)
+"""
+
+
+def test_open_run_follows_the_trust_model(launched, tmp_path, monkeypatch):
+    """K41: a run folder naming code outside Kestrel and its code folders opens only with the
+    user's word (``trust=True``, ``--trust``), which the run's later draws keep."""
+    folder, _ = launched
+    elsewhere = tmp_path / "elsewhere"  # not one of the run's code folders (paths.imports)
+    elsewhere.mkdir()
+    (elsewhere / "k33_noise.py").write_text(NOISE)
+    monkeypatch.syspath_prepend(str(elsewhere))
+    copy = tmp_path / "copy" / "run"
+    shutil.copytree(folder, copy)
+    data = yaml.safe_load((copy / "config.yml").read_text())
+    data["graph"]["x"]["simulator"] = {"_target_": "k33_noise.Noise"}
+    (copy / "config.yml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"refused.*'k33_noise\.Noise'.*trust=True"):
+        open_run(copy)
+    assert "k33_noise" not in sys.modules
+    trusted = open_run(copy, trust=True)
+    assert trusted.ppd(4, seed=1)["x"].shape == (4, 2)
+    assert "k33_noise" in sys.modules
