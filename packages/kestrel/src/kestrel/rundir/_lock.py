@@ -311,10 +311,10 @@ class RunLock:
             missing.append(path)
             path = os.path.dirname(path)
         for folder in reversed(missing):
-            try:
+            # missing when this launch looked: made here, or by another launch racing for it
+            # at the same instant — either way the winner removes it at release if empty
+            with contextlib.suppress(FileExistsError):
                 os.mkdir(folder)
-            except FileExistsError:  # another launch made it at the same instant
-                continue
             if folder not in self._created:
                 self._created.append(folder)
 
