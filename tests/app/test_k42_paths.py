@@ -77,8 +77,8 @@ def test_k42_a_lone_tilde_is_the_home_folder_never_a_folder_named_tilde(home):
     (home / ".bashrc").write_text("mine")
     (home / "notes.txt").write_text("mine")
     assert folder_kind("~") == "other"
-    with pytest.raises(ConfigError, match=rf"^{home} is not a Kestrel run"):
-        check_launch_folder("~")  # the home holds the user's files: refused, naming it
+    with pytest.raises(ConfigError, match=rf"^{home} is your home folder"):
+        check_launch_folder("~")  # never a run folder: refused, naming it
     assert check_launch_folder("~/runs/a") == "new"
     assert RunDir("~/runs/a").root == str(home / "runs" / "a")
     with pytest.raises(ConfigError, match=rf"{home / 'nothing'}: not a run directory"):
@@ -138,3 +138,19 @@ def test_k42_an_empty_config_names_its_file(tmp_path, capsys, text):
     assert "graph" in message  # what it needs
     assert main(["graph", "-c", str(path)]) == 1
     assert f"config file {path} is empty" in capsys.readouterr().err
+
+
+def test_k42_the_home_folder_is_never_a_run_folder(tmp_path, monkeypatch):
+    from kestrel.rundir._folder import check_launch_folder
+    from kestrel_core import ConfigError
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("# hidden files only: it looks empty\n")
+    monkeypatch.setenv("HOME", str(home))
+    for given in ("~", str(home), f"{home}/"):
+        with pytest.raises(ConfigError, match="is your home folder.*refused"):
+            check_launch_folder(given)
+    assert check_launch_folder("~/runs/a") == "new"  # a folder under it is fine
+    with pytest.raises(ConfigError, match="file system's root"):
+        check_launch_folder("/")

@@ -123,7 +123,7 @@ def continues(run, before_rows: int) -> None:
     assert result.epochs["z"] == weights + 1
     log = driver_log(run)
     assert f"buffer restored from {run / 'buffer' / 'snapshots' / 'buffer.npz'}" in log
-    assert "no simulation from the prior" in log
+    assert "initial simulation: 0 samples from the prior" in log
     assert len(buffer_file(run)["_ids"]) >= before_rows
 
 

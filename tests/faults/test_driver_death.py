@@ -112,7 +112,7 @@ def test_kill_9_of_the_driver_leaves_a_run_that_continues(tmp_path, no_leaked_ac
     result = launch(None, run, progress=False, epochs=1, auto_sample=False)
     assert result.status == "completed" and result.resumed == ["z"]
     log = driver_log(run)
-    assert "buffer restored from" in log and "no simulation from the prior" in log
+    assert "buffer restored from" in log and "initial simulation: 0 samples from the prior" in log
     assert f"journal: {beyond} rows" in log
     final = buffer_file(run)
     assert contiguous(final["_ids"])

@@ -247,7 +247,7 @@ class Resume:
             self.restored = snapshot
             what = "" if snapshot.statuses is not None else " (per-sample snapshots: rows as new)"
             self.log.info(
-                "resume: buffer restored from %s%s: %s; no simulation from the prior",
+                "resume: buffer restored from %s%s: %s (its rows are not simulated again)",
                 snapshot.source,
                 what,
                 snapshot.counts(),

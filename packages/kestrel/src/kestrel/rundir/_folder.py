@@ -108,8 +108,9 @@ def check_launch_folder(path: str | os.PathLike[str], mode: str = "auto") -> str
         :func:`folder_kind` of ``path``: ``"new"``, ``"empty"`` or ``"run"``.
 
     Raises:
-        ConfigError: ``path`` is a file (or lies under one), or a folder that holds files but
-            is not a run — one line naming the folder and suggesting a fresh ``-o`` folder.
+        ConfigError: ``path`` is a file (or lies under one), a folder that holds files but
+            is not a run, or the user's home or the file system's root (never a run folder) —
+            one line naming the folder and suggesting a fresh ``-o`` folder.
 
     Example:
         >>> import tempfile
@@ -120,6 +121,13 @@ def check_launch_folder(path: str | os.PathLike[str], mode: str = "auto") -> str
     kind = folder_kind(root)
     if kind == "file":
         raise ConfigError(_not_a_folder(root))
+    special = _special_folder(root)
+    if special and kind != "run":  # (a home holds hidden files only: it looks empty)
+        raise ConfigError(
+            f"{root} is {special}; a launch writes its run folder's files at its top (and "
+            f"removing the run would remove the folder), so it is refused. Give -o a folder "
+            f"for the run, e.g. `-o {os.path.join(root, 'runs', 'run1')}`"
+        )
     if kind == "other":
         config = os.path.join(root, _CONFIG)
         how = f"-c {config} " if os.path.isfile(config) else ""
@@ -134,6 +142,17 @@ def check_launch_folder(path: str | os.PathLike[str], mode: str = "auto") -> str
             f"`kestrel launch {how}-o {_fresh(root)}`"
         )
     return kind
+
+
+def _special_folder(root: str) -> str | None:
+    """What ``root`` is when it must never be a run folder: the user's home, the file system's
+    root; ``None`` otherwise."""
+    real = os.path.realpath(root)
+    if real == os.path.realpath(os.path.expanduser("~")):
+        return "your home folder"
+    if os.path.dirname(real) == real:
+        return "the file system's root"
+    return None
 
 
 def check_run_folder(path: str | os.PathLike[str]) -> None:

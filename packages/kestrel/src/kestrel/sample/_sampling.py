@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from kestrel.rundir._folder import check_run_folder
+from kestrel.rundir._lock import read_holder
 from kestrel.rundir._rundir import RunDir
 from kestrel.rundir._samplefiles import OBSERVED_MODES, observation_digest
 from kestrel.rundir._trust import trust_keyword
@@ -237,9 +238,17 @@ def _open(
 def _require_weights(run: RunDir, config: RunConfig, purpose: str) -> None:
     missing = [m for m in config.graph.latents if not run.has_weights(m)]
     if missing:
+        holder = read_holder(run.root)  # a launch of the run that has not checkpointed yet
+        remedy = (
+            f"the run's lock names a launch ({holder.describe()}): while it runs, it saves the "
+            "weights at its first checkpoint (every 60 s) and when it stops, so sample then; "
+            f"if it was killed, `kestrel launch -o {run.root}` continues the run"
+            if holder is not None
+            else f"run `kestrel launch -o {run.root}`"
+        )
         raise EstimatorError(
             f"node {missing[0]!r}: no saved weights in {run.node_dir(missing[0])}; "
-            f"{purpose} needs a trained estimator (run `kestrel launch -o {run.root}`)"
+            f"{purpose} needs a trained estimator ({remedy})"
         )
 
 
