@@ -118,7 +118,8 @@ def continues(run, before_rows: int) -> None:
     # precedes the weights' bytes: the weights may have trained a few epochs more (small
     # epochs: 4 were seen), never fewer
     assert epoch <= weights
-    result = launch(None, run, seed=3, progress=False, epochs=1, auto_sample=False)
+    # the test's own run: its simulator writes batch files, refused from an untrusted run
+    result = launch(None, run, seed=3, progress=False, epochs=1, auto_sample=False, trust=True)
     assert result.status == "completed" and result.resumed == ["z"]
     assert result.epochs["z"] == weights + 1
     log = driver_log(run)
@@ -183,7 +184,7 @@ def test_a_killed_store_actor_stops_the_run_cleanly_and_loses_no_row(
     print(f"store actor killed: {len(beyond)} rows after the last checkpoint, {len(journal)} files")
     assert reached.ids == list(range(len(reached.ids)))
     # continue: snapshot + journal back, every row the store confirmed, same id and values
-    result = launch(None, run, seed=3, progress=False, epochs=1, auto_sample=False)
+    result = launch(None, run, seed=3, progress=False, epochs=1, auto_sample=False, trust=True)
     assert result.status == "completed" and result.resumed == ["z"]
     log = driver_log(run)
     assert beyond and f"journal: {len(beyond)} rows" in log

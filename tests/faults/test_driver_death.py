@@ -109,7 +109,7 @@ def test_kill_9_of_the_driver_leaves_a_run_that_continues(tmp_path, no_leaked_ac
     # whose append's answer had not come back: up to two rounds)
     assert len(on_disk) >= simulated - 2 * CHUNK
 
-    result = launch(None, run, progress=False, epochs=1, auto_sample=False)
+    result = launch(None, run, progress=False, epochs=1, auto_sample=False, trust=True)
     assert result.status == "completed" and result.resumed == ["z"]
     log = driver_log(run)
     assert "buffer restored from" in log and "initial simulation: 0 samples from the prior" in log
