@@ -10,22 +10,16 @@ whose calls are not done, so the progress output shows the stall and what to do 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable, Sequence
+
+from kestrel.report._env import env_seconds
 
 __all__ = ["StallWatch", "STALL_NOTE"]
 
 
-def _seconds(name: str, default: float) -> float:
-    try:
-        return max(0.1, float(os.environ.get(name, default)))
-    except ValueError:
-        return default
-
-
 #: seconds after which a call the launch waits for is reported (``KESTREL_STALL_NOTE``)
-STALL_NOTE = _seconds("KESTREL_STALL_NOTE", 300.0)
+STALL_NOTE = env_seconds("KESTREL_STALL_NOTE", 300.0, least=0.1)
 
 
 class StallWatch:

@@ -24,7 +24,6 @@ signals there), and the previous handlers are restored afterwards.
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import threading
 import time
@@ -33,20 +32,14 @@ from types import FrameType
 from typing import Any
 
 from kestrel.controller._phases import RunStatus
+from kestrel.report._env import env_seconds
 
 __all__ = ["StopControl", "STOP_GRACE", "interrupt_exit_status", "signals_interrupt"]
 
 
-def _grace() -> float:
-    try:
-        return max(0.0, float(os.environ.get("KESTREL_STOP_GRACE", "10")))
-    except ValueError:
-        return 10.0
-
-
 #: seconds a stopping launch waits for calls still running (simulation chunks and rounds in
 #: flight, the final samples) before it abandons them; ``KESTREL_STOP_GRACE`` overrides it
-STOP_GRACE = _grace()
+STOP_GRACE = env_seconds("KESTREL_STOP_GRACE", 10.0)
 
 _first_signal: list[int] = []  # the signal that began the stop of this process, if any
 

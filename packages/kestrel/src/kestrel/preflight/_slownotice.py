@@ -10,24 +10,18 @@ expensive to call here; Ctrl-C stops, nothing has been simulated or written yet)
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
 import time
 from collections.abc import Iterator
 
+from kestrel.report._env import env_seconds
+
 __all__ = ["slow_notice", "DRY_RUN_NOTE"]
 
 
-def _note_after() -> float:
-    try:
-        return max(0.1, float(os.environ.get("KESTREL_DRY_RUN_NOTE", "10")))
-    except ValueError:
-        return 10.0
-
-
 #: seconds after which a dry-run call is reported (``KESTREL_DRY_RUN_NOTE``)
-DRY_RUN_NOTE = _note_after()
+DRY_RUN_NOTE = env_seconds("KESTREL_DRY_RUN_NOTE", 10.0, least=0.1)
 
 
 @contextlib.contextmanager
