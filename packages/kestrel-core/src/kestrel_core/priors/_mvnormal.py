@@ -8,7 +8,6 @@ lower Cholesky factor of ``cov`` — so standard-normal space is exactly the pri
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,54 +23,90 @@ _LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 class MultivariateNormal:
-    """``θ ~ N(mean, cov)`` in ``D`` dimensions (every entry free, support ``ℝ^D``).
+    """``θ ~ N(mean, Σ)`` in ``D`` dimensions (every entry free, support ``ℝ^D``).
 
-    Config::
+    ``Σ`` is given by exactly one of ``cov`` (``Σ`` itself), ``precision`` (``Σ⁻¹``) or
+    ``scale_tril`` (the lower Cholesky factor ``L`` of ``Σ = L Lᵀ``), as in
+    ``torch.distributions.MultivariateNormal``. Config::
 
         theta:
           simulator:
             _target_: kestrel_core.MultivariateNormal
             mean: [0.0, 0.0]
-            cov: [[1.0, 0.8], [0.8, 1.0]]
+            cov: [[1.0, 0.8], [0.8, 1.0]]        # or precision: [[…]] or scale_tril: [[…]]
 
-    Computation is in float64; the bijections keep the floating dtype of their input (integers
-    become float64), like :class:`~kestrel_core.Product`.
+    Draws are ``mean + L z`` with ``z`` standard normal, so the three forms of one distribution
+    give the same draws for the same generator, up to floating point (``L`` is computed from
+    ``cov`` or ``precision`` by a Cholesky factorisation; a precision is never inverted as a
+    whole). Computation is in float64; the bijections keep the floating dtype of their input
+    (integers become float64), like :class:`~kestrel_core.Product`.
 
     Args:
         mean: the mean, shape ``(D,)``.
-        cov: the covariance, shape ``(D, D)``, symmetric positive definite.
+        cov: the covariance ``Σ``, shape ``(D, D)``, symmetric positive definite.
+        precision: the precision ``Σ⁻¹``, shape ``(D, D)``, symmetric positive definite.
+        scale_tril: ``L``, shape ``(D, D)``, lower triangular (zeros above the diagonal) with
+            a positive diagonal.
+
+    Attributes:
+        mean, cov: float64 arrays ``(D,)`` and ``(D, D)`` (``cov`` computed as ``L Lᵀ`` when
+            not given). precision, scale_tril: properties, float64 ``(D, D)``.
 
     Raises:
-        ConfigError: shapes that do not match, non-finite values, or a covariance that is not
-            symmetric positive definite (naming ``mean``/``cov``).
+        ConfigError: none or more than one of ``cov``/``precision``/``scale_tril``; shapes
+            that do not match, non-finite values, a ``cov``/``precision`` that is not
+            symmetric positive definite, a ``scale_tril`` that is not lower triangular with a
+            positive diagonal (each message names the argument).
 
     Example:
         >>> prior = MultivariateNormal([1.0, -1.0], [[4.0, 1.0], [1.0, 1.0]])
         >>> z = prior.to_normal(np.array([[1.0, -1.0]]))
         >>> z.tolist(), prior.from_normal(z).tolist()
         ([[0.0, 0.0]], [[1.0, -1.0]])
+        >>> same = MultivariateNormal([1.0, -1.0], precision=[[1 / 3, -1 / 3], [-1 / 3, 4 / 3]])
+        >>> bool(np.allclose(same.cov, prior.cov))
+        True
     """
 
-    def __init__(self, mean: Sequence[float], cov: Sequence[Sequence[float]]) -> None:
+    def __init__(
+        self,
+        mean: ArrayLike,
+        cov: ArrayLike | None = None,
+        *,
+        precision: ArrayLike | None = None,
+        scale_tril: ArrayLike | None = None,
+    ) -> None:
+        given = {
+            k: v
+            for k, v in (("cov", cov), ("precision", precision), ("scale_tril", scale_tril))
+            if v is not None
+        }
+        if len(given) != 1:
+            found = " and ".join(given) if given else "none"
+            raise ConfigError(
+                "give exactly one of cov (the covariance), precision (its inverse) or "
+                f"scale_tril (its lower Cholesky factor); found {found}"
+            )
+        ((form, value),) = given.items()
         mu = _finite_array("mean", mean)
-        sigma = _finite_array("cov", cov)
         if mu.ndim != 1 or mu.size == 0:
             raise ConfigError(f"mean: expected a list of D numbers, got shape {mu.shape}")
         d = mu.size
-        if sigma.shape != (d, d):
+        matrix = _finite_array(form, value)
+        if matrix.shape != (d, d):
             raise ConfigError(
-                f"cov: expected a {d}×{d} matrix (mean has {d} entries), got shape {sigma.shape}"
+                f"{form}: expected a {d}×{d} matrix (mean has {d} entries), got shape "
+                f"{matrix.shape}"
             )
-        if not np.allclose(sigma, sigma.T, rtol=1e-10, atol=1e-12 * float(np.abs(sigma).max())):
-            raise ConfigError("cov: must be symmetric (cov[i][j] == cov[j][i])")
-        try:
-            chol = np.linalg.cholesky(sigma)
-        except np.linalg.LinAlgError as err:
-            raise ConfigError(
-                "cov: must be positive definite (its Cholesky factor failed)"
-            ) from err
+        if form == "scale_tril":
+            chol = _checked_tril(matrix)
+        else:
+            _check_symmetric(form, matrix)
+            chol = _cholesky(form, matrix) if form == "cov" else _precision_to_tril(matrix)
         self.mean = mu
-        self.cov = sigma
+        self.cov = matrix if form == "cov" else chol @ chol.T
+        self._form = form
+        self._given = matrix
         self._chol = chol
         self._chol_inv = np.linalg.inv(chol)
         self._log_det_chol = float(np.log(np.diag(chol)).sum())
@@ -80,8 +115,30 @@ class MultivariateNormal:
         self.low = np.full(d, -np.inf)
         self.high = np.full(d, np.inf)
 
+    @property
+    def scale_tril(self) -> np.ndarray:
+        """``L``, the lower Cholesky factor of ``cov``: float64 ``(D, D)`` (a copy)."""
+        return self._chol.copy()
+
+    @property
+    def precision(self) -> np.ndarray:
+        """``Σ⁻¹ = L⁻ᵀ L⁻¹``: float64 ``(D, D)`` (the ``precision`` given, if one was)."""
+        if self._form == "precision":
+            return self._given.copy()
+        return self._chol_inv.T @ self._chol_inv
+
+    def to_config(self) -> dict[str, Any]:
+        """The config of this prior, in the form it was given: ``{"_target_":
+        "kestrel_core.MultivariateNormal", "mean": [...], "<cov|precision|scale_tril>":
+        [[...]]}`` (plain floats, exact in YAML); building it gives the same prior."""
+        return {
+            "_target_": "kestrel_core.MultivariateNormal",
+            "mean": self.mean.tolist(),
+            self._form: self._given.tolist(),
+        }
+
     def __repr__(self) -> str:
-        return f"MultivariateNormal(mean={self.mean.tolist()!r}, cov={self.cov.tolist()!r})"
+        return f"MultivariateNormal(mean={self.mean.tolist()!r}, {self._form}={self._given.tolist()!r})"
 
     # -- sampling and density ---------------------------------------------------------------
     def sample(self, n: int, rng: np.random.Generator | None = None) -> np.ndarray:
@@ -194,6 +251,45 @@ def _finite_array(name: str, value: Any) -> np.ndarray:
     if not np.isfinite(arr).all():
         raise ConfigError(f"{name}: every value must be finite, got {value!r}")
     return arr
+
+
+def _check_symmetric(name: str, matrix: np.ndarray) -> None:
+    scale = float(np.abs(matrix).max())
+    if not np.allclose(matrix, matrix.T, rtol=1e-10, atol=1e-12 * scale):
+        raise ConfigError(f"{name}: must be symmetric ({name}[i][j] == {name}[j][i])")
+
+
+def _cholesky(name: str, matrix: np.ndarray) -> np.ndarray:
+    try:
+        return np.linalg.cholesky(matrix)
+    except np.linalg.LinAlgError as err:
+        raise ConfigError(
+            f"{name}: must be positive definite (its Cholesky factor failed)"
+        ) from err
+
+
+def _precision_to_tril(precision: np.ndarray) -> np.ndarray:
+    """The lower Cholesky factor ``L`` of ``precision⁻¹``, without inverting ``precision``: with
+    ``J`` the reversal permutation, ``J P J = F Fᵀ`` (Cholesky) gives ``P = U Uᵀ`` for the upper
+    triangular ``U = J F J``, so ``P⁻¹ = U⁻ᵀ U⁻¹`` and ``L = U⁻ᵀ`` (lower, positive diagonal)."""
+    flipped = _cholesky("precision", precision[::-1, ::-1])
+    upper = flipped[::-1, ::-1]
+    tril = np.linalg.solve(upper.T, np.eye(len(precision)))  # (Uᵀ)⁻¹ = U⁻ᵀ
+    return np.tril(tril)  # exactly triangular (the solve leaves round-off zeros above)
+
+
+def _checked_tril(matrix: np.ndarray) -> np.ndarray:
+    if np.any(np.triu(matrix, 1) != 0.0):
+        raise ConfigError(
+            "scale_tril: must be lower triangular (every entry above the diagonal 0); give a "
+            "full covariance as cov"
+        )
+    if not np.all(np.diag(matrix) > 0.0):
+        raise ConfigError(
+            "scale_tril: its diagonal must be positive (a Cholesky factor of a positive "
+            "definite covariance)"
+        )
+    return matrix
 
 
 def _out(arr: np.ndarray, logdet: Any, dtype: np.dtype, with_logdet: bool):
