@@ -13,6 +13,8 @@ Sections (unknown keys anywhere are errors with a "did you mean …?" suggestion
     sample:   prior | posterior | proposal | ppd: n, exclude_keys, add_keys
     ray:      keyword arguments of ray.init (passed through)
     logging:  level
+    tracking: tensorboard (event-file folder, relative: in the run directory), mlflow
+              (tracking_uri, experiment): experiment trackers of a launch (kestrel[tracking])
 
 Everything is checked at load, before anything runs: schema, node fields, graph structure,
 and (``check_targets``) that each simulator/estimator ``_target_`` imports and accepts its
@@ -148,7 +150,8 @@ class RunConfig:
         modes), ray (``ray.init`` kwargs), logging, run_dir (``None`` if not given), base_dir
         (the config file's directory, or the current directory for a mapping), budget,
         deterministic (the deterministic round schedule, :class:`kestrel_core.Rounds`;
-        ``None``: not set, false unless the launch asks for it).
+        ``None``: not set, false unless the launch asks for it), tracking (the ``tracking``
+        section as a mapping: kind → its settings; empty: no tracker).
     """
 
     paths: PathsConfig
@@ -161,6 +164,7 @@ class RunConfig:
     logging: dict[str, Any] = field(default_factory=dict)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
     deterministic: bool | None = None
+    tracking: dict[str, Any] = field(default_factory=dict)
     _data: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _source: Any = field(default=None, repr=False, compare=False)
 
@@ -390,6 +394,7 @@ def load_config(
         logging=dict(data.get("logging") or {}),
         budget=BudgetConfig(**{**BUDGET_DEFAULTS, **(data.get("budget") or {})}),
         deterministic=data.get("deterministic"),
+        tracking=dict(data.get("tracking") or {}),
         _data=data,
         _source=(unresolved, base_dir),
     )

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from numbers import Integral, Real
 from typing import Any
 
-from kestrel_core.config._suggest import key_path, unknown
+from kestrel_core.config._suggest import did_you_mean, key_path, unknown
 from kestrel_core.graph._node import RAY_OPTIONS
 
 __all__ = [
@@ -24,6 +24,8 @@ __all__ = [
     "SAMPLE_KEYS",
     "NODE_KEYS",
     "LOGGING_KEYS",
+    "TRACKING_KINDS",
+    "MLFLOW_KEYS",
     "schema_problems",
     "override_problem",
     "split_key_path",
@@ -40,6 +42,7 @@ TOP_KEYS = (
     "sample",
     "ray",
     "logging",
+    "tracking",
 )
 PATH_KEYS = ("graph", "samples", "buffer", "imports")
 BUFFER_REQUIRED = ("min_samples", "max_samples", "validation_samples")
@@ -75,6 +78,10 @@ NODE_KEYS = (
     "names",
 )
 LOGGING_KEYS = ("level",)
+#: the experiment trackers a ``tracking`` section may select (each optional, any together)
+TRACKING_KINDS = ("tensorboard", "mlflow")
+#: the keys of ``tracking.mlflow`` (each optional)
+MLFLOW_KEYS = ("tracking_uri", "experiment")
 _FREE = ("simulator", "estimator")  # kwargs beneath these are checked against signatures
 
 _SEGMENT = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
@@ -197,6 +204,41 @@ def _sample_problems(sample: Any, nodes: list[str], problems: list[str]) -> None
                     problems.append(f"{key_path(where, key, i)}: {unknown('node', name, nodes)}")
 
 
+def _tracking_kind(kind: str) -> str:
+    """``tracking.<kind>``'s message for a kind no tracker has (names the known kinds)."""
+    hint = did_you_mean(kind, TRACKING_KINDS)
+    return (
+        f"tracking.{kind}: unknown tracking kind {kind!r}{hint}; known kinds: "
+        f"{', '.join(TRACKING_KINDS)}"
+    )
+
+
+def _tracking_problems(tracking: Any, problems: list[str]) -> None:
+    if tracking is None:
+        return
+    if not isinstance(tracking, Mapping):
+        problems.append(
+            f"tracking: expected a mapping of tracker kinds ({', '.join(TRACKING_KINDS)}) to "
+            f"their settings, e.g. {{tensorboard: tb}}; found {tracking!r}"
+        )
+        return
+    for kind in tracking:
+        if kind not in TRACKING_KINDS:
+            problems.append(_tracking_kind(str(kind)))
+    tb = tracking.get("tensorboard")
+    if "tensorboard" in tracking and (not isinstance(tb, str) or not tb.strip()):
+        problems.append(
+            f"tracking.tensorboard: expected the folder of the event files (relative: inside "
+            f"the run directory, e.g. tb), found {tb!r}"
+        )
+    ml = tracking.get("mlflow")
+    if ml is not None and _keys(ml, MLFLOW_KEYS, "tracking.mlflow", problems):
+        for key in MLFLOW_KEYS:
+            if ml.get(key) is not None and (not isinstance(ml[key], str) or not ml[key]):
+                what = "a tracking URI or folder" if key == "tracking_uri" else "a name"
+                problems.append(f"tracking.mlflow.{key}: expected {what}, found {ml[key]!r}")
+
+
 def schema_problems(data: Any) -> list[str]:
     """Every schema problem of a resolved config, one message each.
 
@@ -244,6 +286,7 @@ def schema_problems(data: Any) -> list[str]:
             problems.append(f"logging.level: expected a level name such as INFO, found {level!r}")
     if "run_dir" in data and data["run_dir"] is not None and not isinstance(data["run_dir"], str):
         problems.append(f"run_dir: expected a path, found {data['run_dir']!r}")
+    _tracking_problems(data.get("tracking"), problems)
     return problems
 
 
@@ -268,6 +311,16 @@ def override_problem(parts: list[str | int], nodes: list[str]) -> str | None:
         "deterministic": (),
     }
     if top == "ray":
+        return None
+    if top == "tracking":
+        if len(names) > 1 and names[1] not in TRACKING_KINDS:
+            return _tracking_kind(names[1])
+        if len(names) > 2 and (names[1] != "mlflow" or names[2] not in MLFLOW_KEYS):
+            if names[1] != "mlflow":
+                return f"{key_path(*names)}: tracking.{names[1]} has no sub-keys"
+            return f"{key_path(*names[:3])}: {unknown('key', names[2], MLFLOW_KEYS)}"
+        if len(names) > 3:
+            return f"{key_path(*names)}: {key_path(*names[:3])} has no sub-keys"
         return None
     if top in table:
         if len(names) > 1 and names[1] not in table[top]:

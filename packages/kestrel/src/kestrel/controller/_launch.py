@@ -8,7 +8,8 @@ reporter and Ray; :class:`~kestrel.controller._launcher.Launcher` runs it. It bu
 launch's collaborators in dependency order and hands each what it needs when it is made — the
 budget, the :class:`~kestrel.controller._resume.Resume` that writes it beside every snapshot,
 the result, the poll callback (:class:`~kestrel.controller._watch.LaunchWatch`: progress,
-restarts, checkpoints), the profile — so nothing is rewired afterwards.
+restarts, checkpoints), the profile, the config's experiment trackers
+(:class:`~kestrel.tracking.LaunchTracking`) — so nothing is rewired afterwards.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from kestrel.rundir._lock import RunLock
 from kestrel.rundir._rundir import RunDir
 from kestrel.rundir._trust import trust_keyword
 from kestrel.session._session import RunSession
+from kestrel.tracking._launch import LaunchTracking, check_tracking
 from kestrel_core import ConfigError
 from kestrel_core.internal import DiskFullError
 from kestrel_ray.internal import check_address_format
@@ -164,6 +166,7 @@ def _launch(
     check_initial_budget(session.config, session.run.snapshots, fresh=session.mode == "restart")
     _check_address(address, session.config.ray)
     check_run_disk(session)  # no room for a checkpoint: a warning (or refused) before writing
+    check_tracking(session.config.tracking)  # a tracker's package missing: before writing
     session.create(lock)
     launcher: Launcher | None = None
     interrupted = False
@@ -187,13 +190,27 @@ def _launch(
             budget = Budget(cfg.budget.simulations, stop_early=cfg.budget.stop_early)
             resume = Resume(session, log, budget=budget)  # budget.json beside every snapshot
             result = RunResult(session.run.root, RunStatus.RUNNING, session.seed, config=cfg)
-            # the poll callback: progress, then restarts and checkpoints
+            # the config's trackers (none: a no-op): epochs from the node-log sink, the rate
+            # and budget from the polls; opened by `with`, closed whichever way it ends
+            tracking = LaunchTracking(
+                cfg,
+                session.run.root,
+                budget,
+                log,
+                launch=session.launch_number or 0,
+                seed=session.seed,
+            )
+            # the poll callback: progress (and tracking), then restarts and checkpoints
             watch = LaunchWatch(
-                reporter.update, resume=resume, log=log, restarts=result.restarts, graph=cfg.graph
+                tracking.reporting(reporter.update),
+                resume=resume,
+                log=log,
+                restarts=result.restarts,
+                graph=cfg.graph,
             )
             # the stop handlers go in after ray.init, which installs its own SIGTERM handler
             t_ray = time.monotonic()
-            with session.ray(address, log, capture=True), StopControl(timeout) as stop:
+            with tracking, session.ray(address, log, capture=True), StopControl(timeout) as stop:
                 profile = LaunchProfile(time.monotonic())  # the launcher's own time from here
                 profile.add("preflight", t_ray - t_start)
                 profile.add("ray_start", profile.t_start - t_ray)
@@ -209,6 +226,7 @@ def _launch(
                     auto_sample=auto_sample,
                     epochs=epochs,
                     deterministic=deterministic,
+                    tracker=tracking if tracking.active else None,
                 )
                 reporter.start()
                 try:

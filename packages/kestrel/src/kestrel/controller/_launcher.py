@@ -73,13 +73,17 @@ from kestrel.controller._states import (
 )
 from kestrel.controller._stop import StopControl
 from kestrel.importing._layout import holds_imported_rows
+from kestrel.persist._bank import BankWriter
+from kestrel.persist._digest import simulator_digest
 from kestrel.persist._journal import JournalWriter
+from kestrel.persist._reuse import ReusePlan
 from kestrel.preflight._capacity import rounds_in_flight, store_capacity
 from kestrel.report._logging import FILE_ONLY
 from kestrel.report._profile import LaunchProfile
 from kestrel.report._progress import ProgressState
 from kestrel.session._ray import cluster_nodes
 from kestrel.session._session import RunSession
+from kestrel.tracking._tracker import Tracker
 from kestrel_core import ConfigError, KestrelError
 from kestrel_ray import DeployedGraph, RunError
 from kestrel_ray.internal import describe_failure, unwrap_error
@@ -113,6 +117,11 @@ class Launcher:
             (``max_epochs`` is a total over the run's launches); ``None``: the config's.
         deterministic: train under a deterministic round schedule (:class:`kestrel_core.Rounds`);
             ``None``: the config's ``deterministic`` (``null`` there: false).
+        reuse: the rows of earlier runs' banks this launch starts from
+            (:func:`~kestrel.persist._reuse.plan_reuse`, checked before anything was written);
+            ``None``: none.
+        tracker: gets every epoch's ``metrics.csv`` row as well
+            (:class:`kestrel.tracking.Tracker`, through the node-log sink); ``None``: none.
 
     Attributes:
         state: the current :class:`~kestrel.controller._states.LaunchState` (only the run loop
@@ -140,6 +149,8 @@ class Launcher:
         auto_sample: bool = True,
         epochs: int | None = None,
         deterministic: bool | None = None,
+        reuse: ReusePlan | None = None,
+        tracker: Tracker | None = None,
     ):
         if session.config.buffer is None:
             raise ConfigError("buffer: kestrel launch needs a buffer section")
@@ -154,11 +165,21 @@ class Launcher:
         self.profile = profile
         self.t0 = profile.t_start
         self.auto_sample = auto_sample
+        self.tracker = tracker
         self.max_epochs = add_epochs(self.cfg, session.run, epochs) if epochs is not None else {}
         det = self.cfg.deterministic if deterministic is None else deterministic
         self.deterministic = bool(det)
+        self.reuse = reuse
         self.journal = (
-            JournalWriter(session.run.journal, log)
+            JournalWriter(  # every append kept: the run's simulation bank
+                session.run.journal,
+                log,
+                bank=BankWriter(
+                    session.run.journal,
+                    simulator_digest(self.cfg, session.run.root),
+                    self.cfg.graph.latents,
+                ),
+            )
             if getattr(self.buffer, "journal", True)
             else None
         )
@@ -195,8 +216,10 @@ class Launcher:
             "none" if self.budget.total is None else f"{self.budget.total} simulations",
         )
         try:
-            check_initial_budget(self.cfg, self.session.run.snapshots)  # (launch: before Ray)
-            with self.session.deployed(buffer=True, node_logs=True) as dg:
+            reused = self.reuse.rows if self.reuse is not None else 0
+            # (launch: before Ray)
+            check_initial_budget(self.cfg, self.session.run.snapshots, reused=reused)
+            with self.session.deployed(buffer=True, node_logs=True, tracker=self.tracker) as dg:
                 try:
                     self.dg = dg
                     self.result.placement = self.session.placement
@@ -275,15 +298,15 @@ class Launcher:
 
     def _restore(self) -> LaunchState:
         """Restoring: the saved buffer and the journal beyond it, else the initial samples on
-        disk; the initial simulation's size."""
+        disk and the rows reused from earlier runs; the initial simulation's size."""
         dg = self._graph()
         total = self.buffer.min_samples + self.buffer.validation_samples
-        loaded = self.resume.restore_buffer(dg)
+        loaded = restored = self.resume.restore_buffer(dg)
         self.session.keep_config()  # the buffer fits the new config: a failure keeps it
         if loaded:
             self._restore_budget()
         if self.journal is None:
-            self.log.info("journal: off (buffer.journal: false)")
+            self.log.info("journal: off (buffer.journal: false): no simulation bank is kept")
         path = self.buffer.initial_samples_path
         if path and not loaded:
             loaded = append_initial_samples(
@@ -302,6 +325,8 @@ class Launcher:
             )
             # the counters cover them: imported rows as simulations, any others as none
             write_budget(self.session.run.snapshots, self.budget)
+        if self.reuse is not None and not restored:
+            loaded += self._reuse_rows(dg)
         left = max(0, total - loaded)
         self.budget.check_initial(left)
         self.log.info(
@@ -318,6 +343,31 @@ class Launcher:
             log=self.log,
         )
         return InitialSimulation(prior)
+
+    def _reuse_rows(self, dg: DeployedGraph) -> int:
+        """The rows of earlier runs' banks (``--reuse``, :mod:`kestrel.persist._reuse`) as
+        initial rows: counted as simulations of the budget; returns how many."""
+        assert self.reuse is not None
+        for note in self.reuse.notes:
+            (self.log.warning if self.reuse.sources else self.log.info)("%s", note)
+        if not self.reuse.sources:
+            return 0
+        rows = self.reuse.append(
+            dg,
+            lambda blocks, origin: self.appends.append_blocks(dg.store, blocks, origin),
+            self.log,
+        )
+        self.budget.count(rows)
+        self.log.info(
+            "reuse: %d rows of %d earlier run%s as initial rows (counted as simulations, "
+            "budget %s)",
+            rows,
+            len(self.reuse.sources),
+            "s" if len(self.reuse.sources) != 1 else "",
+            self.budget.as_status(),
+        )
+        write_budget(self.session.run.snapshots, self.budget)  # the counters cover them
+        return rows
 
     def _restore_budget(self) -> None:
         """A resumed run counts on from the simulations its saved buffer recorded."""

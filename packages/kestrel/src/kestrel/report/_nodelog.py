@@ -13,7 +13,8 @@
 until the driver collects them with :meth:`RunNodeWrapper.drain`. :class:`NodeLogSink` (a
 named thread on the driver) drains every actor about once a second and when the run ends, and
 appends to ``<graph>/<node>/output.log`` and ``metrics.csv`` (replica ``i > 0`` of a
-multiplexed node: ``output.<i>.log``, ``metrics.<i>.csv``). No actor writes a file: on a
+multiplexed node: ``output.<i>.log``, ``metrics.<i>.csv``), and hands every metrics row to
+the launch's tracker, when its config has one (:mod:`kestrel.tracking`). No actor writes a file: on a
 cluster the actor's machine has its own disk, and the run directory lives with the driver.
 
 Log records of level ``WARNING`` and above also reach the driver's console: the sink prints
@@ -33,7 +34,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -41,7 +42,10 @@ from kestrel.report._actorio import capture_prints, capture_warnings
 from kestrel_core.internal import as_disk_full, disk_full_guard
 from kestrel_ray import NodeWrapper
 
-__all__ = ["RunNodeWrapper", "NodeLogSink", "METRIC_COLUMNS"]
+if TYPE_CHECKING:
+    from kestrel.tracking import Tracker
+
+__all__ = ["RunNodeWrapper", "NodeLogSink", "METRIC_COLUMNS", "metric_scalars"]
 
 #: columns of ``metrics.csv``
 METRIC_COLUMNS = (
@@ -180,6 +184,17 @@ class RunNodeWrapper(NodeWrapper):
             )
 
 
+def metric_scalars(tag: str, row: list[str]) -> dict[str, float]:
+    """A ``metrics.csv`` row (fields as :data:`METRIC_COLUMNS`) as tracker scalars:
+    ``<tag>/<column>`` → value for each column after ``epoch`` and ``walltime`` (the step and
+    the time of the tracker's record) that has a value."""
+    return {
+        f"{tag}/{column}": float(value)
+        for column, value in zip(METRIC_COLUMNS[2:], row[2:])
+        if value != ""
+    }
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return ""
@@ -196,6 +211,9 @@ class NodeLogSink:
         directory_of: node → its folder on the driver.
         estimators: the nodes with an estimator (they get ``metrics.csv``).
         interval: seconds between two drains.
+        tracker: gets every ``metrics.csv`` row as well (:class:`kestrel.tracking.Tracker`:
+            ``<node>/<column>`` at step ``epoch``, ``<node>.<i>/…`` for replica ``i > 0``;
+            :func:`metric_scalars`); ``None``: none.
 
     The thread (``kestrel-node-logs``) runs between :meth:`start` and :meth:`stop`; ``stop``
     drains once more, so nothing an actor recorded before it is lost. An actor that cannot be
@@ -210,7 +228,9 @@ class NodeLogSink:
         directory_of: Callable[[str], str],
         estimators: list[str],
         interval: float = 1.0,
+        tracker: Tracker | None = None,
     ):
+        self._tracker = tracker
         self._actors = {name: list(group) for name, group in actors.items()}
         self._dirs = {name: directory_of(name) for name in actors}
         self._estimators = set(estimators)
@@ -268,6 +288,12 @@ class NodeLogSink:
                 if got["metrics"] and name in self._estimators:
                     rows = [",".join(row) for row in got["metrics"]]
                     self._append(self._path(name, "metrics", i, "csv"), rows)
+                    if self._tracker is not None:
+                        for row in got["metrics"]:
+                            tag = f"{name}.{i}" if i else name
+                            self._tracker.log_scalars(
+                                metric_scalars(tag, row), int(row[0]), float(row[1])
+                            )
 
     def _append(self, path: str, lines: list[str]) -> None:
         """Append ``lines`` to ``path``; after a failed write (a full disk), say so once on

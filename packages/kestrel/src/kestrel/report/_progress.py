@@ -28,6 +28,8 @@ __all__ = [
     "LogProgress",
     "NullProgress",
     "make_progress",
+    "simulation_text",
+    "budget_spent",
 ]
 
 
@@ -68,10 +70,30 @@ class Progress(Protocol):
     def stop(self) -> None: ...
 
 
-def _budget(budget: Mapping[str, Any]) -> str:
-    if not budget:
-        return ""
-    return f" · budget {budget.get('used', 0)}/{budget.get('total')}"
+def budget_spent(budget: Mapping[str, Any]) -> bool:
+    """Whether a :attr:`ProgressState.budget` is set and has nothing left."""
+    return bool(budget) and budget.get("total") is not None and budget.get("left") == 0
+
+
+def simulation_text(state: ProgressState, rate: str = "{:.0f}/s") -> str:
+    """The simulations of a progress line: ``"812 simulated (64/s) · budget 812/10000"``;
+    once the budget is spent, ``"10000 simulated, budget spent (10000/10000)"`` (no rate: the
+    launch's average would only decay while it trains on).
+
+    Args:
+        state: the poll's state.
+        rate: the format of the rate (simulations per second).
+    """
+    budget = state.budget
+    if budget_spent(budget):
+        return (
+            f"{state.simulated} simulated, budget spent "
+            f"({budget.get('used', 0)}/{budget.get('total')})"
+        )
+    text = f"{state.simulated} simulated ({rate.format(state.rate)})"
+    if budget:
+        text += f" · budget {budget.get('used', 0)}/{budget.get('total')}"
+    return text
 
 
 def _loss(value: Any) -> str:
@@ -127,13 +149,11 @@ class LogProgress:
             return
         self._last, self._phase = now, state.phase
         self._log.info(
-            "[%6.1f s] %s; %s; %d simulated (%.0f/s)%s",
+            "[%6.1f s] %s; %s; %s",
             state.elapsed,
             state.phase,
             _buffer(state.buffer),
-            state.simulated,
-            state.rate,
-            _budget(state.budget),
+            simulation_text(state),
         )
         for node, st in state.nodes.items():
             self._log.info(
@@ -188,10 +208,7 @@ class LiveProgress:
                 str(st.get("samples_seen", 0)),
             )
         bad = {k: v for k, v in state.nonfinite.items() if v}
-        caption = (
-            f"{_buffer(state.buffer)} · {state.simulated} simulated · {state.rate:.0f} sim/s"
-            f"{_budget(state.budget)}"
-        )
+        caption = f"{_buffer(state.buffer)} · {simulation_text(state, '{:.0f} sim/s')}"
         if bad:
             caption += f" · non-finite dropped: {bad}"
         table.caption = caption

@@ -40,6 +40,7 @@ from kestrel.rundir._intent import launch_plan
 from kestrel.rundir._lock import RunLock
 from kestrel.rundir._rundir import RunDir
 from kestrel.session._ray import cluster_nodes, ray_for_run
+from kestrel.tracking._tracker import Tracker
 from kestrel_core import ConfigError, EstimatorError, RunConfig, seed_sequence
 from kestrel_ray import DeployedGraph, NodeWrapper
 from kestrel_ray.internal import check_graph_config
@@ -312,7 +313,9 @@ class RunSession:
         )
 
     @contextlib.contextmanager
-    def deployed(self, *, buffer: bool = False, node_logs: bool = False) -> Iterator[DeployedGraph]:
+    def deployed(
+        self, *, buffer: bool = False, node_logs: bool = False, tracker: Tracker | None = None
+    ) -> Iterator[DeployedGraph]:
         """The run's graph deployed on the running Ray; every actor is killed on exit.
 
         Args:
@@ -321,6 +324,8 @@ class RunSession:
             node_logs: deploy :class:`RunNodeWrapper` actors whose logs and metrics the driver
                 writes to ``<graph>/<node>/output.log`` and ``metrics.csv``
                 (:class:`NodeLogSink`), and record :attr:`placement`.
+            tracker: (``node_logs``) gets every ``metrics.csv`` row as well
+                (:class:`kestrel.tracking.Tracker`).
 
         With ``buffer``, the store gets :attr:`expected`: a block whose per-sample shape
         differs from it is refused before anything of it is stored.
@@ -356,7 +361,10 @@ class RunSession:
                     name: [info["node_id"] for info in node] for name, node in infos.items()
                 }
                 sink = NodeLogSink(
-                    dg.node_actors(), self.run.node_dir, list(self.config.graph.latents)
+                    dg.node_actors(),
+                    self.run.node_dir,
+                    list(self.config.graph.latents),
+                    tracker=tracker,
                 ).start()
             yield dg
         finally:
