@@ -1,6 +1,6 @@
 """Example 06 (SIR, your own model) against its grid reference posterior, within CI's budget.
 
-The example's own config (the one the README writes, no tuned schedule) trains for 100 epochs;
+The example's own config (the one docs/how-to/own-model.md writes, no tuned schedule) trains for 100 epochs;
 CI trains :data:`EPOCHS` epochs in a deterministic launch (seed 1, rounds paced by epochs: the
 same run whatever the machine's load) and checks the posterior it then draws against the looser
 bounds below. A graceful stop after :data:`CAP` seconds only keeps a very slow machine from

@@ -90,10 +90,13 @@ class Run:
     Made by :func:`open_run` (or ``kestrel.launch(...).open()``); see the module docstring.
 
     Attributes:
-        path: the run folder (absolute). config: its :class:`~kestrel_core.RunConfig`.
-        latents: the estimator nodes. observed: the observed nodes. posterior: a
-        :class:`Posterior`. prior: a :class:`Prior`. ppd_seed: the seed of the latest
-        :meth:`ppd`.
+        path: the run folder (absolute).
+        config: its :class:`~kestrel_core.RunConfig`.
+        latents: the estimator nodes.
+        observed: the observed nodes.
+        posterior: a :class:`Posterior`.
+        prior: a :class:`Prior`.
+        ppd_seed: the seed of the latest :meth:`ppd`.
     """
 
     def __init__(self, run: RunDir, config: RunConfig, *, trust: bool = False):

@@ -78,13 +78,18 @@ class SampleResult:
     """What :func:`sample_run` wrote.
 
     Attributes:
-        path: the ``.npz`` file. mode: the sample mode. n: number of samples. seed: the seed
-        used (the entropy when none was given). shapes: node → per-sample shape.
+        path: the ``.npz`` file.
+        mode: the sample mode.
+        n: number of samples.
+        seed: the seed used (the entropy when none was given).
+        shapes: node → per-sample shape.
         observation: the digest of the observations the draws are conditioned on (the name of
-        their folder; ``None`` for prior samples). ray: whether the draws were made on Ray.
+            their folder; ``None`` for prior samples).
+        ray: whether the draws were made on Ray.
         batch: ``m`` when the call drew for m observations at once (arrays ``(m, n, *D)``,
-        see :mod:`._batch`); ``None`` for one observation. skipped: the samples whose
-        simulation raised (``on_error: skip``), dropped from the file (fewer than ``n`` rows).
+            see :mod:`._batch`); ``None`` for one observation.
+        skipped: the samples whose simulation raised (``on_error: skip``), dropped from the
+            file (fewer than ``n`` rows).
     """
 
     path: str
