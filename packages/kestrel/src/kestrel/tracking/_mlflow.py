@@ -11,6 +11,7 @@ the same MLflow run (and its steps) while a new run folder, or a restart, starts
 from __future__ import annotations
 
 import importlib
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +27,8 @@ DEFAULT_EXPERIMENT = "kestrel"
 _BATCH = 100
 #: longest parameter value kept (MLflow servers refuse longer ones; older ones above 500)
 _MAX_VALUE = 500
+_INDEX = re.compile(r"\[(\d+)\]")
+_REFUSED = re.compile(r"[^A-Za-z0-9_\-. :/]")
 _STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED"}
 
 
@@ -61,6 +64,8 @@ class MLflowTracker:
         run_id: an MLflow run to continue (a resumed launch); ``None`` or a run the store does
             not hold: a new run.
         client: an ``MlflowClient``-like object (tests); ``None``: ``mlflow.MlflowClient``.
+
+    Names are made names MLflow accepts: a key path's ``priors[0]`` becomes ``priors.0``.
 
     Attributes:
         run_id: the MLflow run's id.
@@ -109,9 +114,10 @@ class MLflowTracker:
         """The params the MLflow run does not hold yet (MLflow refuses to change a param: a
         resumed launch's changed values stay in its ``config.yml`` and TensorBoard text)."""
         Param = _entities().Param
+        named = {_name(key): value for key, value in params.items()}
         new = {
             key: _value(value)
-            for key, value in params.items()
+            for key, value in named.items()
             if key not in self._logged and len(key) <= 250
         }
         items = [Param(key, value) for key, value in new.items()]
@@ -124,12 +130,20 @@ class MLflowTracker:
     ) -> None:
         Metric = _entities().Metric
         stamp = int(1000 * (time.time() if walltime is None else float(walltime)))
-        items = [Metric(name, float(value), stamp, int(step)) for name, value in scalars.items()]
+        items = [
+            Metric(_name(name), float(value), stamp, int(step)) for name, value in scalars.items()
+        ]
         for start in range(0, len(items), _BATCH):
             self._client.log_batch(self.run_id, metrics=items[start : start + _BATCH])
 
     def close(self, status: str = "finished") -> None:
         self._client.set_terminated(self.run_id, status=_STATUS.get(status, "FINISHED"))
+
+
+def _name(key: str) -> str:
+    """A key path as MLflow accepts names: ``priors[0][1]`` → ``priors.0.1``, any other
+    character MLflow refuses → ``_``."""
+    return _REFUSED.sub("_", _INDEX.sub(r".\1", key))
 
 
 def _value(value: Any) -> str:
