@@ -79,7 +79,7 @@ def test_duplicate_node_and_bad_fields():
     g = Graph().add_node("a", models.Gauss)
     with pytest.raises(GraphError, match="graph.a: node 'a' is already in the graph"):
         g.add_node("a", models.Gauss)
-    with pytest.raises(ConfigError, match=r"graph\.b\.simulator: missing"):
+    with pytest.raises(ConfigError, match=r"graph\.b\.simulator: required \(every node needs a"):
         g.add_node("b", None)
     with pytest.raises(ConfigError, match=r"graph\.b\.parents\[1\]: expected a node name"):
         g.add_node("b", models.Gauss, parents=["a", 2])

@@ -280,6 +280,10 @@ def load_config(
     Args:
         source: path of a YAML file, a mapping, an OmegaConf ``DictConfig`` or a
             :class:`RunConfig` (re-resolved, e.g. for another ``run_dir``); never modified.
+            A mapping's ``graph`` may be a :class:`~kestrel_core.Graph` built in Python
+            (``{"graph": g, "buffer": {...}}``): the config its YAML would be
+            (:meth:`Graph.to_yaml <kestrel_core.Graph.to_yaml>`), relative paths resolved
+            against the Graph's ``base_dir`` (when set).
         overrides: dotlist items ``"graph.x.simulator.sigma=0.2"``. The key must exist in the
             schema (new kwargs beneath ``simulator``/``estimator`` and keys beneath ``ray`` are
             allowed); overrides cannot add nodes.

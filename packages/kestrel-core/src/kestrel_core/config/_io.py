@@ -30,8 +30,14 @@ def _first_line(err: Exception) -> str:
 def read_source(source: Any) -> tuple[Any, str]:
     """A fresh DictConfig of ``source`` (never aliasing it) and the base directory.
 
+    A mapping whose ``graph`` is a :class:`~kestrel_core.Graph` (built in Python) holds that
+    graph's config, as its YAML would say it (:func:`kestrel_core.graph._record.graph_section`);
+    its base directory is the Graph's ``base_dir`` when set.
+
     Raises:
-        ConfigError: the file is missing or not valid YAML, or the source is not a mapping.
+        ConfigError: the file is missing or not valid YAML, or the source is not a mapping (a
+            Graph alone: naming the remedy); a graph that cannot be recorded (a class defined
+            in ``__main__``, a live object other than a kestrel-core prior, …).
     """
     from omegaconf import DictConfig, ListConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -63,15 +69,30 @@ def read_source(source: Any) -> tuple[Any, str]:
         return cfg, os.path.dirname(path)
     if isinstance(source, DictConfig):
         source = OmegaConf.to_container(source, resolve=False)
+    from kestrel_core.graph._graph import Graph
+
     if not isinstance(source, Mapping):
+        if isinstance(source, Graph):
+            raise ConfigError(
+                "config: a Graph is the config's graph section; give the config as a mapping "
+                "holding it: {'graph': graph, 'buffer': {...}, 'sample': {...}}"
+            )
         raise ConfigError(
             f"config: expected a YAML path, mapping or DictConfig, found {type(source).__name__}"
         )
+    base_dir = os.getcwd()
+    graph = source.get("graph")
+    if isinstance(graph, Graph):  # built in Python: the config its YAML would be
+        from kestrel_core.graph._record import graph_section
+
+        source = {**source, "graph": graph_section(graph, None)}
+        if graph.base_dir is not None:
+            base_dir = os.path.abspath(graph.base_dir)
     try:
         cfg = OmegaConf.create(dict(source), flags=_FLAGS)
     except OmegaConfBaseException as err:
         raise ConfigError(f"config: {_first_line(err)}") from err
-    return cfg, os.getcwd()
+    return cfg, base_dir
 
 
 def _parse_value(text: str) -> Any:

@@ -3,10 +3,18 @@
 A graph is built from YAML by :func:`~kestrel_core.load_config` or in Python::
 
     g = (Graph()
-         .add_node("theta", Spec("kestrel_core.Product", {"priors": [["normal", 0, 1]]}),
+         .add_node("theta", prior=Product([["normal", 0, 1]]),
                    estimator="kestrel_torch.GaussianPosterior", evidence=["x"])
-         .add_node("x", "model.Noise", parents=["theta"], observed="data/obs.npy"))
-    g.validate()
+         .add_node("x", (model.Noise, {"sigma": 0.1}), parents=["theta"],
+                   observed="data/obs.npy"))
+    buffer = {"min_samples": 256, "max_samples": 1024, "validation_samples": 64}
+    cfg = load_config({"graph": g, "buffer": buffer})   # or kestrel.launch({...}, RUN)
+    print(g.to_yaml(buffer=buffer))                      # the same config as YAML
+
+A Graph is a config's ``graph`` section (:func:`~kestrel_core.load_config` and
+``kestrel.launch`` take it there), written as its YAML would be
+(:mod:`kestrel_core.graph._record`): classes by import path, priors by their parameters, so
+``RUN/config.yml`` records it and a run resumes from it.
 
 Shape symbols: N samples, D a node's per-sample shape.
 """
@@ -35,7 +43,12 @@ from kestrel_core.graph._node import (
     ray_options,
     seconds,
 )
-from kestrel_core.graph._observe import check_observation, load_observation
+from kestrel_core.graph._observe import (
+    absolute_observation_spec,
+    check_observation,
+    load_observation,
+)
+from kestrel_core.graph._record import graph_section, observed_file, record_value
 from kestrel_core.graph._spec import Spec
 
 __all__ = ["Graph", "Node", "Spec", "RAY_OPTIONS"]
@@ -44,20 +57,54 @@ __all__ = ["Graph", "Node", "Spec", "RAY_OPTIONS"]
 class Graph:
     """A mutable builder of nodes; validated by :meth:`validate` (and by ``load_config``).
 
+    Built in Python (a notebook), a Graph is the ``graph`` section of a config mapping:
+    ``kestrel.launch({"graph": g, "buffer": {...}}, RUN)`` and
+    :func:`~kestrel_core.load_config` take it there (with every check of a YAML config, and
+    its error messages), as the config its YAML would be; :meth:`to_yaml` / :meth:`save`
+    write that YAML — the record of the graph, which ``RUN/config.yml`` keeps.
+
     Args:
-        base_dir: directory that relative ``observed`` paths are resolved against (default:
-            the current directory at :meth:`add_node` time).
+        base_dir: directory that relative paths are resolved against: ``observed`` paths (at
+            :meth:`add_node` time), and those of a config mapping holding the graph
+            (``paths.imports`` defaults to it). Default: the current directory at that time.
+
+    Example:
+        >>> from kestrel_core import Product
+        >>> from kestrel_core.testing import models
+        >>> g = Graph()
+        >>> g = g.add_node("theta", prior=Product([["uniform", 0, 1], ["uniform", 0, 1]]),
+        ...                estimator=("kestrel_torch.GaussianPosterior", {"max_epochs": 20}),
+        ...                evidence=["x"])
+        >>> g = g.add_node("x", (models.Noise, {"sigma": 0.1}), parents=["theta"],
+        ...                observed=np.array([0.4, 0.6]))
+        >>> print(g.to_yaml(buffer={"min_samples": 64, "max_samples": 256,
+        ...                         "validation_samples": 16}), end="")
+        buffer: {min_samples: 64, max_samples: 256, validation_samples: 16}
+        graph:
+          theta:
+            simulator:
+              _target_: kestrel_core.Product
+              priors:
+              - [uniform, 0.0, 1.0, {repeat: 2}]
+            evidence: [x]
+            estimator: {_target_: kestrel_torch.GaussianPosterior, max_epochs: 20}
+          x:
+            simulator: {_target_: kestrel_core.testing.models.Noise, sigma: 0.1}
+            parents: [theta]
+            observed: observed_x.npy
     """
 
     def __init__(self, base_dir: str | os.PathLike[str] | None = None) -> None:
         self.base_dir = None if base_dir is None else os.fspath(base_dir)
         self._nodes: dict[str, Node] = {}
+        self._observed_from: dict[str, str] = {}
 
     def add_node(
         self,
         name: str,
-        simulator: Any,
+        simulator: Any = None,
         *,
+        prior: Any = None,
         estimator: Any = None,
         parents: Iterable[str] = (),
         evidence: Iterable[str] = (),
@@ -76,7 +123,14 @@ class Graph:
         Args:
             name: identifier without dots.
             simulator: a :class:`Spec`, dotted path, ``{"_target_": …, **kwargs}`` mapping,
-                class or live instance.
+                ``(class or path, kwargs)`` pair, class or live instance. For a graph to be
+                recorded (in a config, :meth:`to_yaml`), classes must import back by
+                their path (not defined in ``__main__``) and live instances must be
+                kestrel-core priors: give a class with its arguments,
+                ``(model.Noise, {"sigma": 0.1})``.
+            prior: the same forms as ``simulator``, for a node without parents (a latent
+                root, e.g. :class:`~kestrel_core.Product`): its prior is its simulator (the
+                YAML says ``simulator``). Give ``prior`` or ``simulator``, not both.
             estimator: the same forms as ``simulator``, or ``None``.
             parents, evidence, scaffolds: node names (checked by :meth:`validate`).
             observed: an array (shape ``D``) or a path spec ``"file.npz['key']"``.
@@ -93,7 +147,8 @@ class Graph:
         Raises:
             GraphError: the name is not an identifier or already used.
             ConfigError: a field has the wrong type or value, or the observation cannot be
-                loaded (messages start with ``graph.<name>.<field>``).
+                loaded (messages start with ``graph.<name>.<field>``); no simulator (nor
+                prior), both, or a prior with parents.
         """
         if not _topology.is_identifier_name(name):
             raise GraphError(
@@ -103,13 +158,30 @@ class Graph:
         if name in self._nodes:
             raise GraphError(f"graph.{name}: node {name!r} is already in the graph")
         where = f"graph.{name}"
+        if prior is not None:
+            if simulator is not None:
+                raise ConfigError(
+                    f"{where}: give prior= or simulator=, not both (a root node's prior is its "
+                    "simulator)"
+                )
+            if name_tuple(parents, f"{where}.parents"):
+                raise ConfigError(
+                    f"{where}.parents: a node with a prior= has no parents; give a node whose "
+                    "distribution depends on its parents a simulator= instead"
+                )
+            simulator = prior
+        if simulator is None:  # the words of the config schema's check
+            raise ConfigError(f"{where}.simulator: required (every node needs a simulator)")
         obs = None
+        source = None
         if observed is not None:
             base = self.base_dir if self.base_dir is not None else os.getcwd()
             try:
                 obs = load_observation(observed, base, node=name)
             except ConfigError as err:
                 raise ConfigError(f"{where}.observed: {err}") from err
+            if isinstance(observed, (str, os.PathLike)):
+                source = absolute_observation_spec(os.fspath(observed), base)
         node = Node(
             name=name,
             simulator=Spec.coerce(simulator, f"{where}.simulator"),
@@ -127,7 +199,116 @@ class Graph:
             names=node_names(names, f"{where}.names", simulator, obs),
         )
         self._nodes[name] = node
+        if source is not None:
+            self._observed_from[name] = source
         return self
+
+    def observed_source(self, name: str) -> str | None:
+        """The file node ``name``'s observation was loaded from, as an absolute path spec
+        (``"/data/obs.npz['x']"``); ``None`` when it was given as an array (or has none).
+
+        Raises:
+            GraphError: no such node.
+        """
+        self[name]
+        return self._observed_from.get(name)
+
+    # -- the config of a graph built in Python ---------------------------------------------------
+    def to_yaml(self, **sections: Any) -> str:
+        """The config of this graph and ``sections`` as YAML text: the graph's record.
+
+        The text is what a YAML file in ``base_dir`` would say: classes as
+        ``module.QualName`` with their arguments, priors by their parameters (``to_config()``),
+        numpy values as lists and numbers, observation files inside ``base_dir`` by relative
+        paths; an observation given as an array is named ``observed_<node>.npy``, the file
+        :meth:`save` writes beside the YAML. A launch of what :meth:`save` writes is the launch
+        of ``{"graph": graph, **sections}`` (the same results for a seed).
+
+        Args:
+            sections: the config's other top-level sections, as mappings (or the config's
+                dataclasses): ``buffer`` (``min_samples``, ``max_samples``,
+                ``validation_samples``, …), ``budget``, ``sample`` (``{"posterior": {"n":
+                1000}}``), ``deterministic``, ``paths``, ``ray``, ``logging``; ``None`` values
+                are left out.
+
+        Raises:
+            ConfigError: a class that does not import back by its path (defined in
+                ``__main__`` — a notebook or a script —, inside a function, a lambda), a live
+                object other than a kestrel-core prior, an argument YAML cannot hold (each
+                naming the node and the remedy); a problem of the config schema (unknown
+                keys, bad section values: the messages of :func:`~kestrel_core.load_config`).
+            GraphError: as :meth:`validate` (unknown node references, a cycle, …).
+        """
+        base = self._base()
+        return _yaml_text(self._config_data(sections, base, base))
+
+    def save(self, path: str | os.PathLike[str], **sections: Any) -> str:
+        """Write :meth:`to_yaml` to ``path`` and each observation given as an array beside it
+        as ``observed_<node>.npy``, so the file launches as the graph does.
+
+        A file outside ``base_dir`` names the config's code folder: ``paths.imports`` is
+        written (relative to the file) unless ``sections`` set it, and relative paths of
+        ``observed`` / ``buffer.initial_samples_path`` are written for the file's folder.
+
+        Returns:
+            The absolute path written.
+
+        Raises:
+            ConfigError: as :meth:`to_yaml`.
+            OSError: a file cannot be written.
+        """
+        target = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        folder = os.path.dirname(target)
+        base = self._base()
+        data = self._config_data(sections, folder, base)
+        if os.path.normpath(folder) != os.path.normpath(base):
+            paths = data.setdefault("paths", {})
+            if isinstance(paths, dict) and "imports" not in paths:
+                paths["imports"] = [os.path.relpath(base, folder).replace(os.sep, "/")]
+            buffer = data.get("buffer")
+            initial = buffer.get("initial_samples_path") if isinstance(buffer, dict) else None
+            if isinstance(initial, str) and buffer is not None:
+                full = os.path.join(base, os.path.expanduser(initial))
+                buffer["initial_samples_path"] = os.path.normpath(full)
+        os.makedirs(folder, exist_ok=True)
+        for name, node in self._nodes.items():
+            if node.observed is not None and name not in self._observed_from:
+                file = os.path.join(folder, observed_file(name))
+                with open(file + ".tmp", "wb") as fh:
+                    np.save(fh, np.asarray(node.observed), allow_pickle=False)
+                os.replace(file + ".tmp", file)
+        with open(target + ".tmp", "w", encoding="utf-8") as fh:
+            fh.write(_yaml_text(data))
+        os.replace(target + ".tmp", target)
+        return target
+
+    def _base(self) -> str:
+        return os.path.abspath(self.base_dir if self.base_dir is not None else os.getcwd())
+
+    def _config_data(
+        self, sections: Mapping[str, Any], folder: str | None, base: str
+    ) -> dict[str, Any]:
+        """The config mapping: ``sections`` (plain values, in the schema's order) and the
+        graph section of :func:`~kestrel_core.graph._record.graph_section`, checked by the
+        config schema and :meth:`validate`."""
+        from kestrel_core.config._schema import TOP_KEYS, schema_problems
+
+        if "graph" in sections:
+            raise ConfigError(
+                "graph: the graph is this Graph's nodes; give only the other sections "
+                "(buffer=, budget=, sample=, …)"
+            )
+        plain = {k: record_value(_section(v), k) for k, v in sections.items() if v is not None}
+        self.validate()
+        plain["graph"] = graph_section(self, folder)
+        problems = schema_problems(plain)
+        if len(problems) > 1:  # as load_config says them
+            lines = "\n".join(f"  {p}" for p in problems)
+            raise ConfigError(f"{len(problems)} problems in the config:\n{lines}")
+        if problems:
+            raise ConfigError(problems[0])
+        order = {key: i for i, key in enumerate(TOP_KEYS)}
+        return dict(sorted(plain.items(), key=lambda kv: order.get(kv[0], len(order))))
 
     def validate(self) -> Graph:
         """Check references, cycles and node roles; returns the graph.
@@ -270,6 +451,39 @@ class Graph:
         latents = ", ".join(self.latents) or "none"
         lines.append(f"Nodes: {len(self._nodes)} | Observed: {observed} | Estimators: {latents}")
         return "\n".join(lines + notes)
+
+
+def _section(value: Any) -> Any:
+    """A section given as one of the config's dataclasses (or a mapping of them) as a mapping."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _section(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {k: _section(v) for k, v in value.items()}
+    return value
+
+
+def _yaml_text(data: Mapping[str, Any]) -> str:
+    """YAML as one writes it by hand: a list of numbers (a prior entry with its ``{repeat:
+    k}``, a row of a matrix) and a mapping of scalars on one line."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def scalar(v: Any) -> bool:
+        return v is None or isinstance(v, (str, bool, int, float))
+
+    def flat(v: Any) -> bool:
+        return scalar(v) or (isinstance(v, dict) and all(map(scalar, v.values())))
+
+    def sequence(dumper: yaml.SafeDumper, items: list) -> yaml.Node:
+        style = True if all(map(flat, items)) else None
+        return dumper.represent_sequence("tag:yaml.org,2002:seq", items, flow_style=style)
+
+    Dumper.add_representer(list, sequence)
+    return yaml.dump(
+        dict(data), Dumper=Dumper, sort_keys=False, allow_unicode=True, default_flow_style=None
+    )
 
 
 def _join(problems: list[str]) -> str:

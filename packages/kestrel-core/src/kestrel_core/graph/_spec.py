@@ -68,7 +68,8 @@ class Spec:
 
         Args:
             value: a Spec, a dotted-path string, a mapping with ``_target_`` plus kwargs, a
-                class or function, or a live instance.
+                pair ``(target, kwargs)`` of a class or path and a mapping (Python only:
+                ``(model.Noise, {"sigma": 0.1})``), a class or function, or a live instance.
             where: key path for messages, e.g. ``"graph.x.simulator"``.
             imports: default ``imports`` for the new Spec.
 
@@ -80,6 +81,13 @@ class Spec:
             return (
                 value if value.imports or not imports else cls(value.target, value.kwargs, imports)
             )
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], Mapping):
+            target, kwargs = value
+            if TARGET in kwargs:
+                raise ConfigError(
+                    f"{where}: ({target_name(target)}, kwargs): kwargs hold '_target_'"
+                )
+            return cls(target, dict(kwargs), imports)
         value = plain(value)
         if value is None:
             raise ConfigError(f"{where}: missing (expected a '_target_' path, mapping or class)")

@@ -92,6 +92,19 @@ class Product:
         """The entries as plain lists ``[type, *params]`` (floats)."""
         return [[d.name, *d.params] for d in self.dists]
 
+    def to_config(self) -> dict[str, Any]:
+        """The config of this prior: ``{"_target_": "kestrel_core.Product", "priors": [...]}``,
+        a run of equal entries written once with ``{repeat: k}``; building it gives the same
+        prior (the form :meth:`kestrel_core.Graph.to_yaml` records a Product instance in)."""
+        runs: list[tuple[list[Any], int]] = []
+        for spec in self.specs:
+            if runs and runs[-1][0] == spec:
+                runs[-1] = (spec, runs[-1][1] + 1)
+            else:
+                runs.append((spec, 1))
+        priors = [spec if k == 1 else [*spec, {"repeat": k}] for spec, k in runs]
+        return {"_target_": "kestrel_core.Product", "priors": priors}
+
     def __repr__(self) -> str:
         return f"Product({self.specs!r})"
 
