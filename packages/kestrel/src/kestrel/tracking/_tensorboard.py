@@ -17,6 +17,8 @@ from kestrel.plot._plot import MissingExtra
 
 __all__ = ["TensorBoardTracker", "INSTALL_HINT"]
 
+#: seconds between two flushes of the event file (a running launch shows in TensorBoard)
+FLUSH_SECONDS = 10
 #: what to install for the trackers
 INSTALL_HINT = "pip install 'kestrel[tracking]'"
 
@@ -55,7 +57,7 @@ class TensorBoardTracker:
         writer = summary_writer_class()
         self.logdir = os.fspath(logdir)
         self._launch = int(launch)
-        self._writer = writer(log_dir=self.logdir)
+        self._writer = writer(log_dir=self.logdir, flush_secs=FLUSH_SECONDS)
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         lines = ["| key | value |", "| --- | --- |"]
