@@ -217,7 +217,7 @@ def _usage_block(parser: argparse.ArgumentParser, level: int, name: str) -> str:
 
 def _row(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
     if isinstance(action, argparse._SubParsersAction):
-        name = f"{action.metavar} {{{','.join(action.choices)}}}"
+        name = action.metavar or action.dest  # the help names each choice
         help_text = "; ".join(f"`{c.dest}`: {c.help}" for c in action._choices_actions)
     else:
         name = parser._get_formatter()._format_action_invocation(action)
