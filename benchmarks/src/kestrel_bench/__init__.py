@@ -46,6 +46,7 @@ __all__ = [
     "Appender",
     "UtilizationSampler",
     "BusySimulator",
+    "SleepSimulator",
     # timing and labels
     "InnerClock",
     "pedantic_inner",
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 from .__about__ import __version__
-from ._busy import BusySimulator
+from ._busy import BusySimulator, SleepSimulator
 from ._clock import InnerClock, pedantic_inner
 from ._data import (
     DATA_KEYS,

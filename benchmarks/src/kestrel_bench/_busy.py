@@ -1,4 +1,5 @@
-"""A simulator that costs CPU time: the expensive-simulator benchmark's (``test_05_simulators``)."""
+"""Expensive simulators: one that costs CPU time (``test_05_simulators``), one that sleeps
+(``test_07_nodes``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import time
 
 import numpy as np
 
-__all__ = ["BusySimulator"]
+__all__ = ["BusySimulator", "SleepSimulator"]
 
 _WORK_FLOATS = 4096  # the array the work loop keeps rewriting (32 KiB: stays in cache)
 
@@ -41,5 +42,33 @@ class BusySimulator:
             start = time.thread_time()
             while time.thread_time() - start < cost:
                 np.sin(self._work, out=self._work)
+        theta = np.asarray(theta, dtype=np.float64)
+        return theta + self.noise * rng.normal(size=theta.shape)
+
+
+class SleepSimulator:
+    """``x = θ + noise · ε`` after sleeping ``ms`` milliseconds per sample.
+
+    An expensive simulator that runs elsewhere (an external code on another machine, a queue)
+    costs the calling process no CPU: a sleep measures exactly what the orchestration around
+    it costs (``benchmarks/test_07_nodes.py``).
+
+    Args:
+        ms: wall-clock milliseconds per sample (≥ 0; a call of n rows sleeps ``n · ms`` ms).
+        noise: standard deviation of ε (≥ 0).
+
+    Raises:
+        ValueError: a negative ``ms`` or ``noise``.
+    """
+
+    def __init__(self, ms: float = 100.0, noise: float = 0.1) -> None:
+        if ms < 0 or noise < 0:
+            raise ValueError(f"SleepSimulator: ms and noise must be >= 0, got {ms}, {noise}")
+        self.ms, self.noise = float(ms), float(noise)
+
+    def simulate_batch(self, n: int, theta: np.ndarray, rng: np.random.Generator | None = None):
+        """θ float64 ``(n, D)`` → x float64 ``(n, D)``, after ``n · ms`` ms of sleep."""
+        rng = np.random.default_rng() if rng is None else rng
+        time.sleep(int(n) * self.ms / 1000.0)
         theta = np.asarray(theta, dtype=np.float64)
         return theta + self.noise * rng.normal(size=theta.shape)

@@ -388,6 +388,15 @@ class DeployedGraph:
         """
         return self._deployment.deployed_store().with_options(timeout=timeout).stats()
 
+    def store_cpu_seconds(self, timeout: float | None = None) -> float:
+        """CPU seconds (user + system) the store's process has used since the store started.
+
+        Raises:
+            StoreError: the store did not answer within ``timeout`` seconds.
+        """
+        store = self._deployment.deployed_store().with_options(timeout=timeout)
+        return float(store.wait(store.submit_cpu_seconds()))
+
     def to_arrays(
         self, trace: RefTrace, keys: Sequence[str] | None = None
     ) -> dict[str, np.ndarray]:

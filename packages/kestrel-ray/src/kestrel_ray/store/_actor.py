@@ -18,6 +18,7 @@ go back to the driver with the append's answer (``Appended.snapshots``), and the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,6 +65,7 @@ class SampleStore(BlockStore):
             snapshot_dir=None,
             seed=seed,
         )
+        self._cpu_start = time.process_time()
 
     def ready(self) -> bool:
         """Return ``True`` once the actor is constructed (used to wait for it)."""
@@ -72,6 +74,11 @@ class SampleStore(BlockStore):
     def schema(self) -> Schema | None:
         """The run's key schema ``{flat_key: (D_key, dtype)}``, or ``None`` before the first append."""
         return self._schema_copy()
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the store's process has used since the store was
+        constructed: its own cost of the run's bookkeeping (``RUN/profile.json``'s ``cpu_s``)."""
+        return time.process_time() - self._cpu_start
 
     def held_refs(self) -> int:
         """Number of ObjectRefs the store holds (blocks × keys): what keeps objects alive."""

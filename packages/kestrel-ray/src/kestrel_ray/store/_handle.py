@@ -383,6 +383,11 @@ class StoreHandle:
             held_ids=held,
         )
 
+    def submit_cpu_seconds(self) -> Any:
+        """The ObjectRef of the store process's CPU seconds (user + system) since the store was
+        constructed."""
+        return self._actor.cpu_seconds.remote()
+
     def submit_stats(self) -> Any:
         """:meth:`stats` without waiting: the ObjectRef of the counts."""
         return self._actor.stats.remote()

@@ -96,8 +96,16 @@ class LaunchReporter:
         """``RUN/profile.json`` (:mod:`kestrel.report._profile`) and its one-line summary, from
         the actors' ``statuses`` (``{}``: the driver's parts only); errors logged."""
         launcher = self._launcher
+        store_cpu = None
+        if statuses and launcher.dg is not None:
+            try:
+                store_cpu = launcher.dg.store_cpu_seconds(timeout=10.0)
+            except (ray.exceptions.RayError, StoreError):
+                pass
         try:
-            profile = launcher.profile.build(statuses, list(launcher.cfg.graph.latents))
+            profile = launcher.profile.build(
+                statuses, list(launcher.cfg.graph.latents), store_cpu_s=store_cpu
+            )
             path = write_profile(launcher.session.run.root, profile)
         except (OSError, KeyError, TypeError, ValueError) as err:
             launcher.log.warning("profile: not written: %s", err)

@@ -14,7 +14,12 @@ Three views of the same wall clock (seconds, and the share of the launch's wall 
   simulator's calls; ``sample_proposal``, ``sample_posterior``: an estimator's draws;
   ``inputs``: waiting for and reading the conditions' blocks, which includes the upstream
   nodes' work on them), with ``busy_share`` — ``simulate`` over the time
-  simulations could run (``initial simulation`` + ``training`` + ``stopping``).
+  simulations could run (``initial simulation`` + ``training`` + ``stopping``);
+* ``cpu_s``: CPU seconds (user + system) — ``driver``: the launch's process from the actors'
+  start to the end (each driver part from ``starting`` on has its own ``cpu_s`` too),
+  ``driver_simulating``: of it, the parts during which simulations run, ``store``: the store
+  actor's process over its life (``null`` when it did not answer). Kestrel's own cost of
+  orchestrating the simulations, apart from the simulators'.
 
 Timing is always on: a few clock reads per step, call and phase. The driver logs a one-line
 summary; :func:`profile_rows` renders a profile as Markdown table rows (``python -m
@@ -54,6 +59,9 @@ class LaunchProfile:
         self.driver: dict[str, float] = {}
         self._part: str | None = None
         self._since = self.t_start
+        #: part → the driver process's CPU seconds (parts entered with :meth:`enter`)
+        self.driver_cpu: dict[str, float] = {}
+        self._cpu_since = time.process_time()
 
     def add(self, part: str, seconds: float) -> None:
         """Add ``seconds`` to ``part`` (a part measured elsewhere, e.g. before Ray ran)."""
@@ -62,17 +70,28 @@ class LaunchProfile:
     def enter(self, part: str, now: float | None = None) -> None:
         """End the current part and begin ``part`` (``now``: ``time.monotonic()``)."""
         now = time.monotonic() if now is None else now
+        cpu = time.process_time()
         if self._part is not None:
             self.add(self._part, now - self._since)
-        self._part, self._since = part, now
+            self.driver_cpu[self._part] = (
+                self.driver_cpu.get(self._part, 0.0) + cpu - self._cpu_since
+            )
+        self._part, self._since, self._cpu_since = part, now, cpu
 
-    def build(self, statuses: dict[str, Any], estimators: list[str]) -> dict[str, Any]:
+    def build(
+        self,
+        statuses: dict[str, Any],
+        estimators: list[str],
+        store_cpu_s: float | None = None,
+    ) -> dict[str, Any]:
         """The profile as plain containers (the current part ends now).
 
         Args:
             statuses: node → its actor's status, or a list of them (one per replica), as
                 :meth:`~kestrel_ray.DeployedGraph.status` returns (empty: none answered).
             estimators: the estimator nodes.
+            store_cpu_s: the store process's CPU seconds
+                (:meth:`~kestrel_ray.DeployedGraph.store_cpu_seconds`; ``None``: unknown).
         """
         self.enter("", time.monotonic())
         self._part = None
@@ -88,7 +107,17 @@ class LaunchProfile:
             },
             "estimators": {},
             "actors": {},
+            "cpu_s": {
+                "driver": round(sum(self.driver_cpu.values()), 3),
+                "driver_simulating": round(
+                    sum(self.driver_cpu.get(k, 0.0) for k in _SIMULATING), 3
+                ),
+                "store": None if store_cpu_s is None else round(float(store_cpu_s), 3),
+            },
         }
+        for k, v in self.driver_cpu.items():
+            if k in out["driver"]:
+                out["driver"][k]["cpu_s"] = round(v, 3)
         simulating = sum(self.driver.get(k, 0.0) for k in _SIMULATING)
         for node, status in statuses.items():
             if node.startswith("_"):
@@ -179,6 +208,11 @@ def profile_rows(profile: dict[str, Any]) -> list[str]:
                     f"| {node} replica {r['replica']}: {k} | {v['seconds']:.2f} | "
                     f"{100 * v['share']:.1f} % |"
                 )
+    cpu = profile.get("cpu_s") or {}
+    if cpu.get("driver") is not None:
+        rows.append(f"| driver CPU (from the actors' start) | {cpu['driver']:.2f} | |")
+    if cpu.get("store") is not None:
+        rows.append(f"| store actor CPU | {cpu['store']:.2f} | |")
     rows.append(f"| **wall** | {profile['wall_s']:.2f} | 100 % |")
     return rows
 

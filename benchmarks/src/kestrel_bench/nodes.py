@@ -1,0 +1,141 @@
+"""The many-node table: ``python -m kestrel_bench.nodes NODES.json``.
+
+Reads the JSON that ``pytest --benchmark-json`` wrote for ``benchmarks/test_07_nodes.py``
+(``hatch run bench:nodes``) and prints one Markdown row per (K nodes, R replicas): the
+simulations, the replicas' busy share (lowest and median), the driver's and the store actor's
+CPU seconds per 1000 simulations, the seconds simulations ran and the 1-minute load average
+before and after the launch; then, per K, the growth exponent of each cost per 1000
+simulations in R (the least-squares slope of ``log cost`` on ``log R``, as
+:mod:`kestrel_bench._scaling` does for N): 0 — each simulation costs the same whatever the
+replica count; 1 — the cost of a simulation grows in proportion to R. Exit status 2 when
+the file cannot be read, else 0 (no floors: the targets are read off the table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ._scaling import _slope
+
+__all__ = ["rows_from", "render", "growth", "main"]
+
+#: busy share every replica should reach (issue 32 item 3)
+BUSY_TARGET = 0.95
+
+_HEAD = [
+    "K nodes",
+    "R replicas",
+    "simulations",
+    "busy share min / median",
+    "driver CPU s / 1000 sims",
+    "store CPU s / 1000 sims",
+    "simulating s",
+    "load 1 min before → after",
+]
+
+
+def rows_from(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``nodes`` benchmarks' rows (their ``extra_info``), sorted by K then R."""
+    rows = [
+        dict(b.get("extra_info") or {})
+        for b in data.get("benchmarks", [])
+        if (b.get("extra_info") or {}).get("group") == "nodes"
+    ]
+    return sorted(rows, key=lambda r: (int(r["nodes"]), int(r["replicas"])))
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    return "—" if value is None else f"{float(value):.{digits}g}"
+
+
+def render(rows: Sequence[dict[str, Any]]) -> str:
+    """A Markdown table of ``rows`` (busy shares below :data:`BUSY_TARGET` in bold)."""
+    lines = ["| " + " | ".join(_HEAD) + " |", "|" + "---|" * len(_HEAD)]
+    for r in rows:
+        low = float(r["busy_min"])
+        busy = f"{low:.3f} / {float(r['busy_median']):.3f}"
+        if low < BUSY_TARGET:
+            busy = f"**{busy}**"
+        cells = [
+            str(r["nodes"]),
+            str(r["replicas"]),
+            str(r["simulations"]),
+            busy,
+            _num(r["driver_cpu_per_1000"]),
+            _num(r["store_cpu_per_1000"]),
+            f"{float(r['simulating_s']):.1f}",
+            f"{float(r['load_before']):.2f} → {float(r['load_after']):.2f}",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def growth(rows: Sequence[dict[str, Any]]) -> list[tuple[int, tuple[int, ...], dict[str, Any]]]:
+    """Per K measured at two or more R: ``(K, the R, {cost: exponent in R or None})``."""
+    out = []
+    for k in sorted({int(r["nodes"]) for r in rows}):
+        mine = [r for r in rows if int(r["nodes"]) == k]
+        sizes = tuple(sorted({int(r["replicas"]) for r in mine}))
+        if len(sizes) < 2:
+            continue
+        out.append(
+            (
+                k,
+                sizes,
+                {
+                    cost: _slope([(int(r["replicas"]), r[cost]) for r in mine])
+                    for cost in ("driver_cpu_per_1000", "store_cpu_per_1000")
+                },
+            )
+        )
+    return out
+
+
+def render_growth(rows: Sequence[dict[str, Any]]) -> str:
+    """The exponents of each cost per 1000 simulations in R, as a Markdown table."""
+    lines = [
+        "| K nodes | R | driver CPU / 1000 sims ∝ R^a | store CPU / 1000 sims ∝ R^a |",
+        "|---|---|---|---|",
+    ]
+    for k, sizes, exps in growth(rows):
+        cells = [
+            "—" if exps[c] is None else f"{exps[c]:+.2f}"
+            for c in ("driver_cpu_per_1000", "store_cpu_per_1000")
+        ]
+        lines.append(f"| {k} | {', '.join(map(str, sizes))} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the table and the exponents; return 0, or 2 when the file cannot be read."""
+    parser = argparse.ArgumentParser(
+        prog="python -m kestrel_bench.nodes", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("json", help="file written by pytest --benchmark-json (bench:nodes)")
+    args = parser.parse_args(argv)
+    try:
+        with open(args.json, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as err:
+        print(f"kestrel_bench.nodes: cannot read {args.json!r}: {err}", file=sys.stderr)
+        return 2
+    rows = rows_from(data)
+    machine = data.get("machine_info", {})
+    cpu = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor") or "?"
+    print(
+        f"Kestrel many-node benchmark — {data.get('datetime', '?')} — {cpu}, "
+        f"{(machine.get('cpu') or {}).get('count', '?')} cores"
+    )
+    print(render(rows))
+    if growth(rows):
+        print("\nGrowth of each cost per 1000 simulations with R (slope of log cost on log R):")
+        print(render_growth(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

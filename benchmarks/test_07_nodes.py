@@ -1,0 +1,195 @@
+"""Many nodes: Kestrel's own cost with K Ray nodes and R sleeping simulator replicas (issue 32).
+
+Marked ``nodes``, run only by ``hatch run bench:nodes`` (not in ``bench:check``): for each K
+in :data:`NODES` a :class:`kestrel_bench._cluster.LocalCluster` of K ``ray start`` nodes on
+this machine (the head: 1 CPU, the estimator and the store; K − 1 workers with ``--num-cpus
+0`` and the resource ``sim``), and for each R in :data:`REPLICAS` one ``kestrel.launch`` in
+this process, joined to that cluster:
+
+θ ~ U(−1, 1)², x = θ + 0.1·ε from :class:`kestrel_bench.SleepSimulator` — ``MS`` ms of
+*sleep* a sample (an external code on another machine costs this one no CPU, so what the
+launch spends is Kestrel's orchestration alone) — on ``num_actors: R`` replicas, each with
+``num_cpus: 0``, ``resources: {sim: 1}`` and ``scheduling_strategy: SPREAD`` (spread evenly
+over the workers). A GaussianPosterior trains :data:`EPOCHS` epochs and then stops; the rest
+of the budget (:data:`PER_REPLICA` samples a replica) is drawn from its final proposal in
+rounds of :data:`ROWS` rows a replica (``simulate_count: ROWS·R``, ``epochs_per_round: 0``,
+``simulate_interval: 0``; two rounds in flight, the next queued on each replica behind the
+current one). The driver's own training thread is thus idle: the figures are what rounds,
+appends, the journal and the store cost.
+
+Measured from ``RUN/profile.json``: each replica's ``busy_share`` (its sleeps over the time
+simulations could run), the driver's CPU seconds over the simulating parts
+(``cpu_s.driver_simulating``: the launch's process, Ray's threads in it included) and the
+store actor's (``cpu_s.store``), each per 1000 simulations; the 1-minute load average before
+and after each launch. The timed value of the benchmark is the driver's CPU per 1000
+simulations. ``python -m kestrel_bench.nodes JSON`` prints the table and the exponents of
+each cost in R.
+
+Sizes from the environment for a quick try: ``KESTREL_BENCH_NODES=2 KESTREL_BENCH_REPLICAS=8
+hatch run bench:nodes``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kestrel_bench import pedantic_inner
+
+pytestmark = pytest.mark.nodes
+
+
+def _sizes(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    value = os.environ.get(name, "").strip()
+    return tuple(int(v) for v in value.split(",")) if value else default
+
+
+#: Ray nodes in the cluster (the head and K − 1 workers)
+NODES = _sizes("KESTREL_BENCH_NODES", (8, 16))
+#: simulator replicas (``num_actors``)
+REPLICAS = _sizes("KESTREL_BENCH_REPLICAS", (32, 64, 128))
+MS = float(os.environ.get("KESTREL_BENCH_MS", "100"))  # sleep per sample, ms
+ROWS = int(os.environ.get("KESTREL_BENCH_ROWS", "8"))  # rows a replica per round
+PER_REPLICA = int(os.environ.get("KESTREL_BENCH_PER_REPLICA", "240"))  # resimulated a replica
+EPOCHS = 3
+INITIAL = {"min_samples": 512, "validation_samples": 128}
+
+
+def config(replicas: int, observed: str) -> dict[str, Any]:
+    """The launch's config for ``replicas`` sleeping replicas."""
+    from kestrel_bench._cluster import HEAD_RESOURCE
+
+    initial = INITIAL["min_samples"] + INITIAL["validation_samples"]
+    return {
+        "buffer": dict(
+            INITIAL,
+            max_samples=4096,
+            simulate_count=ROWS * replicas,
+            epochs_per_round=0,
+            simulate_interval=0.0,
+        ),
+        "budget": {"simulations": initial + PER_REPLICA * replicas},
+        "graph": {
+            "theta": {
+                "simulator": {
+                    "_target_": "kestrel_core.Product",
+                    "priors": [["uniform", -1.0, 1.0], ["uniform", -1.0, 1.0]],
+                },
+                "evidence": ["x"],
+                "estimator": {
+                    "_target_": "kestrel_torch.GaussianPosterior",
+                    "max_epochs": EPOCHS,
+                    "early_stop_patience": EPOCHS,
+                },
+                "ray": {"resources": {HEAD_RESOURCE: 0.01}},
+            },
+            "x": {
+                "simulator": {"_target_": "kestrel_bench.SleepSimulator", "ms": MS},
+                "parents": ["theta"],
+                "num_actors": replicas,
+                "observed": observed,
+                "dry_run": False,
+                "ray": {
+                    "num_cpus": 0,
+                    "resources": {"sim": 1},
+                    "scheduling_strategy": "SPREAD",
+                },
+            },
+        },
+        "sample": {"posterior": {"n": 100}},
+    }
+
+
+@pytest.fixture(scope="module", params=NODES, ids=lambda k: f"K{k}")
+def cluster(request):
+    """A cluster of K nodes, this process its driver (Ray initialised here, shut down after)."""
+    import ray
+
+    from kestrel_bench._cluster import LocalCluster
+
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    with LocalCluster(request.param, {"sim": 1000}) as c:
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        os.environ.pop("RAY_ADDRESS", None)
+        ray.init(address=c.address, logging_level="ERROR", log_to_driver=False)
+        try:
+            yield c
+        finally:
+            ray.shutdown()
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
+def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
+    """One launch; its profile's figures."""
+    import numpy as np
+
+    from kestrel import launch
+
+    folder.mkdir(parents=True)
+    np.save(folder / "obs.npy", np.array([0.2, -0.3]))
+    cfg = config(replicas, str(folder / "obs.npy"))
+    load_before = os.getloadavg()[0]
+    cpu0, t0 = time.process_time(), time.monotonic()
+    result = launch(cfg, folder / "run", seed=1, progress=False)
+    cpu_launch, wall = time.process_time() - cpu0, time.monotonic() - t0
+    load_after = os.getloadavg()[0]
+    assert result.status == "completed", result.status
+    profile = json.loads((folder / "run" / "profile.json").read_text())
+    x = profile["actors"]["x"]
+    busy = sorted(float(r["busy_share"]) for r in x)
+    sims = sum(int(r["samples"]) for r in x)
+    driver = profile["driver"]
+    simulating = sum(
+        float(driver[k]["seconds"])
+        for k in ("initial simulation", "training", "stopping")
+        if k in driver
+    )
+    cpu = profile["cpu_s"]
+    per_k = 1000.0 / sims
+    return {
+        "nodes": cluster.nodes,
+        "replicas": replicas,
+        "simulations": sims,
+        "ms_per_sample": MS,
+        "rows_per_round": ROWS * replicas,
+        "busy_min": busy[0],
+        "busy_median": busy[len(busy) // 2],
+        "busy_share": busy,
+        "simulating_s": round(simulating, 2),
+        "starting_s": float(driver.get("starting", {}).get("seconds", 0.0)),
+        "launch_wall_s": round(wall, 2),
+        "driver_cpu_launch_s": round(cpu_launch, 2),
+        "driver_cpu_s": cpu["driver_simulating"],
+        "store_cpu_s": cpu["store"],
+        "driver_cpu_per_1000": round(cpu["driver_simulating"] * per_k, 4),
+        "store_cpu_per_1000": None if cpu["store"] is None else round(cpu["store"] * per_k, 4),
+        "load_before": round(load_before, 2),
+        "load_after": round(load_after, 2),
+        "cpus": os.cpu_count(),
+        "cluster_start_s": round(cluster.start_seconds or 0.0, 1),
+    }
+
+
+@pytest.mark.parametrize("replicas", REPLICAS, ids=lambda r: f"R{r}")
+def test_orchestration_cost_with_many_nodes(benchmark, cluster, tmp_path, replicas) -> None:
+    from kestrel_bench.nodes import render
+
+    def run() -> tuple[float, dict[str, Any]]:
+        row = _measure(cluster, replicas, tmp_path / f"R{replicas}-{len(os.listdir(tmp_path))}")
+        return row["driver_cpu_per_1000"], row
+
+    row = pedantic_inner(benchmark, run, rounds=1, warmup_rounds=0, where="driver CPU / 1000")
+    benchmark.group = "nodes"
+    benchmark.extra_info.update(group="nodes", **row)
+    print("\n" + render([row]))
+    assert row["simulations"] >= PER_REPLICA * replicas  # every replica's share was simulated
+    assert row["busy_min"] > 0, row["busy_share"]  # every replica simulated
