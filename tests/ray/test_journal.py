@@ -1,5 +1,5 @@
 """The buffer journal on Ray (kestrel.persist._journal): every append the store accepted is
-written by the driver, a snapshot trims it, a new store gets snapshot + journal back with the
+written by the driver and kept (the bank), a new store gets snapshot + journal back with the
 same ids, values and statuses; damaged files are skipped naming them; the budget counts the
 journal's rows once (issue 11: a killed store or driver loses no row)."""
 
@@ -12,7 +12,7 @@ import numpy as np
 import ray
 
 from kestrel.controller._budget import Budget, restore_counts, write_budget
-from kestrel.persist._journal import JournalWriter, replay_journal, trim
+from kestrel.persist._journal import JournalWriter, replay_journal
 from kestrel_core import BlockMeta
 from kestrel_core.store import read_buffer_file
 from kestrel_core.testing import KEYS, rows_for
@@ -65,11 +65,11 @@ def test_snapshot_plus_journal_is_the_store_as_it_was(tmp_path, track, caplog):
     from kestrel_core.store import write_buffer_file
 
     write_buffer_file(snaps, snapshot)
-    assert trim(journal, snapshot.next_id, LOG) == 2  # both files are in the snapshot
-    assert sorted(os.listdir(journal)) == []
+    # both files are in the snapshot, and stay: the journal is the run's bank
+    assert sorted(os.listdir(journal)) == ["0-7.npz", "8-10.npz"]
     submit(old, 11, [5, 2], invalid=[12], journal=writer)  # after the snapshot: journal only
     submit(old, 18, [6], journal=writer)  # evicts: max_samples 10
-    assert sorted(os.listdir(journal)) == ["11-17.npz", "18-23.npz"]
+    assert sorted(os.listdir(journal)) == ["0-7.npz", "11-17.npz", "18-23.npz", "8-10.npz"]
     assert writer.appends == 4 and writer.rows == 24 and writer.failed == 0
     truth = snapshot_store(old)  # what the store held when it "died"
 

@@ -125,6 +125,11 @@ class Estimator(Protocol):
     (broadcast). A sampling method that accepts a keyword argument ``rng`` is passed a
     ``numpy.random.Generator`` per chunk, spawned from the sampling call's seed, and must draw
     from it: an estimator's own seed fixes its training, not its draws.
+
+    An estimator class may set ``proposal_rows = False``: it trains without a proposal
+    correction, so rows drawn from proposals (each with its ``log_prob``) would bias it; a
+    launch that reuses another run's rows then gives it the prior's rows only (default, when
+    absent: it trains on rows of any proposal, as a buffer mixing rounds holds them).
     """
 
     def setup(self, context: EstimatorContext) -> None: ...

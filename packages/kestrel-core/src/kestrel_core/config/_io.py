@@ -228,7 +228,7 @@ def resolve(cfg: Any, run_dir: Any, base_dir: str) -> dict[str, Any]:
 
 def _absolutise(data: dict[str, Any], base_dir: str) -> None:
     """Expand ``~`` in every path of the config (as a shell does: never a folder named ``~``)
-    and make ``paths.imports``, ``buffer.initial_samples_path``, ``observed`` and the paths of a
+    and make ``paths.imports``, ``reuse``, ``buffer.initial_samples_path``, ``observed`` and the paths of a
     :class:`~kestrel_core.Program` simulator (its program, ``cwd``, ``scratch``) absolute."""
     if isinstance(data.get("run_dir"), str):
         data["run_dir"] = os.path.expanduser(data["run_dir"])
@@ -244,6 +244,13 @@ def _absolutise(data: dict[str, Any], base_dir: str) -> None:
             paths["imports"] = [
                 os.path.normpath(os.path.join(base_dir, os.path.expanduser(d))) for d in imports
             ]
+    reuse = data.get("reuse")  # earlier runs whose simulation banks a new run starts from
+    if isinstance(reuse, str):
+        reuse = [reuse]
+    if isinstance(reuse, list) and all(isinstance(r, str) for r in reuse):
+        data["reuse"] = [
+            os.path.normpath(os.path.join(base_dir, os.path.expanduser(r))) for r in reuse
+        ]
     buf = data.get("buffer")
     if isinstance(buf, dict) and isinstance(buf.get("initial_samples_path"), str):
         buf["initial_samples_path"] = os.path.normpath(

@@ -34,6 +34,7 @@ __all__ = [
 
 TOP_KEYS = (
     "run_dir",
+    "reuse",
     "paths",
     "buffer",
     "budget",
@@ -286,6 +287,14 @@ def schema_problems(data: Any) -> list[str]:
             problems.append(f"logging.level: expected a level name such as INFO, found {level!r}")
     if "run_dir" in data and data["run_dir"] is not None and not isinstance(data["run_dir"], str):
         problems.append(f"run_dir: expected a path, found {data['run_dir']!r}")
+    reuse = data.get("reuse")
+    if reuse is not None and not (
+        isinstance(reuse, str) or isinstance(reuse, list) and all(isinstance(r, str) for r in reuse)
+    ):
+        problems.append(
+            "reuse: expected a list of run folders (relative: to the config file's folder) "
+            f"whose simulation banks the run starts from, found {reuse!r}"
+        )
     _tracking_problems(data.get("tracking"), problems)
     return problems
 
@@ -309,6 +318,7 @@ def override_problem(parts: list[str | int], nodes: list[str]) -> str | None:
         "logging": LOGGING_KEYS,
         "run_dir": (),
         "deterministic": (),
+        "reuse": (),
     }
     if top == "ray":
         return None
@@ -325,7 +335,7 @@ def override_problem(parts: list[str | int], nodes: list[str]) -> str | None:
     if top in table:
         if len(names) > 1 and names[1] not in table[top]:
             return f"{key_path(*names[:2])}: {unknown('key', names[1], table[top])}"
-        if len(names) > 2 or (top in ("run_dir", "deterministic") and len(names) > 1):
+        if len(names) > 2 or (top in ("run_dir", "deterministic", "reuse") and len(names) > 1):
             return f"{key_path(*names)}: {key_path(*names[:-1])} has no sub-keys"
         return None
     if top == "sample":

@@ -392,6 +392,9 @@ class FlowMatchingPosterior(StepwiseEstimator):
 
     options_class: ClassVar[type[FlowMatchingOptions]] = FlowMatchingOptions
     options: FlowMatchingOptions
+    #: no proposal correction: rows reused from another run's proposals would bias it
+    #: (``kestrel launch --reuse`` gives it the prior's rows only)
+    proposal_rows: ClassVar[bool] = False
 
     def make_head(self, dim: int, context_dim: int) -> FlowMatchingHead:
         """The :class:`FlowMatchingHead` for D = ``dim``, E = ``context_dim``."""

@@ -3,7 +3,7 @@
 ::
 
     kestrel launch [-c CONFIG] -o RUN [--resume | --restart] [--epochs N] [--address ADDR]
-                   [--seed S] [--timeout SEC] [--no-auto-sample]
+                   [--reuse OLD ...] [--seed S] [--timeout SEC] [--no-auto-sample]
                    [--progress {auto,live,log,none}] [--check] [--trust] [key=value ...]
     kestrel sample prior|posterior|proposal|ppd -o RUN [-n N] [--seed S] [--address ADDR]
                    [--observation [NODE=]FILE[:key] ...] [--ray] [--trust] [key=value ...]
@@ -96,6 +96,17 @@ def launch_command(subparsers: Any) -> None:
         help="join this Ray cluster (default: RAY_ADDRESS, else start a local Ray)",
     )
     p.add_argument(
+        "--reuse",
+        action="append",
+        default=[],
+        type=user_path,
+        metavar="OLD",
+        help="start the new run from the simulations kept in the earlier run OLD (its bank), "
+        "when OLD's simulators (sections, parents, code) equal CONFIG's: they count in "
+        "budget.simulations, so only what the budget adds is simulated; repeat for more runs "
+        "(the same as the config's reuse: list)",
+    )
+    p.add_argument(
         "--seed",
         type=non_negative_int,
         default=None,
@@ -159,6 +170,7 @@ def _run_launch(args: argparse.Namespace) -> int:
         epochs=args.epochs,
         deterministic=args.deterministic,
         trust=args.trust,
+        reuse=args.reuse,
     )
     print(
         f"kestrel launch: {result.status} in {result.wall_time:.1f} s (seed {result.seed}); "

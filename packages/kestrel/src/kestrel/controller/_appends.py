@@ -9,10 +9,14 @@ the resimulation rounds, the end-of-budget draws — goes through the launcher's
    (:meth:`kestrel_ray.RefTrace.blocks`, refs only) go to the store in one call, without
    waiting (the store keeps the invalid rows dead);
 2. :meth:`Appends.finish`: once the store answered, the rows are handed to the journal
-   (:class:`~kestrel.persist._journal.JournalWriter`: the blocks submitted and the ids the
-   store gave them; it reads the blocks and writes ``RUN/buffer/journal/<first>-<last>.npz``)
+   (:class:`~kestrel.persist._journal.JournalWriter`: the blocks submitted, the ids the
+   store gave them and the append's name — its origin in the bank; it reads the blocks and
+   writes ``RUN/buffer/journal/<first>-<last>.npz`` and its line in the bank's manifest)
    before anything else happens on the driver, then the budget's id count and the launch's
    ``simulated`` count move on.
+
+Rows reused from earlier runs' banks are blocks already (:meth:`Appends.append_blocks`): they
+pass the same store append and journal, without the checks of a fresh simulation.
 
 Since every append of the launch passes here, none escapes the journal; the journal is written
 right after the store accepted the rows, as the store's own snapshot rows are.
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from kestrel.controller._budget import Budget
@@ -57,7 +62,8 @@ class Appends:
     ):
         self.result, self.budget, self.log, self.journal = result, budget, log, journal
         self.first: float | None = None
-        self._pending: dict[Any, tuple[StoreHandle, list[Any]]] = {}  # ref → (store, blocks)
+        # ref → (store, blocks, the append's origin in the bank)
+        self._pending: dict[Any, tuple[StoreHandle, list[Any], Any]] = {}
 
     def submit(self, store: StoreHandle, trace: RefTrace, what: str) -> Any:
         """Count a trace's non-finite and skipped rows, then append its blocks to ``store``
@@ -84,7 +90,7 @@ class Appends:
             )
         blocks = trace.blocks()
         ref = store.submit_append(blocks)
-        self._pending[ref] = (store, blocks)
+        self._pending[ref] = (store, blocks, what)
         return ref
 
     def finish(self, ref: Any) -> int:
@@ -96,10 +102,10 @@ class Appends:
             OSError: a per-sample snapshot file cannot be written (a journal write that fails
                 is logged by the journal, not raised).
         """
-        store, blocks = self._pending.pop(ref)
+        store, blocks, origin = self._pending.pop(ref)
         done = store.appended(ref)
         if self.journal is not None and len(done.ids):
-            self.journal.write(store, blocks, done.ids)
+            self.journal.write(store, blocks, done.ids, origin)
         self.budget.covered(done.ids)
         for note in done.notes:
             self.log.warning("buffer: %s", note)
@@ -109,3 +115,19 @@ class Appends:
     def append(self, store: StoreHandle, trace: RefTrace, what: str) -> int:
         """:meth:`submit`, then :meth:`finish`: returns the valid rows kept."""
         return self.finish(self.submit(store, trace, what))
+
+    def append_blocks(
+        self, store: StoreHandle, blocks: list[Any], origin: Mapping[str, Any]
+    ) -> int:
+        """Append blocks of rows read from disk (``[({flat key: ObjectRef}, BlockMeta)]``,
+        every row valid) and journal them with ``origin`` (their manifest fields); returns the
+        rows kept.
+
+        Raises:
+            StoreError: the store refused the blocks (another key schema; nothing stored).
+        """
+        if self.first is None:
+            self.first = time.monotonic()
+        ref = store.submit_append(blocks)
+        self._pending[ref] = (store, blocks, dict(origin))
+        return self.finish(ref)

@@ -13,7 +13,8 @@ made elsewhere: the first launch counts them in ``used`` when it appends them, s
 ``budget.simulations`` of 10 000 + k over 10 000 imported rows simulates k more. Imported rows
 that spend the budget leave nothing to simulate: the launch trains on them alone, or — when
 they are fewer than ``min_samples + validation_samples`` — stops at start as a budget smaller
-than the initial simulation does.
+than the initial simulation does. Rows a launch reuses from earlier runs' simulation banks
+(``--reuse``, :mod:`kestrel.persist._reuse`) count the same way.
 
 ``budget.json`` records with the counters the store's id count they cover (``ids``). Every id
 assigned after it is a simulation (ids are never reused; only a first launch's initial samples
@@ -112,7 +113,9 @@ class Budget:
         return {"total": self.total, "used": self.used, "invalid": self.invalid, "left": self.left}
 
 
-def check_initial_budget(config: Any, snapshots: str, fresh: bool = False) -> None:
+def check_initial_budget(
+    config: Any, snapshots: str, fresh: bool = False, *, reused: int = 0
+) -> None:
     """Before Ray starts: a launch that simulates its initial buffer must fit its budget.
 
     Args:
@@ -120,12 +123,14 @@ def check_initial_budget(config: Any, snapshots: str, fresh: bool = False) -> No
         snapshots: the run's snapshot folder (a ``buffer.npz`` there: a resume restores it,
             and its budget is checked once its counters are restored).
         fresh: the launch ignores what the folder holds (a restart).
+        reused: rows of earlier runs the launch starts from (``--reuse``: checked with them
+            by :func:`~kestrel.persist._reuse.plan_reuse`).
 
     Raises:
         ConfigError: as :meth:`Budget.check_initial`.
     """
     buffer = config.buffer
-    if buffer is None or buffer.initial_samples_path:
+    if buffer is None or buffer.initial_samples_path or reused:
         return
     if not fresh and os.path.exists(os.path.join(snapshots, BUFFER_FILE)):
         return

@@ -19,8 +19,8 @@ node's death it still answers:
 
 A launch that failed because a write found no space (:class:`~kestrel_core.internal.DiskFullError`:
 ``ENOSPC``, ``EDQUOT``, ``EROFS``) does not write the buffer again: the last snapshot and the
-journal files already on disk hold every row stored before the failed write (the journal is
-trimmed only once a snapshot is in place), and a snapshot needs more space than the write that
+journal files already on disk hold every row stored before the failed write (the journal keeps
+every file: it is the run's simulation bank), and a snapshot needs more space than the write that
 failed. The weights are tried once (small files; the failed write's temporary file was
 removed); nothing on disk is deleted. The error gets its remedy (free space, then
 ``kestrel launch -o RUN``).
@@ -204,7 +204,7 @@ def _estimator_status(dg: Any, latents: list[str]) -> tuple[dict[str, dict[str, 
 
 
 def _save_buffer(dg: Any, resume: Resume, log: logging.Logger) -> int | None:
-    """Write the store's whole buffer (and trim the journal); ``None`` when the store is gone
+    """Write the store's whole buffer; ``None`` when the store is gone
     or empty (logged)."""
     run = resume.session.run
     try:

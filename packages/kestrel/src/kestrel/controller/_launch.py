@@ -27,6 +27,7 @@ from kestrel.controller._resume import Resume
 from kestrel.controller._states import RunStatus
 from kestrel.controller._stop import StopControl
 from kestrel.controller._watch import LaunchWatch
+from kestrel.persist._reuse import plan_reuse
 from kestrel.preflight._capacity import check_run_disk
 from kestrel.preflight._launch_notes import check_epochs_overrides
 from kestrel.report._logging import driver_logger
@@ -61,6 +62,7 @@ def launch(
     epochs: int | None = None,
     deterministic: bool | None = None,
     trust: bool = False,
+    reuse: Iterable[str | os.PathLike[str]] | str | os.PathLike[str] = (),
 ) -> RunResult:
     """Train the graph's estimators with adaptive re-simulation; save; sample the posterior.
 
@@ -100,6 +102,11 @@ def launch(
             (and a ``config`` that is a run folder's ``config.yml``) may use only Kestrel's
             config classes and the run's code folders (:mod:`kestrel.rundir._trust`); a
             ``config`` of the user's own is never restricted.
+        reuse: earlier run folders (``--reuse``; relative to the current folder), after the
+            config's ``reuse:`` list: a new run starts from the rows of their simulation banks
+            whose simulator digest matches this config's, as its initial rows counted in
+            ``budget.simulations`` (:mod:`kestrel.persist._reuse`). Refused on a folder that
+            holds rows of its own launches (unless ``mode="restart"``).
 
     Returns:
         A :class:`RunResult` (status ``"completed"``, ``"interrupted"`` (Ctrl-C) or
@@ -107,7 +114,8 @@ def launch(
 
     Raises:
         ConfigError, GraphError: the config or an argument is invalid (before anything is
-            written); in ``"auto"`` mode, the config differs from the run's own (the message
+            written); a ``reuse`` run that is not a run, has no bank, is damaged or was
+            simulated with another simulator (naming the folder, the file or the keys); in ``"auto"`` mode, the config differs from the run's own (the message
             names the keys, old → new); ``epochs`` with a ``max_epochs`` override.
         RunLockedError: another launch holds the run's lock (the message names it: host,
             pid, start), before anything is read or written.
@@ -146,6 +154,7 @@ def launch(
             progress=progress,
             epochs=epochs,
             deterministic=deterministic,
+            reuse=[reuse] if isinstance(reuse, (str, os.PathLike)) else list(reuse),
         )
 
 
@@ -160,10 +169,18 @@ def _launch(
     progress: Any,
     epochs: int | None,
     deterministic: bool | None,
+    reuse: list[str | os.PathLike[str]],
 ) -> RunResult:
     """The launch of :func:`launch` on its session, under the run's lock."""
+    # the rows of earlier runs' banks: every check before anything is written
+    plan = plan_reuse(session.config, session.run, reuse, fresh=session.mode == "restart")
     # a budget smaller than the initial simulation: said before anything is written or started
-    check_initial_budget(session.config, session.run.snapshots, fresh=session.mode == "restart")
+    check_initial_budget(
+        session.config,
+        session.run.snapshots,
+        fresh=session.mode == "restart",
+        reused=plan.rows if plan is not None else 0,
+    )
     _check_address(address, session.config.ray)
     check_run_disk(session)  # no room for a checkpoint: a warning (or refused) before writing
     check_tracking(session.config.tracking)  # a tracker's package missing: before writing
@@ -226,6 +243,7 @@ def _launch(
                     auto_sample=auto_sample,
                     epochs=epochs,
                     deterministic=deterministic,
+                    reuse=plan,
                     tracker=tracking if tracking.active else None,
                 )
                 reporter.start()

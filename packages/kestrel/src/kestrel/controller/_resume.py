@@ -36,7 +36,7 @@ import numpy as np
 import ray
 
 from kestrel.controller._budget import Budget, write_budget
-from kestrel.persist._journal import Replayed, replay_journal, trim
+from kestrel.persist._journal import Replayed, replay_journal
 from kestrel.rundir._rundir import SAVED_MARKER
 from kestrel.rundir._runfiles import RunFileError, buffer_remedy, npz_problem, read_saved
 from kestrel_core import ConfigError, StoreError
@@ -291,8 +291,9 @@ class Resume:
         return path
 
     def write_snapshot(self, snapshot: BufferSnapshot) -> str:
-        """Write ``snapshot`` as ``buffer.npz`` and the budget beside it, then delete the
-        journal files it holds; returns the path.
+        """Write ``snapshot`` as ``buffer.npz`` and the budget beside it; returns the path. The
+        journal files it holds stay: they are the run's simulation bank
+        (:mod:`kestrel.persist._bank`), and a resume replays only the files beyond it.
 
         Raises:
             OSError: ``buffer.npz`` cannot be written (the journal is left as it was).
@@ -302,7 +303,6 @@ class Resume:
         self.saved_rows = snapshot.n
         if self.budget is not None:
             write_budget(run.snapshots, self.budget)
-        trim(run.journal, snapshot.next_id, self.log)
         return path
 
     def save_weights(self, dg: Any, status: Mapping[str, Any], result: dict[str, int]) -> None:

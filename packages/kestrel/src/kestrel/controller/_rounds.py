@@ -59,6 +59,7 @@ class _Round:
     submitted: Any
     append: Any = None  # the append's ref, once the trace is collected
     invalid: int = 0
+    what: str = "resimulation"  # the append's name: its origin in the bank
 
 
 class Resimulation:
@@ -73,7 +74,9 @@ class Resimulation:
             flight).
         in_flight: the most rounds in flight otherwise (2; 1 where two rounds' blocks would
             not fit the object store, :func:`~kestrel.preflight._capacity.rounds_in_flight`).
-        append: ``append(trace, what)`` → the append's ref (the launcher counts non-finite rows).
+        append: ``append(trace, what)`` → the append's ref (the launcher counts non-finite rows;
+            ``what``: ``"resimulation round k"`` or, after training ended, ``"end-of-budget
+            draws round k"``, the rows' origin in the bank, :mod:`kestrel.persist._bank`).
         finish: ``finish(ref)`` → rows kept, once the append is done.
         stats: ``stats()`` → the store's counts (for ``simulate_when_full: false``).
         log: the driver's logger.
@@ -216,7 +219,8 @@ class Resimulation:
             self.dg.round_appended(k)
             return
         submitted = self.dg.submit_from_proposal(n)
-        self._pending.append(_Round(k, int(n), submitted))
+        what = f"{'resimulation' if training else 'end-of-budget draws'} round {k}"
+        self._pending.append(_Round(k, int(n), submitted, what=what))
         if submitted.watched:  # a node's hang watch waits for its calls: one round at a time
             self._depth = 1
             self._collect(self._pending[-1])
@@ -286,7 +290,7 @@ class Resimulation:
         valid = trace.valid_rows()
         r.invalid = 0 if valid is None else int((~valid).sum())
         r.rows = int(trace.n)
-        r.append = self._append(trace, "resimulation")
+        r.append = self._append(trace, r.what)
 
 
 def _ready(ref: Any) -> bool:

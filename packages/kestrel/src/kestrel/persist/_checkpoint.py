@@ -72,7 +72,7 @@ class Checkpoint:
             DiskFullError: ``buffer.npz``, ``budget.json``, an estimator file or its
                 ``saved.json`` cannot be written for lack of space. Each is written to a
                 temporary file renamed only once complete, so the previous checkpoint's files
-                stay whole, and the journal is trimmed only after a snapshot is in place.
+                stay whole, and the journal's files stay (the run's simulation bank).
         """
         if time.monotonic() < self._next:
             return False

@@ -1,24 +1,27 @@
-"""The launch's buffer journal: every append on disk until a snapshot holds it, replayed on resume.
+"""The launch's buffer journal: every append on disk, replayed on resume, kept as the bank.
 
 A launch's buffer is on disk as its last snapshot (``buffer.npz``: at the end, on failure, and
 at every checkpoint, :mod:`._checkpoint`). Rows appended since would die with the store actor
 or with a ``kill -9`` of the driver. With ``buffer.journal: true`` (the default):
 
 * **write**: the launch loop hands every append of the launch — initial samples, initial
-  simulation, resimulation rounds, the end-of-budget draws — to :meth:`JournalWriter.write`
-  right after the store accepted it (:class:`~kestrel.controller._appends.Appends`; the rows
-  the resume puts back are not appended there, so they are not written again): the writer
-  reads the append's blocks (one batched wait on the store's handle) and writes
-  ``RUN/buffer/journal/<first id>-<last id>.npz`` (:func:`kestrel_core.store.write_journal`:
-  atomic, fsynced, no pickle);
-* **trim**: once a snapshot file is in place, the journal files it covers are deleted
-  (:func:`trim`, called by whoever writes ``buffer.npz``);
+  simulation, resimulation rounds, the end-of-budget draws, rows reused from earlier runs — to
+  :meth:`JournalWriter.write` right after the store accepted it
+  (:class:`~kestrel.controller._appends.Appends`; the rows the resume puts back are not
+  appended there, so they are not written again): the writer reads the append's blocks (one
+  batched wait on the store's handle) and writes ``RUN/buffer/journal/<first id>-<last
+  id>.npz`` (:func:`kestrel_core.store.write_journal`: atomic, fsynced, no pickle), then its
+  line in the bank's manifest (origin and simulator digest: :mod:`._bank`);
+* **keep**: no file is deleted once a snapshot holds its rows: the journal is the run's
+  simulation bank (:mod:`._bank`), every row that reached the store, evicted ones included
+  (``buffer.journal: false``: no journal, and no bank);
 * **replay**: a resumed launch puts the snapshot back, then :func:`replay_journal` appends the
   journal's files beyond it in id order, block by block as they were appended, with their
   original ids — the store's id count continues where the snapshot's stopped, so a file that
-  starts there gets its ids again and the buffer rules evict as they did. A file that cannot be
-  read (a ``.tmp`` of a write cut short, a truncated file) is skipped with a warning naming it
-  and left on disk; rows after a gap keep their ids too (put back as new rows).
+  starts there gets its ids again and the buffer rules evict as they did; the files below the
+  snapshot's id count are left alone (not read). A file that cannot be read (a ``.tmp`` of a
+  write cut short, a truncated file) is skipped with a warning naming it and left on disk; rows
+  after a gap keep their ids too (put back as new rows).
 
 The cost is the driver reading every block it appends and writing it once; the writer times
 both (:attr:`JournalWriter.seconds`), and the launch logs the total.
@@ -29,23 +32,19 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import ray
 
+from kestrel.persist._bank import BankWriter
 from kestrel_core import BlockMeta, StoreError
 from kestrel_core.internal import DiskFullError
-from kestrel_core.store import (
-    JournalBlock,
-    journal_files,
-    read_journal_file,
-    trim_journal,
-    write_journal,
-)
+from kestrel_core.store import JournalBlock, journal_files, read_journal_file, write_journal
 
-__all__ = ["JournalWriter", "Replayed", "replay_journal", "trim"]
+__all__ = ["JournalWriter", "Replayed", "replay_journal"]
 
 
 class JournalWriter:
@@ -55,23 +54,33 @@ class JournalWriter:
     :class:`~kestrel_core.internal.DiskFullError` (the launch stops once: every later write
     would fail too); its ``.tmp`` is removed and the journal files before it stay whole. Any
     other failed write (a block lost) is logged, not raised: the launch goes on without those
-    rows on disk, as it would without a journal.
+    rows on disk, as it would without a journal. The same holds for the chunk's line in the
+    bank's manifest (a chunk without its line stays a journal file a resume replays, but is
+    not listed in the bank).
 
     Args:
         folder: the journal folder (created at the first write). log: the driver's logger.
+        bank: writes each chunk's manifest line (:class:`~kestrel.persist._bank.BankWriter`);
+            ``None``: the files are written without one (not listed in a bank).
 
     Attributes:
         appends, rows, bytes: what was written. seconds: time spent reading the blocks
         (``fetch``) and writing the files (``write``). failed: appends not written.
     """
 
-    def __init__(self, folder: str | os.PathLike[str], log: logging.Logger):
-        self.folder, self.log = os.fspath(folder), log
+    def __init__(
+        self, folder: str | os.PathLike[str], log: logging.Logger, bank: BankWriter | None = None
+    ):
+        self.folder, self.log, self.bank = os.fspath(folder), log, bank
         self.appends = self.rows = self.bytes = self.failed = 0
         self.seconds = {"fetch": 0.0, "write": 0.0}
 
     def write(
-        self, store: Any, blocks: list[tuple[dict[str, Any], BlockMeta]], ids: np.ndarray
+        self,
+        store: Any,
+        blocks: list[tuple[dict[str, Any], BlockMeta]],
+        ids: np.ndarray,
+        origin: str | Mapping[str, Any] = "initial simulation",
     ) -> None:
         """Write one append's rows, once the store accepted them.
 
@@ -80,10 +89,13 @@ class JournalWriter:
                 its ``wait`` reads the blocks (one batched wait).
             blocks: the ``[(block, meta), …]`` submitted (``block``: ``{flat_key: ObjectRef}``).
             ids: the int64 ids the store gave their rows, in order.
+            origin: the append's name (``"resimulation round 3"``, …) or its manifest fields
+                (:func:`~kestrel.persist._bank.origin_of`).
 
         Raises:
             DiskFullError: the file cannot be written for lack of space (naming it and the
-                space left); nothing of it stays on disk.
+                space left); nothing of it stays on disk. Or its manifest line cannot (the
+                file stays: a resume replays it).
         """
         blocks = [(block, meta) for block, meta in blocks if int(meta.n)]
         keys = sorted(blocks[0][0]) if blocks else []
@@ -99,9 +111,8 @@ class JournalWriter:
                     arrays[key].append(np.asarray(values[b * len(keys) + j])[:n])
                 valid.append(np.ones(n, bool) if meta.valid is None else np.asarray(meta.valid))
             rows = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in arrays.items()}
-            write_journal(
-                self.folder, ids, rows, np.concatenate(valid), [int(m.n) for _, m in blocks]
-            )
+            mask = np.concatenate(valid)
+            path = write_journal(self.folder, ids, rows, mask, [int(m.n) for _, m in blocks])
         except DiskFullError:  # no space for it: the launch stops here, once
             self.failed += 1
             raise
@@ -114,6 +125,19 @@ class JournalWriter:
                 str(err).splitlines()[0],
             )
             return
+        if self.bank is not None:
+            try:
+                self.bank.record(path, ids, int(mask.sum()), origin)
+            except DiskFullError:  # no space for its line: the launch stops here, once
+                self.failed += 1
+                raise
+            except OSError as err:
+                self.log.warning(
+                    "bank: %s not listed in its manifest (%s); a resume still replays it, but "
+                    "a later --reuse does not see its rows",
+                    path,
+                    str(err).splitlines()[0],
+                )
         t2 = time.monotonic()
         self.seconds["fetch"] += t1 - t0
         self.seconds["write"] += t2 - t1
@@ -153,7 +177,8 @@ def replay_journal(store: Any, folder: str, next_id: int, log: logging.Logger) -
     """Append the journal's files beyond ``next_id`` (the restored snapshot's id count) to
     ``store`` in id order, keeping their ids; returns what was put back.
 
-    Files below ``next_id`` are the snapshot's already (a trim cut short) and are left alone.
+    Files below ``next_id`` are the snapshot's already (the bank keeps them) and are left
+    alone, unread.
 
     Raises:
         StoreError: the store refused a file's rows (another key schema: the message names the
@@ -209,13 +234,3 @@ def _put_back(store: Any, block: JournalBlock, *, gap: bool) -> None:
     done = store.wait(store.submit_append(parts))
     if len(done.ids) != block.n or int(done.ids[0]) != int(block.ids[0]):
         raise StoreError(f"the store gave ids {int(done.ids[0])}… instead of {int(block.ids[0])}…")
-
-
-def trim(folder: str, next_id: int, log: logging.Logger) -> int:
-    """After a snapshot with id count ``next_id`` is on disk (``write_buffer_file`` fsyncs it):
-    delete the journal files it covers; returns how many. Errors are logged."""
-    try:
-        return len(trim_journal(folder, next_id))
-    except OSError as err:
-        log.warning("journal: not trimmed: %s", err)
-        return 0

@@ -22,8 +22,13 @@ Layout (``RUN`` is the directory given with ``-o``)::
                                       observation they are drawn for (observation.npz), one
                                       folder per observation (kestrel.rundir._samplefiles)
     RUN/buffer/snapshots/             buffer snapshots (``buffer.npz``; ``buffer.snapshot_every``)
-    RUN/buffer/journal/               the rows appended since the last snapshot
-                                      (``<first id>-<last id>.npz``, ``buffer.journal``)
+    RUN/buffer/journal/               every row appended by the run's launches, one file an
+                                      append (``<first id>-<last id>.npz``,
+                                      ``buffer.journal``): replayed beyond the snapshot on
+                                      resume, and kept whole as the run's simulation bank
+                                      (``manifest.jsonl``: each file's ids, origin and
+                                      simulator digest; kestrel.persist._bank), which
+                                      ``--reuse`` starts a new run from
     RUN/import/NNNNNN.npz             rows ``kestrel import`` brought in, the run's initial
                                       rows (``imports.json``: their sources; kestrel.importing)
     RUN/plots/                        ``kestrel plot``
@@ -111,7 +116,7 @@ class RunDir:
 
     @property
     def journal(self) -> str:
-        """``<buffer>/journal``: the appends a snapshot does not hold yet."""
+        """``<buffer>/journal``: every append of the run's launches (the simulation bank)."""
         return os.path.join(self.buffer, JOURNAL_DIR)
 
     def node_dir(self, node: str) -> str:
