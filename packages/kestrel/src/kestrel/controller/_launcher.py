@@ -75,10 +75,7 @@ from kestrel.controller._stop import StopControl
 from kestrel.importing._layout import holds_imported_rows
 from kestrel.persist._bank import BankWriter
 from kestrel.persist._digest import simulator_digest
-from kestrel.persist._bank import BankWriter
-from kestrel.persist._digest import simulator_digest
 from kestrel.persist._journal import JournalWriter
-from kestrel.persist._reuse import ReusePlan
 from kestrel.persist._reuse import ReusePlan
 from kestrel.preflight._capacity import rounds_in_flight, store_capacity
 from kestrel.report._logging import FILE_ONLY
@@ -123,9 +120,6 @@ class Launcher:
         reuse: the rows of earlier runs' banks this launch starts from
             (:func:`~kestrel.persist._reuse.plan_reuse`, checked before anything was written);
             ``None``: none.
-        reuse: the rows of earlier runs' banks this launch starts from
-            (:func:`~kestrel.persist._reuse.plan_reuse`, checked before anything was written);
-            ``None``: none.
         tracker: gets every epoch's ``metrics.csv`` row as well
             (:class:`kestrel.tracking.Tracker`, through the node-log sink); ``None``: none.
 
@@ -156,7 +150,6 @@ class Launcher:
         epochs: int | None = None,
         deterministic: bool | None = None,
         reuse: ReusePlan | None = None,
-        reuse: ReusePlan | None = None,
         tracker: Tracker | None = None,
     ):
         if session.config.buffer is None:
@@ -176,7 +169,6 @@ class Launcher:
         self.max_epochs = add_epochs(self.cfg, session.run, epochs) if epochs is not None else {}
         det = self.cfg.deterministic if deterministic is None else deterministic
         self.deterministic = bool(det)
-        self.reuse = reuse
         self.reuse = reuse
         self.journal = (
             JournalWriter(  # every append kept: the run's simulation bank
@@ -351,31 +343,6 @@ class Launcher:
             log=self.log,
         )
         return InitialSimulation(prior)
-
-    def _reuse_rows(self, dg: DeployedGraph) -> int:
-        """The rows of earlier runs' banks (``--reuse``, :mod:`kestrel.persist._reuse`) as
-        initial rows: counted as simulations of the budget; returns how many."""
-        assert self.reuse is not None
-        for note in self.reuse.notes:
-            (self.log.warning if self.reuse.sources else self.log.info)("%s", note)
-        if not self.reuse.sources:
-            return 0
-        rows = self.reuse.append(
-            dg,
-            lambda blocks, origin: self.appends.append_blocks(dg.store, blocks, origin),
-            self.log,
-        )
-        self.budget.count(rows)
-        self.log.info(
-            "reuse: %d rows of %d earlier run%s as initial rows (counted as simulations, "
-            "budget %s)",
-            rows,
-            len(self.reuse.sources),
-            "s" if len(self.reuse.sources) != 1 else "",
-            self.budget.as_status(),
-        )
-        write_budget(self.session.run.snapshots, self.budget)  # the counters cover them
-        return rows
 
     def _reuse_rows(self, dg: DeployedGraph) -> int:
         """The rows of earlier runs' banks (``--reuse``, :mod:`kestrel.persist._reuse`) as
