@@ -11,7 +11,8 @@ between actors and the store). :meth:`Launcher.run` deploys the graph, then adva
 2. ``Restoring`` (phase ``initial simulation``): restore the run's saved buffer and the journal
    beyond it (a resume); without a saved buffer, append ``buffer.initial_samples_path`` if set
    (rows ``kestrel import`` put in the run's ``import/`` folder count as simulations of the
-   budget, :mod:`kestrel.importing`);
+   budget, :mod:`kestrel.importing`), then the rows ``--reuse`` takes from earlier runs' banks
+   (counted too, :mod:`kestrel.persist._reuse`);
 3. ``InitialSimulation``: simulate the rest of ``min_samples + validation_samples`` from the
    prior, in pieces appended as they are done (:mod:`._prior`; one poll per step);
 4. ``Training(calls, rounds)``: start training on every estimator node, then one poll per step:
