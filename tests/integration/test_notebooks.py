@@ -41,7 +41,7 @@ def notebook_paths() -> list[Path]:
 
 def test_the_tutorials_are_there():
     names = [p.name for p in notebook_paths()]
-    assert "first_posterior.ipynb" in names, names
+    assert "first_posterior.ipynb" in names and "laptop_to_cluster.ipynb" in names, names
 
 
 @pytest.mark.parametrize("path", notebook_paths(), ids=lambda p: p.stem)
