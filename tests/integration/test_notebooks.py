@@ -63,17 +63,22 @@ def test_notebook_in_git_carries_no_outputs(path: Path):
 
 
 def _own_processes(marker: str) -> list[tuple[int, str]]:
-    """(pid, command line) of the processes whose command line names ``marker``."""
+    """(pid, command line) of the processes whose command line or environment names ``marker``
+    (the kernel's ``TMPDIR``: every process the notebook started inherits it, also Ray's
+    agents and workers, whose command line is a title such as ``ray::IDLE``)."""
     found = []
+    needle = marker.encode()
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
+            cmdline = (entry / "cmdline").read_bytes()
+            environ = (entry / "environ").read_bytes()
+        except OSError:  # gone, or not ours to read
             continue
-        if marker in cmdline:
-            found.append((int(entry.name), cmdline.strip()))
+        if needle in cmdline or needle in environ:
+            text = cmdline.replace(b"\0", b" ").decode(errors="replace").strip()
+            found.append((int(entry.name), text))
     return found
 
 
