@@ -58,8 +58,6 @@ def test_notebook_in_git_carries_no_outputs(path: Path):
         f"{path.name}: code cells {dirty} hold outputs or execution counts; strip them with "
         f"`jupyter nbconvert --clear-output --inplace {path.relative_to(EXAMPLES.parent)}`"
     )
-    timings = [i for i, cell in enumerate(nb.cells) if "execution" in cell.get("metadata", {})]
-    assert not timings, f"{path.name}: cells {timings} hold execution timings in their metadata"
 
 
 def _own_processes(marker: str) -> list[tuple[int, str]]:
