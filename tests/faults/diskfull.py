@@ -8,8 +8,9 @@ kind finds the disk full:
 
 * ``journal``: rows of 1 024 floats fill the disk; the journal's write fails first (the
   checkpoint comes every 60 s);
-* ``checkpoint``: a checkpoint every 0.5 s; the disk is filled (64 KiB left) right before
-  the third checkpoint's buffer write;
+* ``checkpoint``: a checkpoint every 0.5 s; the disk (grown to 256 MiB first, so that the
+  journal, which keeps every row, does not fill it before) is filled (64 KiB left) right
+  before the third checkpoint's buffer write (so for ``sample`` and ``status``);
 * ``sample``: training ends by itself; the disk is filled (64 KiB left) right before the
   posterior sample file is written;
 * ``status``: the disk is filled to the last byte right before the final ``status.json`` of a
@@ -137,6 +138,10 @@ def one(work: Path, disk: Path, kind: str) -> dict[str, Any]:
     cfg = config(work, kind)
     launch = ["launch", "-c", str(cfg), "-o", str(run), "--seed", "3", "--timeout", "90"]
     checkpoint.CHECKPOINT_EVERY = 60.0 if kind == "journal" else 0.5
+    if kind != "journal":
+        # the journal keeps every row (the run's simulation bank), so on 8 MiB it would fill
+        # the disk itself before the write under test: room enough until the injected fill
+        grow(disk)
     injected: contextlib.AbstractContextManager[Any] = contextlib.nullcontext([0])
     if kind == "checkpoint":  # the third checkpoint that writes the buffer
         injected = fill_before(

@@ -165,6 +165,34 @@ def checkpointed(run: Path, epochs: int = 1) -> Callable[[], bool]:
     return ready
 
 
+def journaled_beyond(
+    run: Path, checkpoint: Callable[[], bool], files: int = 2
+) -> Callable[[], bool]:
+    """Whether ``checkpoint()`` holds and at least ``files`` journal files hold appends the
+    checkpoint's snapshot does not: rows that only the journal has. The journal keeps every
+    append (it is the run's simulation bank, nothing is trimmed), so its files are counted
+    from the snapshot's next id on (a file is ``<first id>-<last id>.npz``)."""
+    from kestrel_core.store import read_buffer_file
+
+    def ready() -> bool:
+        if not checkpoint():
+            return False
+        try:
+            snapshot = read_buffer_file(run / "buffer" / "snapshots")
+        except Exception:  # a snapshot being replaced: the next poll reads it
+            return False
+        if snapshot is None:
+            return False
+        first_ids = []
+        for file in (run / "buffer" / "journal").glob("*.npz"):
+            head = file.name.split("-", 1)[0]
+            if head.isdigit():
+                first_ids.append(int(head))
+        return sum(1 for first in first_ids if first >= snapshot.next_id) >= files
+
+    return ready
+
+
 def contiguous(ids: np.ndarray) -> bool:
     """Whether ``ids`` are ``0, 1, …, n-1`` in some order: none lost, none twice."""
     return bool(np.array_equal(np.sort(ids), np.arange(len(ids))))

@@ -26,7 +26,7 @@ import ray
 import kestrel.persist._checkpoint as _checkpoint
 from kestrel import launch
 from kestrel_core import KestrelError
-from kestrel_core.store import read_buffer_file
+from kestrel_core.store import journal_files, read_buffer_file, read_journal_file
 from kestrel_ray.store._handle import StoreHandle
 
 from .faultkit import (
@@ -37,6 +37,7 @@ from .faultkit import (
     checkpointed,
     contiguous,
     driver_log,
+    journaled_beyond,
     status,
     store_pid,
     toy,
@@ -157,8 +158,7 @@ def test_a_killed_store_actor_stops_the_run_cleanly_and_loses_no_row(
     reached = Reached(monkeypatch)
     checkpoint = checkpointed(run, epochs=2)
 
-    def ready() -> bool:  # a checkpoint, and appends since it that only the journal holds
-        return checkpoint() and len(list((run / "buffer" / "journal").glob("*.npz"))) >= 2
+    ready = journaled_beyond(run, checkpoint)  # a checkpoint, and appends only the journal holds
 
     killer = Killer(ready, store_pid)
     with pytest.raises(KestrelError) as info:
@@ -191,4 +191,8 @@ def test_a_killed_store_actor_stops_the_run_cleanly_and_loses_no_row(
     saved = buffer_file(run)
     assert reached.lost_in(saved) == []  # 0 lost
     assert contiguous(saved["_ids"])  # none twice, no gap
-    assert not list((run / "buffer" / "journal").glob("*.npz"))  # the final snapshot holds all
+    # the journal is the run's bank: it keeps every row stored, also those the snapshot holds
+    banked = set()
+    for file in journal_files(run / "buffer" / "journal"):
+        banked.update(int(i) for i in read_journal_file(file).ids)
+    assert set(int(i) for i in saved["_ids"]) <= banked

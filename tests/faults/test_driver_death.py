@@ -33,7 +33,16 @@ from kestrel_core.store import journal_files, read_journal_file
 from kestrel_core.testing.models import batches
 
 from ..integration.helpers import REPO, kestrel_env
-from .faultkit import FOREVER, buffer_file, checkpointed, contiguous, driver_log, status, toy
+from .faultkit import (
+    FOREVER,
+    buffer_file,
+    checkpointed,
+    contiguous,
+    driver_log,
+    journaled_beyond,
+    status,
+    toy,
+)
 
 #: rows per simulator batch (the toy's ``sample_chunk_size`` and ``simulate_count``)
 CHUNK = 16
@@ -68,8 +77,7 @@ def test_kill_9_of_the_driver_leaves_a_run_that_continues(tmp_path, no_leaked_ac
     )
     checkpoint = checkpointed(run, epochs=2)
 
-    def ready() -> bool:  # a checkpoint, and appends since it that only the journal holds
-        return checkpoint() and len(list((run / "buffer" / "journal").glob("*.npz"))) >= 2
+    ready = journaled_beyond(run, checkpoint)  # a checkpoint, and appends only the journal holds
 
     try:
         deadline = time.monotonic() + 180
