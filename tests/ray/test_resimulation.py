@@ -49,7 +49,11 @@ class FakeGraph:
     def configure_rounds(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def round_ready_refs(self, k: int) -> dict[str, Any]:
+    fixed = 0  # the latest round training fixed (the marked answer)
+
+    def round_ready_refs(self, k: int, *, marked: bool = False) -> dict[str, Any]:
+        if marked:
+            return {"theta": ray.put(k if self.fixed >= k else 0)}
         return {"theta": ray.put(k)}
 
     def submit_from_proposal(self, n: int) -> FakeSubmitted:
@@ -154,3 +158,32 @@ def test_a_stop_draws_no_more_rounds_and_appends_those_in_flight() -> None:
     resim.drain()
     assert appends == [64, 64] and not resim.busy and len(dg.submitted) == 2
     assert [k for k, _ in dg.appended] == [1, 2]
+
+
+def test_a_deterministic_round_fixed_at_the_last_epoch_is_drawn_however_the_polls_fall() -> None:
+    # the driver saw training end before it saw round 1 ready: it asks, and draws it
+    dg = FakeGraph()
+    dg.fixed = 1
+    resim, appends = resimulation(dg, deterministic=True)
+    assert resim.more_after_training()
+    resim.step(training=False, stopping=False)
+    assert [s.n for s in dg.submitted] == [64]
+    dg.submitted[0].done = True
+    resim.drain()
+    assert appends == [64] and not resim.more_after_training()
+    resim.step(training=False, stopping=False)  # asked once: nothing more
+    assert len(dg.submitted) == 1
+    # the driver drew round 1 while training ran: after training, nothing more is owed
+    dg = FakeGraph()
+    dg.fixed = 1
+    resim, appends = resimulation(dg, deterministic=True)
+    turn(resim)
+    dg.submitted[0].done = True
+    resim.drain()
+    resim.step(training=False, stopping=False)
+    assert len(dg.submitted) == 1 and appends == [64] and not resim.more_after_training()
+    # training fixed no round that was not drawn: none is drawn, and none is owed
+    dg = FakeGraph()
+    resim, appends = resimulation(dg, deterministic=True)
+    resim.step(training=False, stopping=False)
+    assert dg.submitted == [] and not resim.more_after_training()

@@ -65,7 +65,8 @@ class DeployedGraph:
             snapshots go to ``<run_dir>/buffer/snapshots``.
         buffer: a :class:`kestrel_core.BufferConfig` (or mapping) for the store started here;
             ``None`` keeps every sample (no eviction, no validation split).
-        ready_timeout: seconds to wait for the actors to start.
+        ready_timeout: seconds to wait for the next actor to start (the wait goes on while
+            actors keep starting).
         estimators: build the latent nodes' estimators; ``False`` deploys simulators only (forward
             sampling without the estimators' dependencies, e.g. torch).
         wrapper_cls: the node actor class (default :attr:`wrapper_cls`, a
@@ -438,12 +439,14 @@ class DeployedGraph:
             except ray.exceptions.RayError as err:
                 raise unwrap_error(err, name, "configure_rounds") from err
 
-    def round_ready_refs(self, k: int) -> dict[str, Any]:
+    def round_ready_refs(self, k: int, *, marked: bool = False) -> dict[str, Any]:
         """``{node: ObjectRef}`` resolving when round ``k`` may be drawn from that node's
-        proposal, to the round its next ``sample_proposal`` call draws from."""
+        proposal, to the round its next ``sample_proposal`` call draws from. ``marked``:
+        resolving at once, to ``k`` where training fixed round ``k``'s proposal at one of its
+        epochs, else to 0."""
         self._check_deployed()
         return {
-            name: self._deployment.estimator(name).actor.round_ready.remote(int(k))
+            name: self._deployment.estimator(name).actor.round_ready.remote(int(k), bool(marked))
             for name in self._latents
         }
 

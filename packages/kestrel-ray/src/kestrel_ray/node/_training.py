@@ -56,10 +56,17 @@ class Training:
         self.rounds = Rounds(epochs_per_round, deterministic=deterministic, open=open)
         self.round = None
 
-    async def round_ready(self, k: int) -> int:
+    async def round_ready(self, k: int, marked: bool = False) -> int:
         """Wait until round ``k`` may be drawn; returns the round the next ``sample_proposal``
         draws from (``k``, or a later one when not deterministic). At once without a schedule
-        or after training ended."""
+        or after training ended.
+
+        ``marked``: do not wait; ``k`` if training fixed round ``k``'s proposal at one of its
+        epochs (:attr:`kestrel_core.Rounds.ready_round`), else 0 — asked once training ended,
+        so that whether such a round is drawn does not depend on when the driver polled."""
+        if marked:
+            fixed = self.rounds is not None and self.rounds.ready_round >= int(k)
+            return int(k) if fixed else 0
         if self.rounds is None:
             self.round = None
             return int(k)

@@ -215,11 +215,12 @@ class NodeWrapper:
         """
         self._training.configure_rounds(epochs_per_round, deterministic, open)
 
-    async def round_ready(self, k: int) -> int:
+    async def round_ready(self, k: int, marked: bool = False) -> int:
         """Wait until round ``k`` may be drawn; returns the round the next ``sample_proposal``
         draws from (``k``, or a later one when not deterministic). At once without a schedule
-        or after training ended."""
-        return await self._training.round_ready(k)
+        or after training ended. ``marked``: at once, ``k`` if training fixed round ``k``'s
+        proposal at one of its epochs, else 0."""
+        return await self._training.round_ready(k, marked)
 
     async def round_appended(self, k: int, last: bool = False) -> None:
         """Round ``k``'s rows are in the store (``last``: no round follows)."""

@@ -28,6 +28,12 @@ are never stored). A round whose calls run for long is reported
 is visible.
 After training ended with budget left (``max_epochs`` reached), the rest of the budget is drawn
 from the final proposals (one warning), so a budget is always spent exactly.
+
+A deterministic launch draws exactly the rounds its training fixed: a round whose proposal was
+fixed at the last epoch (training ended right after) is drawn whether the driver saw it before
+or after the training call returned — once training ended the driver asks each estimator
+whether it fixed the next round (:meth:`Resimulation.step`), so the rows a run ends with never
+depend on when the driver polled.
 """
 
 from __future__ import annotations
@@ -109,6 +115,7 @@ class Resimulation:
         self._interval = float(buffer.simulate_interval)
         self._watch = StallWatch(log, "resimulation")
         self.abandoned = 0  # rows of rounds abandoned after a stop
+        self._asked_fixed = False  # deterministic: asked, after training, for a fixed round
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -152,13 +159,34 @@ class Resimulation:
         return sum(r.rows for r in self._pending)
 
     def more_after_training(self) -> bool:
-        """Rounds are still owed once every estimator's training ended (budget left)."""
+        """Rounds are still owed once every estimator's training ended: budget left, or
+        (deterministic) the estimators have not yet been asked whether training fixed a round
+        that was not drawn."""
+        return self._budget_left() or (
+            self.deterministic and not self._closed and not self._asked_fixed
+        )
+
+    def _budget_left(self) -> bool:
         return (
             not self._closed
             and self.budget.total is not None
             and not self.budget.spent
             and not self.budget.stop_early
         )
+
+    def _fixed_in_training(self) -> bool:
+        """Deterministic, training ended: whether every estimator fixed round ``round + 1``'s
+        proposal at one of its epochs (asked once; the answer is at once)."""
+        if not self.deterministic or self._closed or self._asked_fixed:
+            return False
+        self._asked_fixed = True
+        self._ready = None  # asked during training: resolves once training ends, fixed or not
+        refs = self.dg.round_ready_refs(self.round + 1, marked=True)
+        try:
+            answers = [int(v) for v in ray.get(list(refs.values()))]
+        except ray.exceptions.RayError:
+            return False  # an estimator's actor is gone: the launch learns it elsewhere
+        return bool(answers) and all(a >= self.round + 1 for a in answers)
 
     # -- one turn ------------------------------------------------------------------------------
     def step(self, *, training: bool, stopping: bool) -> None:
@@ -176,7 +204,9 @@ class Resimulation:
             return
         if training and time.monotonic() < self._next:  # no spacing once training ended
             return
-        if not training and not self.more_after_training():
+        if not training and not self._budget_left():
+            if self._fixed_in_training():  # fixed at the last epoch, not drawn yet
+                self._draw(self.round + 1, True)
             return
         if self._ready is None:
             self._ready = self.dg.round_ready_refs(self.round + 1)
