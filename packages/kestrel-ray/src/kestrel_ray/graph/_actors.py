@@ -89,7 +89,9 @@ def start_node_actors(
         wrapper_cls: the actor class (a :class:`~kestrel_ray.NodeWrapper`; ``ray.remote`` is
             applied here).
         estimators: build the estimators of latent nodes (``False``: simulators only).
-        ready_timeout: seconds to wait for the actors to start.
+        ready_timeout: seconds to wait for the next actor to start: the wait goes on while
+            actors keep starting (128 replicas booting on a few cores take minutes), and
+            ends when none started for that long.
 
     Returns:
         node → :class:`NodeHandle` (or :class:`MultiplexNodeWrapper` over its replicas).
@@ -97,7 +99,7 @@ def start_node_actors(
     Raises:
         SimulatorError, EstimatorError: a node's simulator or estimator failed to build (the
             node's name and the original exception text).
-        KestrelError: an actor did not start within ``ready_timeout``.
+        KestrelError: no actor started for ``ready_timeout`` seconds while some had not.
     """
     paths = import_paths()
     started: list[tuple[str, int, Any]] = []
@@ -144,9 +146,10 @@ def _wait_ready(
         if not done_refs:
             names = sorted({ready_refs[r][0] for r in left_refs})
             raise KestrelError(
-                f"node actor(s) {names} did not start within {timeout:g} s "
-                "(resources taken by other work?)"
+                f"node actor(s) {names} did not start: none started in the last {timeout:g} s "
+                f"({len(infos)} of {len(ready_refs)} started; resources taken by other work?)"
             )
+        deadline = time.monotonic() + timeout  # progress: the next one gets as long
         name, i = ready_refs[done_refs[0]]
         try:
             infos[(name, i)] = ray.get(done_refs[0])
