@@ -8,7 +8,8 @@ it by that resource; the store actor, ``num_cpus: 0``, starts on the driver's no
 head); each worker offers no CPU (``--num-cpus 0``) and the custom ``worker_resources`` (e.g.
 ``{"sim": 1000}``) that the simulator replicas request, so the replicas run on the workers
 only. Every node gets a small object store (``object_store_mb``) and its own range of worker
-ports (nodes on one address would otherwise hand out the same ports).
+ports (nodes on one address would otherwise hand out the same ports); worker nodes run no log
+monitor (their actors' output is not streamed to a driver).
 
 Token authentication is off (``RAY_AUTH_MODE=disabled`` on the nodes; :meth:`driver_env`
 for a driver): the cluster listens on ``127.0.0.1`` only and lives for one benchmark.
@@ -40,6 +41,8 @@ HEAD_RESOURCE = "kestrel_head"
 #: worker ports per node (a replica actor takes one; restarts take more)
 _PORTS_PER_NODE = 400
 _PORT_BASE = 30000
+#: worker nodes started at once (16 at once overload the GCS of a 2-core machine)
+_START_BATCH = 3
 
 
 def _free_port() -> int:
@@ -165,39 +168,54 @@ class LocalCluster:
             json.dumps({HEAD_RESOURCE: 1}),
             *self._ports(0),
         ]
-        self._spawn(head, "head.log")
-        self._wait_log("head.log", "Ray runtime started")
-        for i in range(1, self.nodes):
-            worker = [
-                *RAY,
-                "start",
-                "--address",
-                self.address,
-                "--block",
-                "--node-ip-address",
-                "127.0.0.1",
-                "--num-cpus",
-                "0",
-                "--disable-usage-stats",
-                "--object-store-memory",
-                str(self.object_store_mb * mib),
-                "--resources",
-                json.dumps(self.worker_resources),
-                *self._ports(i),
-            ]
-            self._spawn(worker, f"worker{i}.log")
-        for i in range(1, self.nodes):
-            self._wait_log(f"worker{i}.log", "Ray runtime started")
+        self._wait_log("head.log", "Ray runtime started", self._spawn(head, "head.log"))
+        workers = list(range(1, self.nodes))
+        for first in range(0, len(workers), _START_BATCH):  # at once, they overload the GCS
+            batch = workers[first : first + _START_BATCH]
+            procs = {i: self._spawn(self._worker_argv(i), f"worker{i}.log") for i in batch}
+            for i in batch:
+                try:
+                    self._wait_log(f"worker{i}.log", "Ray runtime started", procs[i])
+                except RuntimeError:  # a loaded GCS may time a joining node out: once more
+                    if procs[i].poll() is None:
+                        raise
+                    self._spawn(self._worker_argv(i), f"worker{i}.log")
+                    self._wait_log(f"worker{i}.log", "Ray runtime started", self._procs[-1])
         self._wait_nodes()
 
-    def _wait_log(self, name: str, text: str) -> None:
+    def _worker_argv(self, index: int) -> list[str]:
+        return [
+            *RAY,
+            "start",
+            "--address",
+            self.address,
+            "--block",
+            "--node-ip-address",
+            "127.0.0.1",
+            "--num-cpus",
+            "0",
+            "--disable-usage-stats",
+            "--object-store-memory",
+            str(self.object_store_mb * 1024 * 1024),
+            "--resources",
+            json.dumps(self.worker_resources),
+            # no log monitor (~80 MB and a process a node): the workers' actor output is
+            # not streamed to drivers (the benchmark's runs with log_to_driver=False)
+            "--include-log-monitor",
+            "false",
+            *self._ports(index),
+        ]
+
+    def _wait_log(self, name: str, text: str, proc: subprocess.Popen) -> None:
+        """Wait for ``text`` in the log ``name`` of ``proc``; RuntimeError when ``proc`` ends
+        or the start timeout passes first."""
         deadline = time.monotonic() + self.start_timeout
         path = self.temp_dir / name
         while time.monotonic() < deadline:
             content = path.read_text(errors="replace") if path.exists() else ""
             if text in content:
                 return
-            if any(p.poll() is not None for p in self._procs):
+            if proc.poll() is not None:
                 break
             time.sleep(0.5)
         raise RuntimeError(
