@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -81,14 +80,14 @@ def _own_processes(marker: str) -> list[tuple[int, str]]:
 
 
 def _kernel_env(tmp_root: Path) -> dict[str, str]:
-    """The kernel's environment: this Python's scripts (``kestrel``, ``ray``) first on the PATH,
-    temporary files (and Ray's sessions) in ``tmp_root``, no inherited cluster address."""
+    """The kernel's environment: temporary files (and Ray's sessions) in ``tmp_root``, no
+    inherited cluster address. (Each notebook puts its kernel's scripts, ``kestrel`` and
+    ``ray``, first on the PATH itself.)"""
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in ("RAY_ADDRESS", "RAY_TMPDIR", "MPLBACKEND", "JPY_PARENT_PID")
     }
-    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["TMPDIR"] = str(tmp_root)
     env["IPYTHONDIR"] = str(tmp_root / "ipython")
     env["RAY_USAGE_STATS_ENABLED"] = "0"
