@@ -261,3 +261,17 @@ def test_the_mlflow_tracker_without_mlflow_names_the_install(monkeypatch):
         match=r"tracking\.mlflow: MLflow tracking needs the mlflow package: pip install 'kestrel\[tracking\]'",
     ):
         MLflowTracker("file:/nowhere")
+
+
+def test_the_mlflow_tracker_defaults_to_mlflows_own_experiment(tmp_path, monkeypatch):
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    store = f"file:{tmp_path / 'mlruns'}"
+    tracker = MLflowTracker(store, None, run_name="r")
+    tracker.close()
+    client = MlflowClient(tracking_uri=store)
+    run = client.get_run(tracker.run_id)
+    assert client.get_experiment(run.info.experiment_id).name == "Default"
+    assert run.info.status == "FINISHED"

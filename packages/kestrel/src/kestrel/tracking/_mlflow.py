@@ -2,15 +2,17 @@
 
 ``tracking: {mlflow: {tracking_uri: …, experiment: …}}`` logs to the MLflow tracking server or
 store at ``tracking_uri`` (``None``: MLflow's own default, ``MLFLOW_TRACKING_URI``), in the
-experiment ``experiment`` (created when missing; default ``kestrel``). The MLflow run is named
-after the run folder; its id is kept in ``RUN/tracking.json``, so a resumed launch continues
-the same MLflow run (and its steps) while a new run folder, or a restart, starts a new one.
+experiment ``experiment`` (created when missing; ``None``: MLflow's own default,
+``MLFLOW_EXPERIMENT_NAME`` else ``Default``). The MLflow run is named after the run folder;
+its id is kept in ``RUN/tracking.json``, so a resumed launch continues the same MLflow run (and
+its steps) while a new run folder, or a restart, starts a new one.
 ``mlflow`` (or ``mlflow-skinny``) is imported when a tracker is made, never before.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import time
 from collections.abc import Mapping
@@ -21,8 +23,8 @@ from kestrel.tracking._tensorboard import INSTALL_HINT
 
 __all__ = ["MLflowTracker", "mlflow_client_class", "DEFAULT_EXPERIMENT"]
 
-#: the experiment of a config that names none
-DEFAULT_EXPERIMENT = "kestrel"
+#: the experiment of a config that names none (and no ``MLFLOW_EXPERIMENT_NAME``): MLflow's
+DEFAULT_EXPERIMENT = "Default"
 #: MLflow takes at most this many metrics or params in one batch
 _BATCH = 100
 #: longest parameter value kept (MLflow servers refuse longer ones; older ones above 500)
@@ -59,7 +61,8 @@ class MLflowTracker:
     Args:
         tracking_uri: where MLflow keeps runs (``http://…``, ``sqlite:///…``, ``file:…``, a
             folder); ``None``: MLflow's default.
-        experiment: the experiment's name (created when missing).
+        experiment: the experiment's name (created when missing); ``None``:
+            ``MLFLOW_EXPERIMENT_NAME``, else MLflow's ``Default``.
         run_name: the MLflow run's name (a new run).
         run_id: an MLflow run to continue (a resumed launch); ``None`` or a run the store does
             not hold: a new run.
@@ -88,7 +91,8 @@ class MLflowTracker:
         self._client = client
         self.tracking_uri = tracking_uri
         self.run_id = self._continued(run_id) or self._new_run(
-            experiment or DEFAULT_EXPERIMENT, run_name
+            experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME") or DEFAULT_EXPERIMENT,
+            run_name,
         )
         self._logged: dict[str, str] = dict(self._client.get_run(self.run_id).data.params)
 
