@@ -18,7 +18,9 @@ current one). The driver's own training thread is thus idle: the figures are wha
 appends, the journal and the store cost.
 
 Measured from ``RUN/profile.json``: each replica's ``busy_share`` (its sleeps over the time
-simulations could run), the driver's CPU seconds over the simulating parts
+simulations could run; ``idle_s``: a median replica's seconds without a call), the busy share
+of the rounds after training ended (``steady_busy``, from the driver's log: the steady state,
+without the start-up's gaps), the driver's CPU seconds over the simulating parts
 (``cpu_s.driver_simulating``: the launch's process, Ray's threads in it included) and the
 store actor's (``cpu_s.store``), each per 1000 simulations; the 1-minute load average before
 and after each launch. The timed value of the benchmark is the driver's CPU per 1000
@@ -31,8 +33,10 @@ hatch run bench:nodes``.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -53,9 +57,9 @@ def _sizes(name: str, default: tuple[int, ...]) -> tuple[int, ...]:
 NODES = _sizes("KESTREL_BENCH_NODES", (8, 16))
 #: simulator replicas (``num_actors``)
 REPLICAS = _sizes("KESTREL_BENCH_REPLICAS", (32, 64, 128))
-MS = float(os.environ.get("KESTREL_BENCH_MS", "100"))  # sleep per sample, ms
-ROWS = int(os.environ.get("KESTREL_BENCH_ROWS", "8"))  # rows a replica per round
-PER_REPLICA = int(os.environ.get("KESTREL_BENCH_PER_REPLICA", "240"))  # resimulated a replica
+MS = float(os.environ.get("KESTREL_BENCH_MS", "200"))  # sleep per sample, ms
+ROWS = int(os.environ.get("KESTREL_BENCH_ROWS", "16"))  # rows a replica per round
+PER_REPLICA = int(os.environ.get("KESTREL_BENCH_PER_REPLICA", "200"))  # resimulated a replica
 EPOCHS = 3
 INITIAL = {"min_samples": 512, "validation_samples": 128}
 
@@ -128,6 +132,29 @@ def cluster(request):
                     os.environ[k] = v
 
 
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+
+
+def steady_busy(log: Path, replicas: int) -> tuple[float | None, float | None]:
+    """Busy share of the rounds drawn after training ended, from the driver's log: the sleep
+    the rows left then cost a replica over the seconds from "training ended" to "rounds: no
+    more"; ``(share, seconds)``, ``(None, None)`` when the log has no such lines."""
+    ended = done = left = None
+    for line in log.read_text(errors="replace").splitlines():
+        stamp = _STAMP.match(line)
+        if stamp is None:
+            continue
+        when = datetime.datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        rows = re.search(r"training ended with (\d+) simulations", line)
+        if rows:
+            ended, left = when, int(rows.group(1))
+        elif "rounds: no more" in line:
+            done = when
+    if ended is None or done is None or left is None or done <= ended:
+        return None, None
+    return round(left / replicas * MS / 1000.0 / (done - ended), 4), round(done - ended, 2)
+
+
 def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
     """One launch; its profile's figures."""
     import numpy as np
@@ -155,6 +182,8 @@ def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
     )
     cpu = profile["cpu_s"]
     per_k = 1000.0 / sims
+    steady, steady_s = steady_busy(folder / "run" / "graph" / "driver" / "output.log", replicas)
+    work = sorted(int(r["samples"]) for r in x)[len(x) // 2] * MS / 1000.0
     return {
         "nodes": cluster.nodes,
         "replicas": replicas,
@@ -165,6 +194,9 @@ def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
         "busy_median": busy[len(busy) // 2],
         "busy_share": busy,
         "simulating_s": round(simulating, 2),
+        "idle_s": round(simulating - work, 2),  # a median replica's seconds without a call
+        "steady_busy": steady,
+        "steady_s": steady_s,
         "starting_s": float(driver.get("starting", {}).get("seconds", 0.0)),
         "launch_wall_s": round(wall, 2),
         "driver_cpu_launch_s": round(cpu_launch, 2),
