@@ -37,6 +37,7 @@ import datetime
 import json
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -155,6 +156,33 @@ def steady_busy(log: Path, replicas: int) -> tuple[float | None, float | None]:
     return round(left / replicas * MS / 1000.0 / (done - ended), 4), round(done - ended, 2)
 
 
+class Placement:
+    """Where the launch's actors run, read every 2 s from the cluster's process groups while
+    the launch runs (the snapshot with the most node actors is kept)."""
+
+    def __init__(self, cluster: Any) -> None:
+        self.cluster = cluster
+        self.actors: dict[int, int] = {}
+        self.store: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(2.0):
+            actors = self.cluster.placement("ray::RunNodeWrapper")
+            if sum(actors.values()) > sum(self.actors.values()):
+                self.actors = actors
+                self.store = self.cluster.placement("ray::SampleStore")
+
+    def __enter__(self) -> Placement:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
     """One launch; its profile's figures."""
     import numpy as np
@@ -166,7 +194,8 @@ def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
     cfg = config(replicas, str(folder / "obs.npy"))
     load_before = os.getloadavg()[0]
     cpu0, t0 = time.process_time(), time.monotonic()
-    result = launch(cfg, folder / "run", seed=1, progress=False)
+    with Placement(cluster) as placed:
+        result = launch(cfg, folder / "run", seed=1, progress=False)
     cpu_launch, wall = time.process_time() - cpu0, time.monotonic() - t0
     load_after = os.getloadavg()[0]
     assert result.status == "completed", result.status
@@ -208,6 +237,9 @@ def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
         "load_after": round(load_after, 2),
         "cpus": os.cpu_count(),
         "cluster_start_s": round(cluster.start_seconds or 0.0, 1),
+        # node actors per node (0: the head, where the estimator's is) and the store's node
+        "placement": {str(k): v for k, v in sorted(placed.actors.items())},
+        "store_node": sorted(placed.store),
     }
 
 

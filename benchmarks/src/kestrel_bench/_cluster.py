@@ -93,6 +93,7 @@ class LocalCluster:
         self.address = f"127.0.0.1:{self.port}"
         self.start_seconds: float | None = None
         self._procs: list[subprocess.Popen] = []
+        self._node_pids: dict[int, int] = {}  # node index (0: head) → its ray start's pid
 
     # environments ---------------------------------------------------------------------------
     def driver_env(self) -> dict[str, str]:
@@ -168,7 +169,9 @@ class LocalCluster:
             json.dumps({HEAD_RESOURCE: 1}),
             *self._ports(0),
         ]
-        self._wait_log("head.log", "Ray runtime started", self._spawn(head, "head.log"))
+        head_proc = self._spawn(head, "head.log")
+        self._node_pids[0] = head_proc.pid
+        self._wait_log("head.log", "Ray runtime started", head_proc)
         workers = list(range(1, self.nodes))
         for first in range(0, len(workers), _START_BATCH):  # at once, they overload the GCS
             batch = workers[first : first + _START_BATCH]
@@ -179,8 +182,9 @@ class LocalCluster:
                 except RuntimeError:  # a loaded GCS may time a joining node out: once more
                     if procs[i].poll() is None:
                         raise
-                    self._spawn(self._worker_argv(i), f"worker{i}.log")
-                    self._wait_log(f"worker{i}.log", "Ray runtime started", self._procs[-1])
+                    procs[i] = self._spawn(self._worker_argv(i), f"worker{i}.log")
+                    self._wait_log(f"worker{i}.log", "Ray runtime started", procs[i])
+                self._node_pids[i] = procs[i].pid
         self._wait_nodes()
 
     def _worker_argv(self, index: int) -> list[str]:
@@ -243,6 +247,35 @@ class LocalCluster:
                 return
             time.sleep(1)
         raise RuntimeError(f"the cluster did not reach {self.nodes} nodes: {seen}")
+
+    def placement(self, title: str) -> dict[int, int]:
+        """Node index (0: the head, i: worker i) → how many of this cluster's processes have a
+        title (Ray's ``ray::Class…`` for actors) starting with ``title``: a node's processes
+        descend from its ``ray start`` (actors are children of the node's raylet)."""
+        nodes = {pid: i for i, pid in self._node_pids.items()}
+        wanted = title.encode()
+        parent: dict[int, int] = {}
+        titled: list[int] = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                parent[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+                if (entry / "cmdline").read_bytes().startswith(wanted):
+                    titled.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+        out: dict[int, int] = {}
+        for pid in titled:
+            for _ in range(8):  # up the parents to a node's ray start
+                if pid in nodes:
+                    out[nodes[pid]] = out.get(nodes[pid], 0) + 1
+                    break
+                pid = parent.get(pid, 0)
+                if pid <= 1:
+                    break
+        return out
 
     def own_pids(self) -> list[int]:
         """Processes whose command line names this cluster's temp dir."""

@@ -2,7 +2,7 @@
 
 Reads the JSON that ``pytest --benchmark-json`` wrote for ``benchmarks/test_07_nodes.py``
 (``hatch run bench:nodes``) and prints one Markdown row per (K nodes, R replicas): the
-simulations, the replicas' busy share over the launch (lowest and median), a median
+replicas on each worker node, the simulations, the replicas' busy share over the launch (lowest and median), a median
 replica's idle seconds in it, the busy share of the rounds drawn after training ended (the
 steady state, from the driver's log), the driver's and the store actor's CPU seconds per 1000
 simulations, the seconds simulations could run and the 1-minute load average before and after
@@ -31,6 +31,7 @@ BUSY_TARGET = 0.95
 _HEAD = [
     "K nodes",
     "R replicas",
+    "replicas a worker",
     "simulations",
     "busy share min / median",
     "idle s",
@@ -56,6 +57,16 @@ def _num(value: Any, digits: int = 3) -> str:
     return "—" if value is None else f"{float(value):.{digits}g}"
 
 
+def _spread(row: dict[str, Any]) -> str:
+    """Replicas on each worker node (``min–max``; the head's own actor left out), with a
+    note when the store was not on the head."""
+    counts = [int(v) for k, v in (row.get("placement") or {}).items() if str(k) != "0"]
+    if not counts:
+        return "—"
+    text = f"{min(counts)}–{max(counts)}" if min(counts) != max(counts) else str(counts[0])
+    return text if row.get("store_node") in ([0], None) else f"{text} (store not on the head)"
+
+
 def render(rows: Sequence[dict[str, Any]]) -> str:
     """A Markdown table of ``rows`` (busy shares below :data:`BUSY_TARGET` in bold)."""
     lines = ["| " + " | ".join(_HEAD) + " |", "|" + "---|" * len(_HEAD)]
@@ -67,6 +78,7 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
         cells = [
             str(r["nodes"]),
             str(r["replicas"]),
+            _spread(r),
             str(r["simulations"]),
             busy,
             f"{float(r['idle_s']):.1f}",
