@@ -156,23 +156,54 @@ def steady_busy(log: Path, replicas: int) -> tuple[float | None, float | None]:
     return round(left / replicas * MS / 1000.0 / (done - ended), 4), round(done - ended, 2)
 
 
-class Placement:
-    """Where the launch's actors run, read every 2 s from the cluster's process groups while
-    the launch runs (the snapshot with the most node actors is kept)."""
+def _kind(node: int, title: str) -> str:
+    if title.startswith("ray::RunNodeWrapper"):
+        return "replicas" if node else "estimator"
+    if title.startswith("ray::SampleStore"):
+        return "store"
+    if title.endswith("/raylet") or title.endswith("/gcs_server"):
+        return "raylets+gcs"
+    return "other Ray"
 
-    def __init__(self, cluster: Any) -> None:
-        self.cluster = cluster
+
+class Placement:
+    """Where the launch's actors run and the CPU the cluster's processes use while all of them
+    are up: read every 2 s from the cluster's processes (:meth:`LocalCluster.processes`) while
+    the launch runs. ``actors``/``store``: node → count at the snapshot with the most node
+    actors; ``cores``: kind (``replicas``, ``estimator``, ``store``, ``raylets+gcs``, ``other
+    Ray``, ``driver``) → CPU seconds per second between the first and the last snapshot with
+    all ``expected`` node actors up."""
+
+    def __init__(self, cluster: Any, expected: int) -> None:
+        self.cluster, self.expected = cluster, expected
         self.actors: dict[int, int] = {}
         self.store: dict[int, int] = {}
+        self.cores: dict[str, float] = {}
+        self._first: tuple[float, dict[int, tuple[str, float]]] | None = None
+        self._last: tuple[float, dict[int, tuple[str, float]]] | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _tick(self) -> None:
+        procs = self.cluster.processes()
+        actors: dict[int, int] = {}
+        store: dict[int, int] = {}
+        for _, node, title, _ in procs:
+            if title.startswith("ray::RunNodeWrapper"):
+                actors[node] = actors.get(node, 0) + 1
+            elif title.startswith("ray::SampleStore"):
+                store[node] = store.get(node, 0) + 1
+        if sum(actors.values()) > sum(self.actors.values()):
+            self.actors, self.store = actors, store
+        if sum(actors.values()) >= self.expected:
+            snap = {pid: (_kind(node, title), cpu) for pid, node, title, cpu in procs}
+            snap[-1] = ("driver", time.process_time())
+            self._last = (time.monotonic(), snap)
+            self._first = self._first or self._last
+
     def _run(self) -> None:
         while not self._stop.wait(2.0):
-            actors = self.cluster.placement("ray::RunNodeWrapper")
-            if sum(actors.values()) > sum(self.actors.values()):
-                self.actors = actors
-                self.store = self.cluster.placement("ray::SampleStore")
+            self._tick()
 
     def __enter__(self) -> Placement:
         self._thread.start()
@@ -181,6 +212,15 @@ class Placement:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        if self._first is None or self._last is None or self._last[0] <= self._first[0]:
+            return
+        (t0, first), (t1, last) = self._first, self._last
+        used: dict[str, float] = {}
+        for pid, (kind, cpu) in last.items():
+            if pid in first and first[pid][0] == kind:
+                used[kind] = used.get(kind, 0.0) + cpu - first[pid][1]
+        self.cores = {k: round(v / (t1 - t0), 3) for k, v in sorted(used.items())}
+        self.cores["window_s"] = round(t1 - t0, 1)
 
 
 def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
@@ -194,7 +234,7 @@ def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
     cfg = config(replicas, str(folder / "obs.npy"))
     load_before = os.getloadavg()[0]
     cpu0, t0 = time.process_time(), time.monotonic()
-    with Placement(cluster) as placed:
+    with Placement(cluster, replicas + 1) as placed:
         result = launch(cfg, folder / "run", seed=1, progress=False)
     cpu_launch, wall = time.process_time() - cpu0, time.monotonic() - t0
     load_after = os.getloadavg()[0]
@@ -240,6 +280,8 @@ def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
         # node actors per node (0: the head, where the estimator's is) and the store's node
         "placement": {str(k): v for k, v in sorted(placed.actors.items())},
         "store_node": sorted(placed.store),
+        # CPU cores each kind of process used while every replica was up
+        "cores": placed.cores,
     }
 
 

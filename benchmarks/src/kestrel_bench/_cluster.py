@@ -248,33 +248,47 @@ class LocalCluster:
             time.sleep(1)
         raise RuntimeError(f"the cluster did not reach {self.nodes} nodes: {seen}")
 
-    def placement(self, title: str) -> dict[int, int]:
-        """Node index (0: the head, i: worker i) → how many of this cluster's processes have a
-        title (Ray's ``ray::Class…`` for actors) starting with ``title``: a node's processes
-        descend from its ``ray start`` (actors are children of the node's raylet)."""
+    def processes(self) -> list[tuple[int, int, str, float]]:
+        """``(pid, node index, title, CPU seconds)`` of every process of this cluster's nodes
+        (node 0: the head, i: worker i; a node's processes descend from its ``ray start``,
+        actors as children of its raylet; the title is the command line's first word, Ray's
+        ``ray::Class…`` for an actor). CPU seconds: user + system since the process began."""
         nodes = {pid: i for i, pid in self._node_pids.items()}
-        wanted = title.encode()
-        parent: dict[int, int] = {}
-        titled: list[int] = []
+        tick = os.sysconf("SC_CLK_TCK")
+        info: dict[int, tuple[int, str, float]] = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             try:
                 stat = (entry / "stat").read_text()
-                parent[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-                if (entry / "cmdline").read_bytes().startswith(wanted):
-                    titled.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
+                title = (entry / "cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+            except OSError:
                 continue
-        out: dict[int, int] = {}
-        for pid in titled:
+            fields = stat[stat.rindex(")") + 2 :].split()
+            info[int(entry.name)] = (
+                int(fields[1]),
+                title,
+                (int(fields[11]) + int(fields[12])) / tick,
+            )
+        out = []
+        for pid, (_, title, cpu) in info.items():
+            up = pid
             for _ in range(8):  # up the parents to a node's ray start
-                if pid in nodes:
-                    out[nodes[pid]] = out.get(nodes[pid], 0) + 1
+                if up in nodes:
+                    out.append((pid, nodes[up], title, cpu))
                     break
-                pid = parent.get(pid, 0)
-                if pid <= 1:
+                up = info[up][0] if up in info else 0
+                if up <= 1:
                     break
+        return out
+
+    def placement(self, title: str) -> dict[int, int]:
+        """Node index (0: the head) → how many of this cluster's processes have a title
+        starting with ``title`` (:meth:`processes`), e.g. ``"ray::RunNodeWrapper"``."""
+        out: dict[int, int] = {}
+        for _, node, name, _ in self.processes():
+            if name.startswith(title):
+                out[node] = out.get(node, 0) + 1
         return out
 
     def own_pids(self) -> list[int]:

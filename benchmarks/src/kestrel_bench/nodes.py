@@ -23,7 +23,7 @@ from typing import Any
 
 from ._scaling import _slope
 
-__all__ = ["rows_from", "render", "growth", "main"]
+__all__ = ["rows_from", "render", "render_cores", "growth", "render_growth", "main"]
 
 #: busy share every replica should reach (issue 32 item 3)
 BUSY_TARGET = 0.95
@@ -92,6 +92,26 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+_KINDS = ("replicas", "driver", "store", "estimator", "raylets+gcs", "other Ray")
+
+
+def render_cores(rows: Sequence[dict[str, Any]]) -> str:
+    """CPU cores each kind of process used while every replica was up (the ``cores`` the
+    benchmark sampled from ``/proc``), with the replicas' per replica in ms a second."""
+    head = ["K", "R", *(f"{k} (cores)" for k in _KINDS), "a replica (ms/s)", "window s"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cores = r.get("cores") or {}
+        if not cores:
+            continue
+        each = 1000.0 * float(cores.get("replicas", 0.0)) / max(1, int(r["replicas"]))
+        cells = [str(r["nodes"]), str(r["replicas"])]
+        cells += [_num(cores.get(k), 2) for k in _KINDS]
+        cells += [f"{each:.1f}", str(cores.get("window_s", "—"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def growth(rows: Sequence[dict[str, Any]]) -> list[tuple[int, tuple[int, ...], dict[str, Any]]]:
     """Per K measured at two or more R: ``(K, the R, {cost: exponent in R or None})``."""
     out = []
@@ -149,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{(machine.get('cpu') or {}).get('count', '?')} cores"
     )
     print(render(rows))
+    if any(r.get("cores") for r in rows):
+        print("\nCPU cores of the cluster's processes while every replica was up:")
+        print(render_cores(rows))
     if growth(rows):
         print("\nGrowth of each cost per 1000 simulations with R (slope of log cost on log R):")
         print(render_growth(rows))
