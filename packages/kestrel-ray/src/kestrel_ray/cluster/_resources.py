@@ -26,7 +26,7 @@ __all__ = ["actor_options", "check_resources", "SIMULATOR_RESTARTS"]
 _NAMES = {"CPU": "CPUs", "GPU": "GPUs", "memory": "bytes of memory"}
 
 
-#: restarts of a crashed simulator actor (and retries of the call it was running)
+#: restarts of a crashed simulator actor (the calls it was running are retried until it is back)
 SIMULATOR_RESTARTS = 3
 
 
@@ -34,14 +34,19 @@ def actor_options(node: Any) -> dict[str, Any]:
     """Ray ``.options()`` for the actors of ``node``: its ``ray`` mapping over the defaults.
 
     Defaults: ``num_cpus=0`` (see the module docstring). A node without estimator is restarted
-    after a crash (``max_restarts``) and the call it was running is retried
-    (``max_task_retries``); the driver passes each chunk's seed, so the retry draws the same
-    numbers. Estimator nodes are not restarted: a fresh actor would silently drop the training
-    state.
+    after a crash or the loss of its machine (``max_restarts``, on any node that offers what
+    it requests) and the calls it was running are retried (``max_task_retries=-1``: the calls
+    wait for the restart, however long Ray takes to declare a lost machine dead, and end with
+    the actor's death once its restarts are spent); the driver passes each chunk's seed, so a
+    retry draws the same numbers. Retries not 0 also let Ray rebuild the blocks of finished
+    calls whose only copy was in a lost node's object store (lineage reconstruction: the call
+    runs again with the same seeds). With ``max_task_retries=3`` a lost machine used up the
+    retries before Ray had declared it dead and the launch failed. Estimator nodes are not
+    restarted: a fresh actor would silently drop the training state.
     """
     opts: dict[str, Any] = {"num_cpus": 0}
     if node.estimator is None:
-        opts.update(max_restarts=SIMULATOR_RESTARTS, max_task_retries=SIMULATOR_RESTARTS)
+        opts.update(max_restarts=SIMULATOR_RESTARTS, max_task_retries=-1)
     opts.update(dict(node.ray or {}))
     return opts
 

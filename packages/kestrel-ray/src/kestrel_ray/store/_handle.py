@@ -77,7 +77,7 @@ class StoreHandle:
     def start(
         cls, *, wait: bool = True, snapshot_dir: str | os.PathLike[str] | None = None, **kwargs: Any
     ) -> StoreHandle:
-        """Start a store actor (``num_cpus=0``).
+        """Start a store actor (``num_cpus=0``, on the driver's node).
 
         Args:
             wait: return only once the actor is constructed.
@@ -96,8 +96,9 @@ class StoreHandle:
             )
         SampleStore(**kwargs)
         folder = None if snapshot_dir is None else os.fspath(snapshot_dir)
+        options: dict[str, Any] = {"num_cpus": 0, "scheduling_strategy": _on_driver_node()}
         handle = cls(
-            ray.remote(SampleStore).options(num_cpus=0).remote(**kwargs), snapshot_dir=folder
+            ray.remote(SampleStore).options(**options).remote(**kwargs), snapshot_dir=folder
         )
         if wait:
             handle.wait(handle._actor.ready.remote())
@@ -214,6 +215,13 @@ class StoreHandle:
             raise StoreError(f"a stored block is lost: {err}") from err
         except ray.exceptions.RayActorError as err:  # killed, or its machine is gone
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            dead = getattr(err, "actor_id", None)
+            if dead is not None and dead != self._actor._actor_id.hex():
+                # a block's maker: Ray could not rebuild a block lost with its node
+                raise StoreError(
+                    f"a stored block cannot be read: the actor that simulated it is gone "
+                    f"and no other node could run it again: {first}"
+                ) from err
             raise StoreError(f"the sample store's actor is gone: {first}") from err
         return values[0] if single else values
 
@@ -399,6 +407,21 @@ class StoreHandle:
     def discard_nowait(self, ids: Sequence[int] | np.ndarray) -> None:
         """Mark TRAINING ids DISFAVOURED without waiting."""
         self._actor.discard.remote(_ids(ids))
+
+
+def _on_driver_node() -> Any:
+    """The store's place: the driver's node. The driver owns every stored block (it called
+    the simulators) and the run directory, so the store shares its fate and no other machine's
+    loss takes the store with it (measured on a ``ray start`` cluster: a store Ray had placed
+    on a worker node died with it and stopped the launch). Soft, for a driver whose node
+    cannot host actors (Ray places the store elsewhere then); ``"DEFAULT"`` where Ray cannot
+    say which node the driver is on."""
+    try:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+    except Exception:  # no node of its own (Ray Client): wherever Ray puts it
+        return "DEFAULT"
 
 
 def _ids(ids: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -13,6 +13,15 @@ cluster's control store, the GCS: it survives the actor), and for every new rest
 * reopens the restarted actor's log collection (``RunNodeWrapper.open_log``: the new process
   collects nothing until told to).
 
+A replica whose Ray node was lost (its machine, raylet or object store died) is said so,
+naming that node: Ray restarts it on a remaining node that offers what it requests, retries
+the calls it was running with the same seeds, and rebuilds from the same seeds the blocks
+whose only copy was in the lost node's object store. A replica that no remaining node can take
+waits in Ray for ever; after :data:`RESTART_WAIT` seconds the watch raises a
+:class:`~kestrel_core.SimulatorError` naming the node, the replica and the lost Ray node, and
+the launch stops as after any failure (buffer and weights saved; ``kestrel launch -o RUN``
+continues it once a node offers the resources again).
+
 Estimator nodes are never restarted (a fresh actor would drop the training state): their death
 ends the launch (:mod:`._failure`).
 """
@@ -20,16 +29,30 @@ ends the launch (:mod:`._failure`).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import ray
+
+from kestrel_core import SimulatorError
 from kestrel_ray.internal import actor_info
 
-__all__ = ["RestartWatch", "actor_restarts"]
+__all__ = ["RestartWatch", "actor_restarts", "RESTART_WAIT"]
 
 #: seconds between two reads of the actor table
 POLL_EVERY = 1.0
+#: seconds a restarted replica may wait for a node to run on before the launch stops
+#: (``KESTREL_RESTART_WAIT``)
+RESTART_WAIT = float(os.environ.get("KESTREL_RESTART_WAIT", "120"))
+
+
+def _alive_nodes() -> set[str] | None:
+    try:
+        return {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    except Exception:  # no node table: nothing to say about lost nodes
+        return None
 
 
 def actor_restarts(actor: Any) -> int | None:
@@ -68,6 +91,10 @@ class RestartWatch:
         self._max = dict(max_restarts or {})
         self._every = float(every)
         self._seen: dict[tuple[str, int], int] = {}
+        #: replica → the Ray node it was last seen alive on
+        self._node: dict[tuple[str, int], str] = {}
+        #: replica → (when it was first seen waiting for a restart, the node it had lost)
+        self._waiting: dict[tuple[str, int], tuple[float, str | None]] = {}
         self._next = 0.0
 
     def poll(self, *, force: bool = False) -> dict[str, int]:
@@ -77,24 +104,74 @@ class RestartWatch:
         if not force and now < self._next:
             return self.restarts
         self._next = now + self._every
+        alive: set[str] | None = None
         for name, group in self._actors.items():
             for i, actor in enumerate(group):
-                count = actor_restarts(actor)
+                info = actor_info(actor)
+                count = int(info["NumRestarts"]) if "NumRestarts" in info else None
+                state = info.get("State")
+                node = (info.get("Address") or {}).get("NodeID") or None
+                last = self._node.get((name, i))  # before a restart: the node it was on
+                if state == "ALIVE":
+                    self._waiting.pop((name, i), None)
+                    if node:
+                        self._node[name, i] = node
                 before = self._seen.get((name, i), 0)
                 if count is None or count <= before:
+                    self._check_waiting(name, i, state, now)
                     continue
                 self._seen[name, i] = count
                 self.restarts[name] = self.restarts.get(name, 0) + count - before
                 most = self._max.get(name)
-                self._log.warning(
-                    "node %r: actor (replica %d) restarted after a crash (restart %d%s); the call "
-                    "it was running is retried with the same seeds",
-                    name,
-                    i,
-                    count,
-                    f" of at most {most}" if most is not None else "",
+                of_most = f" of at most {most}" if most is not None else ""
+                if alive is None:
+                    alive = _alive_nodes()
+                lost = (
+                    last if last is not None and alive is not None and last not in alive else None
                 )
+                if state != "ALIVE":
+                    self._waiting.setdefault((name, i), (now, lost))
+                if lost is not None:
+                    self._log.warning(
+                        "node %r: actor (replica %d) lost with Ray node %s (its machine, raylet "
+                        "or object store died); restarted on a remaining node that offers what "
+                        "it requests (restart %d%s); the calls it was running are retried with "
+                        "the same seeds, and its blocks lost with that node rebuilt by Ray from "
+                        "the same seeds",
+                        name,
+                        i,
+                        lost,
+                        count,
+                        of_most,
+                    )
+                else:
+                    self._log.warning(
+                        "node %r: actor (replica %d) restarted after a crash (restart %d%s); the "
+                        "call it was running is retried with the same seeds",
+                        name,
+                        i,
+                        count,
+                        of_most,
+                    )
                 reopen = getattr(actor, "open_log", None)
                 if reopen is not None:
                     reopen.remote()  # the new process collects its log again
         return self.restarts
+
+    def _check_waiting(self, name: str, i: int, state: Any, now: float) -> None:
+        """Raise once a restarted replica has waited :data:`RESTART_WAIT` seconds for a node."""
+        if (name, i) not in self._waiting:
+            return
+        if state not in ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY"):
+            self._waiting.pop((name, i), None)
+            return
+        since, lost = self._waiting[name, i]
+        if now - since < RESTART_WAIT:
+            return
+        where = f" after Ray node {lost} was lost" if lost is not None else ""
+        raise SimulatorError(
+            f"node {name!r}: actor (replica {i}) has waited {now - since:.0f} s for a node to "
+            f"restart on{where}: no remaining node offers what it requests (graph.{name}.ray); "
+            "add a node that does (ray start --address … --resources …) and continue the run "
+            "with `kestrel launch -o RUN`"
+        )

@@ -265,18 +265,25 @@ class NodeLogSink:
         while not self._stop.wait(self._interval):
             self.drain()
 
-    def drain(self) -> None:
-        """Collect from every actor once and append to the files."""
+    def drain(self, wait: float = 30.0) -> None:
+        """Collect from every actor once and append to the files; an actor that has not
+        answered within ``wait`` seconds (all actors together: a replica whose machine was
+        lost waits for its restart) is asked again at the next drain."""
         with self._lock:
             for name, group in self._actors.items():
                 for i, actor in enumerate(group):
                     if (name, i) not in self._pending:
                         self._pending[name, i] = actor.drain.remote()
+            refs = list(self._pending.values())
+            ready = ray.wait(refs, num_returns=len(refs), timeout=wait)[0] if refs else []
+            answered = set(ready)
             for (name, i), ref in list(self._pending.items()):
-                try:
-                    got = ray.get(ref, timeout=30)
-                except ray.exceptions.GetTimeoutError:
+                if ref not in answered:
                     continue  # still pending: collected at the next drain
+                try:
+                    got = ray.get(ref, timeout=0)
+                except ray.exceptions.GetTimeoutError:
+                    continue
                 except (ray.exceptions.RayError, TimeoutError):
                     del self._pending[name, i]  # the actor is gone
                     continue
