@@ -45,6 +45,13 @@ _PORT_BASE = 30000
 _START_BATCH = 3
 
 
+def _worker_ip(index: int) -> str:
+    """Worker ``index``'s address: ``127.0.0.<index + 1>`` (the head is ``127.0.0.1``). On one
+    address a driver joins whichever node Ray lists first for it, often a worker; on their own
+    addresses (all loopback) the driver's node is the head, as on a real cluster."""
+    return f"127.0.0.{index + 1}"
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -195,7 +202,7 @@ class LocalCluster:
             self.address,
             "--block",
             "--node-ip-address",
-            "127.0.0.1",
+            _worker_ip(index),
             "--num-cpus",
             "0",
             "--disable-usage-stats",
