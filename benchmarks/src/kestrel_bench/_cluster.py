@@ -1,18 +1,19 @@
 """A Ray cluster of many nodes on this one machine: ``ray start`` processes (``bench:nodes``).
 
 :class:`LocalCluster` starts a head (``ray start --head --block``) and ``nodes − 1`` worker
-nodes (``ray start --address … --block``), each in a process group of its own, all on
-``127.0.0.1``, as ``tests/integration/real_cluster.py`` does for its two-node cluster. The
+nodes (``ray start --address … --block``), each in a process group of its own, as
+``tests/integration/real_cluster.py`` does for its two-node cluster: the head on
+``127.0.0.1``, worker ``i`` on ``127.0.0.<i+1>`` (all loopback; a driver joins the head). The
 head offers ``head_cpus`` CPUs and the resource ``kestrel_head`` (the estimator is pinned to
-it by that resource; the store actor, ``num_cpus: 0``, starts on the driver's node, the
-head); each worker offers no CPU (``--num-cpus 0``) and the custom ``worker_resources`` (e.g.
+it by that resource; where the store actor, ``num_cpus: 0``, runs is Ray's choice unless
+Kestrel pins it: :meth:`LocalCluster.placement` tells); each worker offers no CPU (``--num-cpus 0``) and the custom ``worker_resources`` (e.g.
 ``{"sim": 1000}``) that the simulator replicas request, so the replicas run on the workers
 only. Every node gets a small object store (``object_store_mb``) and its own range of worker
 ports (nodes on one address would otherwise hand out the same ports); worker nodes run no log
 monitor (their actors' output is not streamed to a driver).
 
 Token authentication is off (``RAY_AUTH_MODE=disabled`` on the nodes; :meth:`driver_env`
-for a driver): the cluster listens on ``127.0.0.1`` only and lives for one benchmark.
+for a driver): the cluster listens on loopback addresses only and lives for one benchmark.
 
 Teardown ends exactly what this cluster started — its process groups, then any process whose
 command line names the cluster's own temp dir — never ``ray stop``, which would stop every Ray
