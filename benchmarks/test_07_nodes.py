@@ -273,6 +273,12 @@ def _measure(cluster: Any, replicas: int, folder: Path) -> dict[str, Any]:
         "busy_share": busy,
         "simulating_s": round(simulating, 2),
         "idle_s": round(simulating - work, 2),  # a median replica's seconds without a call
+        # of it, in the initial simulation (its rows split evenly over the replicas)
+        "initial_idle_s": round(
+            float(driver.get("initial simulation", {}).get("seconds", 0.0))
+            - (INITIAL["min_samples"] + INITIAL["validation_samples"]) / replicas * MS / 1000.0,
+            2,
+        ),
         "steady_busy": steady,
         "steady_s": steady_s,
         "starting_s": float(driver.get("starting", {}).get("seconds", 0.0)),

@@ -2,15 +2,17 @@
 
 Reads the JSON that ``pytest --benchmark-json`` wrote for ``benchmarks/test_07_nodes.py``
 (``hatch run bench:nodes``) and prints one Markdown row per (K nodes, R replicas): the
-replicas on each worker node, the simulations, the replicas' busy share over the launch (lowest and median), a median
-replica's idle seconds in it, the busy share of the rounds drawn after training ended (the
-steady state, from the driver's log), the driver's and the store actor's CPU seconds per 1000
-simulations, the seconds simulations could run and the 1-minute load average before and after
-the launch; then, per K, the growth exponent of each cost per 1000
-simulations in R (the least-squares slope of ``log cost`` on ``log R``, as
-:mod:`kestrel_bench._scaling` does for N): 0 — each simulation costs the same whatever the
-replica count; 1 — the cost of a simulation grows in proportion to R. Exit status 2 when
-the file cannot be read, else 0 (no floors: the targets are read off the table).
+replicas on each worker node, the simulations, the replicas' busy share over the launch
+(lowest and median), a median replica's idle seconds in it (of them, in the initial
+simulation), the busy share of the rounds drawn after training ended (the steady state, from
+the driver's log), the driver's and the store actor's CPU seconds per 1000 simulations, the
+seconds simulations could run and the 1-minute load average before and after the launch;
+then the CPU cores each kind of the cluster's processes used while every replica was up; then,
+per K, the growth exponent of each cost per 1000 simulations in R (the least-squares slope of
+``log cost`` on ``log R``, as :mod:`kestrel_bench._scaling` does for N): 0 — each simulation
+costs the same whatever the replica count; 1 — the cost of a simulation grows in proportion
+to R. Exit status 2 when the file cannot be read, else 0 (no floors: the targets are read off
+the table).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ _HEAD = [
     "replicas a worker",
     "simulations",
     "busy share min / median",
-    "idle s",
+    "idle s (initial sim.)",
     "busy after training",
     "driver CPU s / 1000 sims",
     "store CPU s / 1000 sims",
@@ -81,7 +83,7 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
             _spread(r),
             str(r["simulations"]),
             busy,
-            f"{float(r['idle_s']):.1f}",
+            f"{float(r['idle_s']):.1f} ({float(r.get('initial_idle_s', 0.0)):.1f})",
             "—" if r.get("steady_busy") is None else f"{float(r['steady_busy']):.3f}",
             _num(r["driver_cpu_per_1000"]),
             _num(r["store_cpu_per_1000"]),
