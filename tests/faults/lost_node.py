@@ -154,3 +154,12 @@ def _alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+def worker_of(cluster: LostNodeCluster, pid: int) -> int:
+    """The index of the worker node whose mount namespace holds process ``pid``."""
+    ns = _mount_ns(pid)
+    for i, proc in enumerate(cluster.worker_procs):
+        if proc.poll() is None and ns is not None and _mount_ns(proc.pid) == ns:
+            return i
+    raise AssertionError(f"process {pid} runs on no live worker node of the cluster")

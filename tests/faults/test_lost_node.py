@@ -28,8 +28,10 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +40,8 @@ import yaml
 
 from ..integration.helpers import KESTREL
 from ..integration.real_cluster import unshare_works
-from .lost_node import LostNodeCluster
+from .faultkit import actor_pid
+from .lost_node import LostNodeCluster, worker_of
 
 pytestmark = [
     pytest.mark.faults,
@@ -57,7 +60,7 @@ KILL_AT_ROWS = 320
 WIDTH = 2048
 
 
-def config(folder: Path) -> dict:
+def config(folder: Path, estimator_on: str = "kestrel_head") -> dict:
     """z ~ U(0, 1)² on the head (Gaussian estimator); x = z spread over ``WIDTH`` values +
     noise, two replicas spread over the workers (``kestrel_sim``)."""
     np.save(folder / "obs.npy", np.repeat([0.4, 0.6], WIDTH // 2))
@@ -77,7 +80,7 @@ def config(folder: Path) -> dict:
                     "priors": [["uniform", 0.0, 1.0]] * 2,
                 },
                 "evidence": ["x"],
-                "ray": {"resources": {"kestrel_head": 1}},
+                "ray": {"resources": {estimator_on: 1}},
                 "estimator": {
                     "_target_": "kestrel_torch.GaussianPosterior",
                     "max_epochs": 100_000,
@@ -130,14 +133,32 @@ def folder():
     shutil.rmtree(base, ignore_errors=True)
 
 
-def launch_and_lose(rc, base: Path, run: Path, worker: int, *args: str, **env: str):
-    """``kestrel launch`` of :func:`config` into ``run``; worker node ``worker`` lost once
-    :data:`KILL_AT_ROWS` rows are journaled. Returns ``(seconds from the kill to the launch's
-    end, the launch's output, its exit status)``; fails the test on a hang."""
+#: ``kestrel`` with a checkpoint every 0.5 s (a launch checkpoints every 60 s)
+KESTREL_FAST_CHECKPOINTS = [
+    sys.executable,
+    "-c",
+    "import runpy, kestrel.persist._checkpoint as c; c.CHECKPOINT_EVERY = 0.5; "
+    "runpy.run_module('kestrel', run_name='__main__')",
+]
+
+
+def launch_and_lose(
+    rc,
+    base: Path,
+    run: Path,
+    worker: int | Callable[[], int],
+    *args: str,
+    command: list = KESTREL,
+    **env: str,
+):
+    """``kestrel launch`` of :func:`config` into ``run``; worker node ``worker`` (or the one
+    ``worker()`` names then) lost once :data:`KILL_AT_ROWS` rows are journaled. Returns
+    ``(seconds from the kill to the launch's end, the launch's output, its exit status)``;
+    fails the test on a hang."""
     out = run.with_suffix(".txt")
     with open(out, "wb") as sink:
         proc = subprocess.Popen(
-            [*KESTREL, "launch", "-c", base / "config.yml", "-o", run]
+            [*command, "launch", "-c", base / "config.yml", "-o", run]
             + ["--address", rc.address, "--progress", "log", *args],
             stdout=sink,
             stderr=subprocess.STDOUT,
@@ -148,6 +169,8 @@ def launch_and_lose(rc, base: Path, run: Path, worker: int, *args: str, **env: s
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
         if killed_at is None and journal_rows(run) >= KILL_AT_ROWS:
+            if callable(worker):
+                worker = worker()
             pids = rc.lose_worker(worker)
             killed_at = time.monotonic()
             print(f"worker node {worker} lost: {len(pids)} processes killed")
@@ -229,4 +252,45 @@ def test_no_node_left_for_the_simulator_stops_cleanly_and_a_new_node_continues(f
     lost, changed = lost_and_changed(run, saved)
     n = len(next(iter(saved.values())))
     print(f"resumed on a new node: rows in the bank before: {n}, lost: {len(lost)}")
+    assert not lost and not changed
+
+
+def test_the_estimators_node_lost_stops_the_run_and_the_remaining_nodes_continue_it(folder):
+    # the estimator z on a worker node (kestrel_est, offered by both workers), x's replicas
+    # spread over both; the worker running z is lost: z's actor (never restarted: it holds the
+    # training state) is gone, the launch stops as after a killed estimator actor
+    (folder / "config.yml").write_text(yaml.safe_dump(config(folder, "kestrel_est")))
+    base, run = folder, folder / "estimator"
+    resources = {"kestrel_sim": 2, "kestrel_est": 1}
+    with LostNodeCluster([base], resources, workers=2) as rc:
+
+        def estimators_worker() -> int:
+            pid = actor_pid(run, "z")
+            assert pid is not None, "z's actor logged no pid"
+            return worker_of(rc, pid)
+
+        after_kill, output, code = launch_and_lose(
+            rc, base, run, estimators_worker, "--seed", "7", command=KESTREL_FAST_CHECKPOINTS
+        )
+        print(f"estimator's node lost: the launch failed {after_kill:.1f} s after the kill")
+        status = json.loads((run / "status.json").read_text())
+        assert code == 1 and status["status"] == "failed", output[-5000:]
+        print(f"reason: {status['reason']}")
+        assert "node 'z'" in status["reason"], status["reason"]
+        assert (run / "graph" / "z" / "estimator.pt").is_file(), "no weights on disk"
+        saved = bank(run)
+        done = subprocess.run(  # on the remaining worker node
+            [*KESTREL, "launch", "-o", run, "--address", rc.address, "--progress", "log"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=rc.driver_env(),
+            cwd=base,
+        )
+    status = json.loads((run / "status.json").read_text())
+    assert done.returncode == 0 and status["status"] == "completed", done.stdout[-4000:]
+    assert status["resumed"] == ["z"], status["resumed"]
+    lost, changed = lost_and_changed(run, saved)
+    n = len(next(iter(saved.values())))
+    print(f"resumed on the remaining node: rows in the bank before: {n}, lost: {len(lost)}")
     assert not lost and not changed
