@@ -18,7 +18,14 @@ Before ``max_task_retries=-1`` (it was 3) the retries were used up while the los
 yet declared dead, and the launch failed ≈ 15 s after the kill with ``SimulatorError: node
 'x': actor died during sample(16): … The actor is temporarily unavailable``.
 
-The test counts: every row the store accepted (the journal, the run's simulation bank, written
+Two more outcomes, each on a cluster of its own: the only worker that offers ``kestrel_sim``
+lost (the replicas wait in Ray for a node in vain: the launch's restart watch stops it after
+``KESTREL_RESTART_WAIT`` seconds, naming the lost Ray node, and a node that joins continues
+the run with ``kestrel launch -o RUN``); and the estimator's worker node lost (its actor is
+never restarted: the launch stops as after a killed estimator actor, and the remaining worker
+continues the run from the last checkpoint's weights and the bank).
+
+Each test counts: every row the store accepted (the journal, the run's simulation bank, written
 by the driver right after each append) is in the final buffer, read back from the store's
 blocks at the end, with the same id and the same values: 0 stored samples lost, none changed.
 """

@@ -324,4 +324,5 @@ class NodeLogSink:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
-        self.drain()
+        # an actor still owing an answer from the drains before (its node lost, say) gets 5 s
+        self.drain(wait=5.0 if self._pending else 30.0)
