@@ -83,7 +83,10 @@ class LostNodeCluster(RealCluster):
                 self.address,
                 "--block",
                 "--node-ip-address",
-                "127.0.0.1",
+                # its own loopback address: on the head's, a driver may join a worker node
+                # (Ray takes whichever node it lists first for an address), and the store,
+                # started on the driver's node, would die with that worker
+                f"127.0.0.{i + 2}",
                 "--num-cpus",
                 str(self.worker_cpus),
                 "--disable-usage-stats",

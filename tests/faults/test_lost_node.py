@@ -178,6 +178,7 @@ def launch_and_lose(
         if killed_at is None and journal_rows(run) >= KILL_AT_ROWS:
             if callable(worker):
                 worker = worker()
+            print(f"the store's node: {store_node(rc)}")
             pids = rc.lose_worker(worker)
             killed_at = time.monotonic()
             print(f"worker node {worker} lost: {len(pids)} processes killed")
@@ -188,6 +189,26 @@ def launch_and_lose(
         pytest.fail("the launch hung after the worker node was lost")
     assert killed_at is not None, "the launch ended before the kill"
     return time.monotonic() - killed_at, out.read_text(errors="replace"), proc.returncode
+
+
+def store_node(rc) -> str:
+    """``head`` or ``worker`` (where the launch's store actor runs), read by another driver."""
+    code = (
+        "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+        "from ray._private import state; "
+        "head = [n['NodeID'] for n in ray.nodes() if n['Resources'].get('kestrel_head')]; "
+        "store = [a['Address']['NodeID'] for a in state.actors().values() "
+        "if a['ActorClassName'] == 'SampleStore' and a['State'] == 'ALIVE']; "
+        "print('head' if store and store[0] in head else f'worker {store}')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, rc.address],
+        capture_output=True,
+        text=True,
+        env=rc.node_env(),
+        timeout=60,
+    )
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-300:]
 
 
 def lost_and_changed(run: Path, saved: dict[str, dict[int, np.ndarray]]) -> tuple[list, list]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -215,12 +216,14 @@ class StoreHandle:
             raise StoreError(f"a stored block is lost: {err}") from err
         except ray.exceptions.RayActorError as err:  # killed, or its machine is gone
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            dead = getattr(err, "actor_id", None)
-            if dead is not None and dead != self._actor._actor_id.hex():
+            mine = self._actor._actor_id.hex()
+            named = re.findall(r"\b[0-9a-f]{32}\b", str(err))
+            dead = getattr(err, "actor_id", None) or (named[0] if named else None)
+            if dead is not None and dead != mine and mine not in str(err):
                 # a block's maker: Ray could not rebuild a block lost with its node
                 raise StoreError(
-                    f"a stored block cannot be read: the actor that simulated it is gone "
-                    f"and no other node could run it again: {first}"
+                    "a stored block cannot be read: its only copy was lost and the actor "
+                    f"that simulated it is unavailable (its node lost?) to rebuild it: {first}"
                 ) from err
             raise StoreError(f"the sample store's actor is gone: {first}") from err
         return values[0] if single else values
