@@ -383,6 +383,12 @@ def test_logging_level_and_ray_mapping_are_kept(tmp_path):
     assert cfg.logging == {"level": "DEBUG"} and cfg.ray == {"num_cpus": 2, "address": "auto"}
 
 
+@pytest.mark.parametrize("level", ["LOUD", 10, ["INFO"]])
+def test_a_logging_level_that_is_not_a_level_name_is_refused(tmp_path, level):
+    with pytest.raises(ConfigError, match=r"logging\.level: expected one of DEBUG, INFO, WARNING"):
+        load(tmp_path, with_(logging={"level": level}))
+
+
 def test_all_problems_are_reported_together(tmp_path):
     with pytest.raises(ConfigError) as info:
         load(tmp_path, with_(buffer__max_sample=1, graph__x__parens=["mu"], extra=1))

@@ -4,7 +4,7 @@ Sections (unknown keys anywhere are errors with a "did you mean …?" suggestion
 
     paths:    graph, samples, buffer (default ${run_dir}/<name>), imports (default [config dir])
     buffer:   min_samples, max_samples, validation_samples (required), simulate_count (64),
-              simulate_interval (1.0 s), simulate_when_full (true), snapshot_every (0),
+              simulate_interval (0 s), simulate_when_full (true), snapshot_every (0),
               initial_samples_path (null), journal (true)
     graph:    <node>: simulator, estimator, parents, evidence, scaffolds, observed,
               num_actors, sample_chunk_size, ray, on_error (raise | skip), dry_run (true),

@@ -79,6 +79,8 @@ NODE_KEYS = (
     "names",
 )
 LOGGING_KEYS = ("level",)
+#: the level names ``logging.level`` takes (the driver log's threshold, :mod:`logging`'s names)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 #: the experiment trackers a ``tracking`` section may select (each optional, any together)
 TRACKING_KINDS = ("tensorboard", "mlflow")
 #: the keys of ``tracking.mlflow`` (each optional)
@@ -283,8 +285,11 @@ def schema_problems(data: Any) -> list[str]:
         problems.append(f"ray: expected a mapping of ray.init arguments, found {data['ray']!r}")
     if _keys(data.get("logging"), LOGGING_KEYS, "logging", problems):
         level = data["logging"].get("level")
-        if level is not None and not isinstance(level, (str, int)):
-            problems.append(f"logging.level: expected a level name such as INFO, found {level!r}")
+        if level is not None and not (isinstance(level, str) and level.upper() in LOG_LEVELS):
+            problems.append(
+                f"logging.level: expected one of {', '.join(LOG_LEVELS)} (any case), "
+                f"found {level!r}"
+            )
     if "run_dir" in data and data["run_dir"] is not None and not isinstance(data["run_dir"], str):
         problems.append(f"run_dir: expected a path, found {data['run_dir']!r}")
     reuse = data.get("reuse")

@@ -189,7 +189,11 @@ def _launch(
     interrupted = False
     error: BaseException | None = None
     try:
-        with driver_logger(session.run, console=progress is not False) as log:
+        with driver_logger(
+            session.run,
+            console=progress is not False,
+            level=session.config.logging.get("level"),
+        ) as log:
             if session.archived:
                 log.info(
                     "run %s: restarted; the old contents are in %s",

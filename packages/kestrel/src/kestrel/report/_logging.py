@@ -29,18 +29,23 @@ _FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
 
 @contextlib.contextmanager
-def driver_logger(run: RunDir, *, console: bool = True) -> Iterator[logging.Logger]:
+def driver_logger(
+    run: RunDir, *, console: bool = True, level: str | None = None
+) -> Iterator[logging.Logger]:
     """The driver logger of one run, writing to ``graph/driver/output.log`` (appending).
 
     Args:
         run: the run directory.
-        console: also print ``INFO`` lines to stdout (plain messages).
+        console: also print the records at ``level`` and above to stdout (plain messages).
+        level: the config's ``logging.level`` (a :mod:`logging` level name such as ``DEBUG``,
+            ``INFO``, ``WARNING``; case-insensitive, checked by the config schema); ``None``:
+            ``INFO``. Records below it reach neither the file nor the console.
 
     Raises:
         DiskFullError: the log's folder cannot be created for lack of space.
     """
     log = logging.getLogger(LOGGER_NAME)
-    log.setLevel(logging.INFO)
+    log.setLevel(logging.getLevelName(level.upper()) if level else logging.INFO)
     log.propagate = False
     path = os.path.join(run.node_dir("driver"), "output.log")
     with disk_full_guard(path):
