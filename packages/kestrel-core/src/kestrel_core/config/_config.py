@@ -5,7 +5,8 @@ Sections (unknown keys anywhere are errors with a "did you mean …?" suggestion
     paths:    graph, samples, buffer (default ${run_dir}/<name>), imports (default [config dir])
     buffer:   min_samples, max_samples, validation_samples (required), simulate_count (64),
               simulate_interval (0 s), simulate_when_full (true), snapshot_every (0),
-              initial_samples_path (null), journal (true)
+              initial_samples_path (null), journal (true), storage (auto),
+              cache_samples (null)
     graph:    <node>: simulator, estimator, parents, evidence, scaffolds, observed,
               num_actors, sample_chunk_size, ray, on_error (raise | skip), dry_run (true),
               timeout (seconds per simulator call), names (component names for plots and
@@ -91,6 +92,13 @@ class BufferConfig:
             until a checkpoint's snapshot holds them, so a killed store or driver loses no row
             (``false``: rows since the last checkpoint are lost then; saves the driver reading
             every block).
+        storage: where the buffer's rows live: ``memory`` (all in Ray's object store; a buffer
+            that does not fit is refused), ``disk`` (the object store keeps the newest
+            ``cache_samples`` rows, the others are read back from the journal by the loader's
+            background fetch; needs ``journal: true``), ``auto`` (``disk`` only when the buffer
+            would not fit in the object store and the journal is on, else ``memory``).
+        cache_samples: rows a buffer that trains from disk keeps in the object store; ``None``:
+            half the object store's bytes (:data:`kestrel_core.store.CACHE_SHARE`).
     """
 
     min_samples: int
@@ -103,6 +111,8 @@ class BufferConfig:
     snapshot_every: int = 0
     initial_samples_path: str | None = None
     journal: bool = True
+    storage: str = "auto"
+    cache_samples: int | None = None
 
     @property
     def pace(self) -> str:

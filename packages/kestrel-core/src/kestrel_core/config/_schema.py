@@ -56,6 +56,8 @@ BUFFER_DEFAULTS: dict[str, Any] = {
     "snapshot_every": 0,
     "initial_samples_path": None,
     "journal": True,
+    "storage": "auto",
+    "cache_samples": None,
 }
 BUFFER_KEYS = BUFFER_REQUIRED + tuple(BUFFER_DEFAULTS)
 #: the ``budget`` section's keys and their defaults
@@ -149,10 +151,23 @@ def _buffer_problems(buf: Any, problems: list[str]) -> None:
         "snapshot_every": (lambda v: _is_int(v), "an integer ≥ 0"),
         "initial_samples_path": (lambda v: v is None or isinstance(v, str), "a path or null"),
         "journal": (lambda v: isinstance(v, bool), "true or false"),
+        "storage": (
+            lambda v: v in ("auto", "memory", "disk"),
+            "auto, memory or disk (where the buffer's rows live)",
+        ),
+        "cache_samples": (
+            lambda v: v is None or _is_int(v, 1),
+            "an integer ≥ 1 (rows kept in the object store) or null (half the store)",
+        ),
     }
     for key, (ok, expected) in checks.items():
         if key in buf and not ok(buf[key]):
             problems.append(f"buffer.{key}: expected {expected}, found {buf[key]!r}")
+    if buf.get("storage") == "disk" and buf.get("journal") is False:
+        problems.append(
+            "buffer.storage: disk trains from the journal's files, but buffer.journal is false "
+            "(no journal is written): set buffer.journal: true, or buffer.storage: memory"
+        )
 
 
 def _budget_problems(budget: Any, problems: list[str]) -> None:

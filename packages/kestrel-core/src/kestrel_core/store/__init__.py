@@ -13,6 +13,7 @@
 ``_memory``        :class:`InMemoryStore`: a ``BlockStore`` whose blocks hold numpy arrays
 ``_gather``        rows of a checkout into fresh arrays (every view reads through it)
 ``_view``          :class:`InMemoryBufferView`
+``_disk``          a buffer beyond memory: blocks handed to the journal, read back by id range
 =================  ===========================================================================
 
 kestrel-ray's store actor is a ``BlockStore`` whose blocks hold ObjectRefs.
@@ -25,6 +26,15 @@ from kestrel_core.store._buffer_file import (
     read_buffer_file,
     take_snapshot,
     write_buffer_file,
+)
+from kestrel_core.store._disk import (
+    CACHE_SHARE,
+    STORAGE_MODES,
+    DiskPolicy,
+    JournalReader,
+    OnDisk,
+    journal_reader,
+    resolve_on_disk,
 )
 from kestrel_core.store._gather import empty_spec, gather_rows, read_checkout, read_groups
 from kestrel_core.store._index import BlockIndex
@@ -93,4 +103,11 @@ __all__ = [
     "read_groups",
     "empty_spec",
     "InMemoryBufferView",
+    "CACHE_SHARE",
+    "STORAGE_MODES",
+    "DiskPolicy",
+    "JournalReader",
+    "OnDisk",
+    "journal_reader",
+    "resolve_on_disk",
 ]

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kestrel_core._errors import ConfigError, StoreError, StoreWarning
+from kestrel_core.store._disk import DiskPolicy, is_on_disk, on_disk_handle
 from kestrel_core.store._index import BlockIndex
 from kestrel_core.store._meta import Expected, Schema, check_block, check_expected
 from kestrel_core.store._protocol import BlockMeta, BlockRead, Checkout
@@ -102,6 +103,45 @@ class BlockStore:
     #: without a snapshot directory, hand the rows due for a snapshot back to the caller
     #: (:attr:`Appended.snapshots`): a store whose files another process writes
     returns_snapshots = False
+    #: the buffer's disk rule (:meth:`use_disk`); ``None``: every block in memory
+    _disk: DiskPolicy | None = None
+
+    # -- a buffer larger than memory ---------------------------------------------------------------
+    def use_disk(self, policy: DiskPolicy | None) -> None:
+        """Train from disk beyond ``policy``'s cache (``buffer.storage``).
+
+        After every append, while more rows than the policy's cache are held in memory, the
+        oldest appended blocks whose rows the journal holds (appended two calls or more ago:
+        the driver journals an append once the store accepted it) are handed to disk: their
+        handles become :class:`~kestrel_core.store._disk.OnDisk` markers of the journal folder,
+        which a view reads back (:func:`~kestrel_core.store._disk.resolve_on_disk`); the
+        store's own data reference is dropped. Ids, statuses, eviction and pins are unchanged.
+        :meth:`stats` then counts ``on_disk`` (live rows held only on disk) and
+        ``disk_reads`` (rows checked out from disk).
+        """
+        with self._lock:
+            self._disk = policy
+            self._disk_ends: list[int] = []
+            self._disk_reads = 0
+            self._disk_active = False
+
+    def _spill(self) -> None:
+        policy, schema = self._disk, self._schema
+        if policy is None or policy.folder is None or not schema:
+            return
+        self._disk_ends = [*self._disk_ends[-2:], self._index.next_id]
+        row_bytes = sum(
+            int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            for shape, dtype in schema.values()
+        )
+        rules = self._index.rules
+        keep = max(rules["max_samples"], rules["min_samples"]) + rules["validation_samples"]
+        limit = policy.cache_rows(keep, row_bytes)
+        if limit is None:
+            return
+        self._disk_active = True
+        below = self._disk_ends[0] if len(self._disk_ends) == 3 else 0
+        self._index.spill(limit, below, on_disk_handle(policy.folder))
 
     # -- what a block holds (subclasses) ----------------------------------------------------------
     def _accept(self, block: Mapping[str, Any], meta: BlockMeta, spec: Schema) -> Any:
@@ -208,6 +248,7 @@ class BlockStore:
                     write_snapshots(self._snapshot_dir, ids, rows, self._read(handle))
                 elif rows.size:
                     due.append((ids, rows, handle))
+            self._spill()
             return Appended(np.concatenate(out), kept, [note] if note else [], due)
 
     def restore(
@@ -299,6 +340,8 @@ class BlockStore:
             token, active, new, reads = self._index.checkout(
                 statuses, max_samples=max_samples, held_ids=held_ids
             )
+            if self._disk is not None:
+                self._disk_reads += sum(len(ids) for h, _, ids in reads if is_on_disk(h))
         return Checkout(
             token=token,
             active_ids=active,
@@ -338,9 +381,14 @@ class BlockStore:
             return self._index.status(ids)
 
     def stats(self) -> dict[str, int]:
-        """Counts ``validation training disfavoured tombstone deleted total blocks``."""
+        """Counts ``validation training disfavoured tombstone deleted total blocks``; for a
+        buffer that trains from disk (:meth:`use_disk`) also ``on_disk`` (live rows held only
+        in the journal) and ``disk_reads`` (rows checked out from it so far)."""
         with self._lock:
-            return self._index.stats()
+            out = self._index.stats()
+            if self._disk is not None and self._disk_active:
+                out.update(on_disk=self._index.disk_rows()[0], disk_reads=int(self._disk_reads))
+            return out
 
     # -- for the subclasses' accessors ------------------------------------------------------------
     def _schema_copy(self) -> Schema | None:

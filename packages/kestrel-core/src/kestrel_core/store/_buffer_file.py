@@ -30,6 +30,7 @@ import numpy as np
 
 from kestrel_core._errors import StoreError
 from kestrel_core.files._npz import save_npz
+from kestrel_core.store._disk import resolve_on_disk
 from kestrel_core.store._gather import read_checkout
 from kestrel_core.store._lifecycle import LIVE, Status
 from kestrel_core.store._meta import Schema
@@ -92,7 +93,7 @@ class BufferSnapshot:
 def take_snapshot(
     store: SampleStore,
     keys: Sequence[str],
-    resolve: Callable[[list[Any]], list[Any]] = list,
+    resolve: Callable[[list[Any]], list[Any]] = list,  # OnDisk values: read from the journal
     *,
     schema: Schema | None = None,
     max_bytes: int | None = None,
@@ -123,7 +124,7 @@ def take_snapshot(
         arrays = read_checkout(
             checkout,
             keys,
-            resolve,
+            lambda values: resolve_on_disk(values, resolve),
             lambda key: ((), np.float64),
             schema=schema,
             max_bytes=max_bytes,

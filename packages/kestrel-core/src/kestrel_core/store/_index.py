@@ -19,7 +19,7 @@ Shape symbols: M sample ids ever assigned, K ids returned by a checkout.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ class _Block:
     alive: int  # rows whose status is LIVE
     pins: int = 0
     ids: np.ndarray | None = None  # a restored block's ids (ascending); None: start … start+n-1
+    on_disk: bool = False  # its handle was replaced by one that reads the journal (spill)
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Rows of ``ids`` (ids of this block) in the block."""
@@ -185,6 +186,11 @@ class BlockIndex:
     def rules(self) -> dict[str, int]:
         """``min_samples``, ``max_samples``, ``validation_samples``."""
         return dict(self._rules)
+
+    @property
+    def next_id(self) -> int:
+        """The id the next appended row gets (ids assigned so far)."""
+        return self._size
 
     @property
     def first_kept_id(self) -> int:
@@ -346,6 +352,36 @@ class BlockIndex:
         out = {s.name.lower(): int(counts[s]) for s in Status}
         out.update(total=int(self._size), blocks=len(self._blocks))
         return out
+
+    def spill(self, keep_rows: int, below: int, make: Callable[[Any, int, int], Any]) -> int:
+        """Hand the oldest blocks to disk until at most ``keep_rows`` rows are held in memory.
+
+        A block goes when its handle is in memory, it was appended (not restored) and all its
+        ids are below ``below`` (the journal holds them); its handle becomes
+        ``make(handle, first_id, n)``. Checkouts already issued keep the old handle.
+
+        Returns:
+            The rows handed to disk by this call.
+        """
+        held = sum(blk.n for blk in self._blocks.values() if not blk.on_disk)
+        moved = 0
+        for blk in self._blocks.values():
+            if held <= keep_rows:
+                break
+            if blk.on_disk or blk.ids is not None or blk.start + blk.n > below:
+                continue
+            blk.handle, blk.on_disk = make(blk.handle, blk.start, blk.n), True
+            held -= blk.n
+            moved += blk.n
+        return moved
+
+    def disk_rows(self) -> tuple[int, int]:
+        """``(live rows, all rows)`` of the blocks handed to disk and not yet released."""
+        alive = total = 0
+        for blk in self._blocks.values():
+            if blk.on_disk:
+                alive, total = alive + blk.alive, total + blk.n
+        return alive, total
 
     def handles(self) -> list[Any]:
         """The handles of every block not yet released (pinned or holding live rows)."""

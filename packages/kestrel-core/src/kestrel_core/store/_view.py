@@ -7,6 +7,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from kestrel_core.store._disk import resolve_on_disk
 from kestrel_core.store._gather import empty_spec, read_checkout
 from kestrel_core.store._protocol import Fetch, SampleStore
 
@@ -56,7 +57,7 @@ class InMemoryBufferView:
             arrays = read_checkout(
                 checkout,
                 keys,
-                lambda values: values,
+                lambda values: resolve_on_disk(values, list),  # blocks on disk: the journal
                 lambda key: empty_spec(self.store.schema, key),
             )
         finally:

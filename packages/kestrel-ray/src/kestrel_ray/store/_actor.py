@@ -26,7 +26,7 @@ import numpy as np
 import ray
 
 from kestrel_core import BlockMeta, StoreError
-from kestrel_core.store import BlockStore, Schema
+from kestrel_core.store import BlockStore, DiskPolicy, Schema
 
 __all__ = ["SampleStore"]
 
@@ -41,6 +41,9 @@ class SampleStore(BlockStore):
         snapshot_every: keep every k-th appended sample for a snapshot (0 = never); the driver
             writes them (:attr:`~kestrel_core.store.Appended.snapshots`).
         seed: seed of the random subsets of ``checkout(max_samples=…)``.
+        disk: when the buffer trains from disk (``buffer.storage``): blocks beyond the policy's
+            cache are dropped from the object store once the journal holds them
+            (:meth:`kestrel_core.store.BlockStore.use_disk`); ``None``: every block in memory.
 
     Raises:
         ConfigError: a rule value is not a count (``max_samples`` ≥ 1).
@@ -56,6 +59,7 @@ class SampleStore(BlockStore):
         validation_samples: int = 0,
         snapshot_every: int = 0,
         seed: int | None = None,
+        disk: DiskPolicy | None = None,
     ) -> None:
         super().__init__(
             min_samples=min_samples,
@@ -66,6 +70,8 @@ class SampleStore(BlockStore):
             seed=seed,
         )
         self._cpu_start = time.process_time()
+        if disk is not None:
+            self.use_disk(disk)
 
     def ready(self) -> bool:
         """Return ``True`` once the actor is constructed (used to wait for it)."""

@@ -33,7 +33,7 @@ import numpy as np
 import ray
 
 from kestrel_core import BlockMeta, Checkout, ConfigError, KestrelError, StoreError, StoreWarning
-from kestrel_core.store import Appended, Schema
+from kestrel_core.store import JOURNAL_DIR, Appended, DiskPolicy, Schema
 from kestrel_ray.store._actor import SampleStore
 from kestrel_ray.store._files import StoreFiles
 from kestrel_ray.store._lent import LentRefs
@@ -118,7 +118,9 @@ class StoreHandle:
 
         Args:
             buffer: a :class:`kestrel_core.BufferConfig` or mapping (``min_samples``,
-                ``max_samples``, ``validation_samples``, ``snapshot_every``); ``None`` keeps
+                ``max_samples``, ``validation_samples``, ``snapshot_every``, ``journal``,
+                ``storage``, ``cache_samples``: a buffer beyond the object store trains from
+                ``<run_dir>/buffer/journal``, :class:`~kestrel_core.store.DiskPolicy`); ``None`` keeps
                 every sample (no eviction, no validation split).
             run_dir: the run directory; this handle (on the driver) writes the snapshots to
                 ``<run_dir>/buffer/snapshots`` after each append (:meth:`write_snapshots`).
@@ -148,6 +150,9 @@ class StoreHandle:
                     raise ConfigError("buffer.snapshot_every: snapshots need a run directory")
                 kwargs["snapshot_every"] = every
                 snapshot_dir = os.path.join(os.fspath(run_dir), "buffer", "snapshots")
+            disk = _disk_policy(get, run_dir)
+            if disk is not None:
+                kwargs["disk"] = disk
         if seed is not None:
             kwargs["seed"] = int(seed)
         return cls.start(wait=wait, snapshot_dir=snapshot_dir, **kwargs)
@@ -410,6 +415,27 @@ class StoreHandle:
     def discard_nowait(self, ids: Sequence[int] | np.ndarray) -> None:
         """Mark TRAINING ids DISFAVOURED without waiting."""
         self._actor.discard.remote(_ids(ids))
+
+
+def _disk_policy(get: Any, run_dir: str | os.PathLike[str] | None) -> DiskPolicy | None:
+    """The buffer's disk rule (``buffer.storage``, ``buffer.cache_samples``): ``None`` for
+    ``memory``, or without a journal or run directory (the launch's preflight refused a
+    ``disk`` buffer without them); else the journal folder ``<run_dir>/buffer/journal`` and
+    the object store's bytes (the cluster's, ``None`` when Ray does not say)."""
+    storage = str(get("storage", "auto") or "auto")
+    if storage == "memory" or run_dir is None or not get("journal", True):
+        return None
+    try:
+        store = ray.cluster_resources().get("object_store_memory")
+    except Exception:  # Ray not initialised here: unknown, so auto stays in memory
+        store = None
+    cache = get("cache_samples", None)
+    return DiskPolicy(
+        storage=storage,
+        folder=os.path.join(os.fspath(run_dir), "buffer", JOURNAL_DIR),
+        store_bytes=float(store) if store else None,
+        cache_samples=None if cache is None else int(cache),
+    )
 
 
 def _on_driver_node() -> Any:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from kestrel_core import Fetch
-from kestrel_core.store import Schema, empty_spec, read_checkout
+from kestrel_core.store import Schema, empty_spec, read_checkout, resolve_on_disk
 from kestrel_ray.store._handle import StoreHandle
 from kestrel_ray.store._read_budget import read_budget
 
@@ -86,8 +86,13 @@ class RayBufferView:
             self._store.release_nowait(co.token)  # ordered after the checkout by Ray
         return Fetch(active_ids=co.active_ids, new_ids=co.new_ids, arrays=arrays)
 
-    def _resolve(self, refs: list[Any]) -> list[Any]:
-        """The arrays of block refs, each distinct ref waited for once (one batched wait)."""
+    def _resolve(self, values: list[Any]) -> list[Any]:
+        """The arrays of block values: refs (each distinct ref waited for once, one batched
+        wait) and the :class:`~kestrel_core.store.OnDisk` rows of a buffer that trains from
+        disk (mapped from the journal, ``buffer.storage``)."""
+        return resolve_on_disk(values, self._wait)
+
+    def _wait(self, refs: list[Any]) -> list[Any]:
         unique: dict[Any, int] = {}
         for ref in refs:
             unique.setdefault(ref, len(unique))

@@ -42,6 +42,7 @@ import numpy as np
 
 from kestrel_core import ConfigError
 from kestrel_core.internal import ESTIMATOR_FILE, DiskFullError, free_bytes
+from kestrel_core.store import CACHE_SHARE
 
 __all__ = [
     "bytes_per_sample",
@@ -52,6 +53,9 @@ __all__ = [
     "size_text",
     "check_disk_space",
     "check_run_disk",
+    "trains_from_disk",
+    "cache_rows",
+    "storage_of",
 ]
 
 #: a warning when the buffer's blocks and a round in flight may take more than this share
@@ -143,13 +147,34 @@ def check_capacity(
         + f" + validation_samples {int(buffer.validation_samples)}"
     )
     store = f"Ray's object store holds {size_text(capacity)}"
+    if trains_from_disk(buffer, per_sample, capacity):
+        if log is not None:
+            cache = cache_rows(buffer, sample, capacity)
+            log.info(
+                "buffer: %d samples × %s = %s; Ray's object store holds %s: the buffer trains "
+                "from disk (buffer.storage: %s): the object store keeps the newest %d samples "
+                "(%s), the loader reads the others from RUN/buffer/journal",
+                keep,
+                size_text(sample),
+                size_text(need),
+                size_text(capacity),
+                storage_of(buffer),
+                cache,
+                size_text(cache * sample),
+            )
+        return need
     if need > capacity:
         fits = max(0, int(capacity // sample) - int(buffer.validation_samples))
         raise ConfigError(
             f"buffer: {counts} samples × {size_text(sample)} per sample = {size_text(need)}; "
             f"{store} (ray.cluster_resources()['object_store_memory']), so the buffer cannot "
-            f"fit: lower buffer.max_samples to at most {fits}, or give Ray a larger store "
-            "(ray.object_store_memory in the config, or a larger cluster)"
+            f"fit: lower buffer.max_samples to at most {fits}, give Ray a larger store "
+            "(ray.object_store_memory in the config, or a larger cluster), or train from disk "
+            + (
+                "(buffer.storage: auto or disk)"
+                if bool(getattr(buffer, "journal", True))
+                else "(buffer.storage: auto or disk with buffer.journal: true; it is false)"
+            )
         )
     if log is not None:
         skipped = f"; not counted (not dry-run): {list(unchecked)}" if unchecked else ""
@@ -177,6 +202,35 @@ def check_capacity(
                 size_text(round_bytes),
             )
     return need
+
+
+def storage_of(buffer: Any) -> str:
+    """``buffer.storage`` (``"auto"`` for a buffer without one)."""
+    return str(getattr(buffer, "storage", "auto") or "auto")
+
+
+def trains_from_disk(buffer: Any, per_sample: Mapping[str, int], capacity: float | None) -> bool:
+    """Whether the buffer trains from disk: ``buffer.storage: disk``, or ``auto`` with the
+    journal on and a buffer that would not fit in ``capacity`` bytes (the rule the store
+    applies, :class:`kestrel_core.store.DiskPolicy`)."""
+    storage = storage_of(buffer)
+    if storage == "memory" or not bool(getattr(buffer, "journal", True)):
+        return False
+    if storage == "disk":
+        return True
+    sample = int(sum(per_sample.values()))
+    return capacity is not None and sample > 0 and buffer_capacity(buffer) * sample > capacity
+
+
+def cache_rows(buffer: Any, sample: int, capacity: float | None) -> int:
+    """Rows a buffer that trains from disk keeps in the object store: ``buffer.cache_samples``,
+    else :data:`~kestrel_core.store.CACHE_SHARE` of ``capacity`` (0 when unknown)."""
+    cache = getattr(buffer, "cache_samples", None)
+    if cache is not None:
+        return int(cache)
+    if not capacity or sample <= 0:
+        return 0
+    return int(CACHE_SHARE * capacity // sample)
 
 
 def rounds_in_flight(buffer: Any, per_sample: Mapping[str, int], capacity: float | None) -> int:
@@ -282,3 +336,54 @@ def check_run_disk(session: Any) -> None:
     note = check_disk_space(session.run.snapshots, buffer, session.sample_bytes, weights=weights)
     if note:
         session.notes.append(note)
+    try:
+        capacity = store_capacity()
+    except Exception:  # Ray not running yet: the store's size is unknown
+        capacity = None
+    if trains_from_disk(buffer, session.sample_bytes, capacity):
+        note = check_journal_space(session.run.journal, buffer, session.sample_bytes)
+        if note:
+            session.notes.append(note)
+
+
+def check_journal_space(
+    folder: str, buffer: Any, per_sample: Mapping[str, int], *, free: int | None = None
+) -> str | None:
+    """Whether the disk of the journal ``folder`` holds a buffer that trains from disk.
+
+    Its rows live only there (beyond the object store's cache), so the disk needs the buffer's
+    bytes for the journal (every row appended stays: the bank) beside the checkpoint's
+    ``buffer.npz`` (:func:`check_disk_space`).
+
+    Returns:
+        ``None`` when twice the buffer's bytes are free (or nothing is known); else a one-line
+        warning naming the folder, the need and the free space.
+
+    Raises:
+        DiskFullError: not even the buffer's rows fit: the training set could not live there.
+    """
+    sample = int(sum(per_sample.values()))
+    free = free_bytes(folder) if free is None else free
+    if sample == 0 or free is None:
+        return None
+    need = buffer_capacity(buffer) * sample
+    remedy = (
+        "free space there, lower buffer.max_samples, put the run (-o) on a larger disk, or "
+        "keep the buffer in memory (buffer.storage: memory, with a larger object store)"
+    )
+    if free < need:
+        raise DiskFullError(
+            folder,
+            free,
+            need=need,
+            remedy=f"the buffer trains from disk (buffer.storage): its "
+            f"{buffer_capacity(buffer)} samples × {size_text(sample)} per sample live in the "
+            f"journal: {remedy}",
+        )
+    if free >= 2 * need:
+        return None
+    return (
+        f"disk: {folder} has {size_text(free)} free; the buffer trains from disk and needs "
+        f"about {size_text(2 * need)} (its rows in the journal and in buffer.npz): the launch "
+        f"stops when the disk is full; {remedy}"
+    )
