@@ -132,6 +132,13 @@ class EstimatorOptions:
             prior predictive reaches; ``false`` (the default) focuses training on the run's
             observation with γ-tempered proposals, and sampling such a run at another
             observation warns. Setting both ``amortized: true`` and a ``gamma`` > 0 is refused.
+        validation_fraction: in [0, 0.5]: ``0`` (the default) validates on the store's
+            VALIDATION rows (the newest ``buffer.validation_samples``: in a sequential run,
+            rows of the latest proposal); above 0 about this share of every append's rows
+            validates, chosen by a fixed rule on the row's id and the seed
+            (:func:`~kestrel_torch.data._split.validation_mask`), never re-split: every model
+            is compared on the union of every round's slice, so the best model is not judged on
+            its own proposal's rows alone.
         cache_sync_every: sync the loader caches every this many epochs (≥ 1).
         max_cache_samples: cache at most this many training samples (0: all).
         discard_samples, log_ratio_threshold: mark a training sample DISFAVOURED when
@@ -139,6 +146,12 @@ class EstimatorOptions:
         embedding: the embedding's config mapping or module (``None``: identity); built at setup.
         device: "cpu", "cuda", "cuda:N" or "auto" (CUDA when available); resolved at setup.
         seed: the estimator's seed (``None``: the context's).
+        ensemble: members of an ensemble (≥ 1; 1, the default, is one estimator). With K > 1
+            a launch trains K copies of this estimator at once, each in its own actor with the
+            node's resources (``graph.<node>.ray``), from the same buffer, each with its own
+            seed (derived from ``seed`` and the member's index); the node's posterior is their
+            mixture weighted by validation log-probability
+            (:class:`~kestrel_torch.EnsemblePosterior`). The estimator itself ignores it.
 
     Raises:
         ConfigError: a value out of range; the message names the estimator and the keyword.
@@ -155,6 +168,7 @@ class EstimatorOptions:
     prior_epochs: int = option(0, integer(0))
     gamma: float = option(0.5, real(0.0))
     amortized: bool = option(False, flag)
+    validation_fraction: float = option(0.0, real(0.0, 0.5))
     cache_sync_every: int = option(1, integer(1))
     max_cache_samples: int = option(0, integer(0))
     discard_samples: bool = option(False, flag)
@@ -162,6 +176,7 @@ class EstimatorOptions:
     embedding: Any = option(None)
     device: Any = option("cpu", device_name)
     seed: int | None = option(None, optional_seed)
+    ensemble: int = option(1, integer(1))
     #: the estimator's class name, used in messages (not stored)
     owner: InitVar[str | None] = None
 
