@@ -18,12 +18,14 @@ __all__ = [
     "FlowPosterior",
     "FlowMatchingPosterior",
     "FlowLikelihood",
+    "EnsemblePosterior",
 ]
 
 from kestrel_torch import embeddings
 from kestrel_torch.__about__ import __version__
 from kestrel_torch.data._batch import Batch
 from kestrel_torch.data._loader import CachedDataLoader
+from kestrel_torch.estimators._ensemble import EnsemblePosterior
 from kestrel_torch.estimators._flow import FlowPosterior
 from kestrel_torch.estimators._flow_matching import FlowMatchingPosterior
 from kestrel_torch.estimators._gaussian import GaussianPosterior

@@ -33,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import ray
 from ray import cloudpickle
 
 from kestrel_core import (
@@ -47,6 +48,7 @@ from kestrel_core import (
 )
 from kestrel_core.internal import Attempt, call_estimator, observation_checks, simulate_or_skip
 from kestrel_ray.cluster._imports import local_import_paths, local_spec
+from kestrel_ray.cluster._resources import actor_options
 from kestrel_ray.graph._refs import chunk_grid
 from kestrel_ray.node._chunks import (
     BroadcastMemo,
@@ -56,6 +58,13 @@ from kestrel_ray.node._chunks import (
     rows_of,
     skipped_values,
     spans,
+)
+from kestrel_ray.node._ensemble import (
+    Members,
+    check_members,
+    ensemble_size,
+    member_estimator,
+    wait_all,
 )
 from kestrel_ray.node._training import Training
 
@@ -80,6 +89,9 @@ class NodeWrapper:
         seed: the node's ``SeedSequence`` (or an int, or ``None`` for fresh entropy).
         import_paths: directories prepended to ``sys.path`` first (the driver's path).
         replica: index of this replica of a multiplexed node.
+        member: index of this ensemble member (``ensemble: K`` > 1, see
+            :mod:`~kestrel_ray.node._ensemble`): member 0, the node's actor, starts members
+            1…K−1 (actors of this class started with ``member=k``).
     """
 
     def __init__(
@@ -89,8 +101,14 @@ class NodeWrapper:
         seed: Any = None,
         import_paths: Sequence[str] = (),
         replica: int = 0,
+        member: int = 0,
     ):
         self._name = "<unknown>"
+        self._member = int(member)
+        #: ensemble members 1…K−1 (member 0 only; ``None``: no ensemble)
+        self._members: Members | None = None
+        self._spec: Any = None  # this member's estimator spec (a mixture is built from it)
+        self._mixture: Any = None  # the ensemble's mixture, while current (see _posterior)
         self._error: KestrelError | None = None
         self._broadcast = BroadcastMemo(BROADCAST_MEMO)
         self._replica = int(replica)
@@ -105,6 +123,8 @@ class NodeWrapper:
         self._build(node_blob, seed, import_paths)
         #: training, the round schedule and the estimator's bytes
         self._training = Training(self._name, self._estimator)
+        if self._error is None and self._spec is not None and self._member == 0:
+            self._start_members(ensemble_size(self._spec), seed, import_paths)
 
     def _build(self, node_blob: bytes, seed: Any, import_paths: Sequence[str]) -> None:
         """Load the node and build its simulator (and estimator); a failure is kept in
@@ -132,17 +152,16 @@ class NodeWrapper:
             return
         if self.node.estimator is not None:
             spec = local_spec(self.node.estimator)
+            context_seed = int(self._seq.generate_state(1)[0])
             try:
-                self._estimator = spec.build()
-                self._estimator.setup(
-                    EstimatorContext(
-                        node=self._name,
-                        prior=self._simulator,
-                        evidence=tuple(self.node.evidence),
-                        scaffolds=tuple(self.node.scaffolds),
-                        seed=int(self._seq.generate_state(1)[0]),
-                    )
-                )
+                if ensemble_size(spec) > 1:  # each member its own seed and validation rows
+                    spec, self._estimator = member_estimator(spec, context_seed, self._member)
+                else:  # K = 1: the spec as it is
+                    self._estimator = spec.build()
+                self._estimator.setup(self._context(context_seed))
+                if ensemble_size(spec) > 1:
+                    check_members(self._name, self._estimator)
+                self._spec = spec
             except Exception as err:
                 self._error = EstimatorError(
                     f"node {self._name!r}: building estimator {spec.target_name} failed: "
@@ -150,6 +169,36 @@ class NodeWrapper:
                 )
                 return
         self._state = "idle"
+
+    def _context(self, seed: int) -> EstimatorContext:
+        return EstimatorContext(
+            node=self._name,
+            prior=self._simulator,
+            evidence=tuple(self.node.evidence),
+            scaffolds=tuple(self.node.scaffolds),
+            seed=seed,
+        )
+
+    def _start_members(self, k: int, seed: Any, import_paths: Sequence[str]) -> None:
+        """Start ensemble members 1…k−1 (k > 1), each an actor of this class with the node's
+        resource request, spread over the cluster's machines; they die with this actor."""
+        if k <= 1:
+            return
+        options = {"scheduling_strategy": "SPREAD", **actor_options(self.node)}
+        cls = ray.remote(NodeWrapper).options(**options)
+        blob = cloudpickle.dumps(self.node)
+        seq = seed_sequence(seed)
+        actors = [
+            cls.remote(
+                blob,
+                seed=np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key),
+                import_paths=list(import_paths),
+                replica=self._replica,
+                member=i,
+            )
+            for i in range(1, k)
+        ]
+        self._members = Members(self._name, actors)
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def ready(self) -> dict[str, Any]:
@@ -163,6 +212,8 @@ class NodeWrapper:
                 the original exception text, e.g. an unexpected keyword ``sigmaa``).
         """
         self._check()
+        if self._members is not None:
+            await self._members.gather("ready")
         return {
             "node": self._name,
             "fields": {m: self._fields(m) for m in SAMPLING_METHODS},
@@ -190,7 +241,9 @@ class NodeWrapper:
         ``seconds``: wall-clock seconds this actor was busy, per part — ``inputs`` (waiting for
         and reading the conditions' blocks: includes the upstream nodes' work on them),
         ``simulate`` (the simulator's calls, in its worker thread), ``sample_posterior`` and
-        ``sample_proposal`` (an estimator's draws).
+        ``sample_proposal`` (an estimator's draws). An ensemble's actors add ``member`` (its
+        index) and ``node_id`` (the Ray node it runs on); member 0's adds ``ensemble``: one
+        ``{"member", "node_id", "estimator"}`` per member.
         """
         out = {
             "node": self._name,
@@ -202,6 +255,13 @@ class NodeWrapper:
         }
         if self._estimator is not None:
             out["estimator"] = dict(self._estimator.status())
+        if self._spec is not None and ensemble_size(self._spec) > 1:
+            out["member"] = self._member
+            out["node_id"] = ray.get_runtime_context().get_node_id()
+        if self._members is not None:
+            members = [out, *await self._members.gather("status")]
+            keys = ("member", "node_id", "estimator")
+            out["ensemble"] = [{k: m.get(k) for k in keys} for m in members]
         return out
 
     # -- rounds (the Training component's) -----------------------------------------------------
@@ -214,21 +274,33 @@ class NodeWrapper:
             ConfigError: ``epochs_per_round`` is not an integer ≥ 1.
         """
         self._training.configure_rounds(epochs_per_round, deterministic, open)
+        if self._members is not None:
+            await self._members.gather("configure_rounds", epochs_per_round, deterministic, open)
 
     async def round_ready(self, k: int, marked: bool = False) -> int:
         """Wait until round ``k`` may be drawn; returns the round the next ``sample_proposal``
         draws from (``k``, or a later one when not deterministic). At once without a schedule
         or after training ended. ``marked``: at once, ``k`` if training fixed round ``k``'s
-        proposal at one of its epochs, else 0."""
-        return await self._training.round_ready(k, marked)
+        proposal at one of its epochs, else 0. An ensemble: when every member is ready (marked:
+        ``k`` if every member fixed it)."""
+        if self._members is None:
+            return await self._training.round_ready(k, marked)
+        own, others = await wait_all(
+            [self._training.round_ready(k, marked), self._members.gather("round_ready", k, marked)]
+        )
+        return min([own, *others]) if marked else own
 
     async def round_appended(self, k: int, last: bool = False) -> None:
         """Round ``k``'s rows are in the store (``last``: no round follows)."""
         self._training.round_appended(k, last)
+        if self._members is not None:
+            self._members.tell("round_appended", k, last)
 
     async def close_rounds(self, last: int | None = None) -> None:
         """No more rounds come after round ``last`` (budget spent; ``None``: stopping)."""
         self._training.close_rounds(last)
+        if self._members is not None:
+            self._members.tell("close_rounds", last)
 
     # -- training (the Training component's) --------------------------------------------------
     async def train(self, store: Any) -> dict[str, Any]:
@@ -241,15 +313,21 @@ class NodeWrapper:
         Returns:
             The final :meth:`status`.
 
+        An ensemble trains every member at once (each in its own actor).
+
         Raises:
             EstimatorError: the node has no estimator. The estimator's own exceptions pass
-                through with a note naming the node.
+                through with a note naming the node (and the member).
         """
         self._check()
         self._training.require_estimator()
         self._state = "training"
+        self._mixture = None
         try:
-            await self._training.train(store)
+            if self._members is None:
+                await self._training.train(store)
+            else:
+                await wait_all([self._training.train(store), self._members.gather("train", store)])
         except Exception:
             self._state = "failed"
             raise
@@ -257,8 +335,10 @@ class NodeWrapper:
         return await self.status()
 
     async def request_stop(self) -> None:
-        """Ask the estimator to stop training after its current step."""
+        """Ask the estimator (every member) to stop training after its current step."""
         self._training.request_stop()
+        if self._members is not None:
+            self._members.tell("request_stop")
 
     async def save_bytes(self) -> bytes | None:
         """The estimator's state as bytes (``None`` without estimator), for the driver to write.
@@ -267,23 +347,83 @@ class NodeWrapper:
         own disk, and the run directory lives with the driver.
         """
         self._check()
-        return self._training.save_bytes()
+        return (await self.save_state())[0]
 
     async def save_state(self) -> tuple[bytes | None, int | None]:
         """:meth:`save_bytes` and the epoch count those weights reached (the estimator's status
         ``epoch``), read in the same turn of the event loop: no training step falls between.
-        ``(None, None)`` without estimator."""
+        ``(None, None)`` without estimator. An ensemble: every member's bytes packed into one
+        (the estimator's ``pack_members``) and the fewest epochs any member reached."""
         self._check()
-        return self._training.save_state()
+        if self._members is None:
+            return self._training.save_state()
+        own = self._training.save_state()
+        states = [own, *await self._members.gather("save_state")]
+        epochs = [e for _, e in states]
+        blobs = [b for b, _ in states]
+        epoch = None if any(e is None for e in epochs) else min(epochs)
+        return self._estimator.pack_members(blobs), epoch
 
     async def load_bytes(self, data: bytes, source: str = "checkpoint bytes") -> None:
         """Restore the estimator from :meth:`save_bytes`' output; a no-op without estimator.
 
         Args:
             data: the state. source: its name in error messages (the driver's file).
+
+        Raises:
+            EstimatorError: an ensemble's state of another size than the node's ``ensemble``
+                (one estimator's state starts every member of an ensemble).
         """
         self._check()
-        self._training.load_bytes(data, source)
+        self._mixture = None
+        k = 1 if self._members is None else len(self._members) + 1
+        unpack = getattr(self._estimator, "unpack_members", None)
+        blobs = unpack(data, source=source) if callable(unpack) else None
+        if blobs is None:  # one estimator's weights: every member starts from them
+            blobs = [data] * k
+        if len(blobs) != k:
+            raise EstimatorError(
+                f"node {self._name!r}: {source} holds an ensemble of {len(blobs)} members; "
+                f"the estimator's ensemble is {k}. Set ensemble: {len(blobs)}, or start "
+                "from fresh weights"
+            )
+        if self._members is None:
+            self._training.load_bytes(data, source)
+            return
+        self._training.load_bytes(blobs[0], f"{source} (member 0)")
+        await wait_all(
+            [
+                a.load_bytes.remote(b, f"{source} (member {i})")
+                for i, (a, b) in enumerate(zip(self._members.actors, blobs[1:]), 1)
+            ]
+        )
+
+    async def member_draw(
+        self, method: str, n: int, conditions: Mapping[str, np.ndarray], seed: Any
+    ) -> dict[str, np.ndarray]:
+        """``n`` draws of this member's estimator (``sample_proposal``: for the round this
+        member's schedule gave), for member 0's mixture draws.
+
+        Returns:
+            The record ``{"value": (n, F), "log_prob": (n,)}``.
+        """
+        self._check()
+        self._training.require_estimator()
+        out = call_estimator(self._estimator, method, n, conditions, seed, self._training.round)
+        return as_record(self._name, method, out, n)
+
+    async def _posterior(self) -> Any:
+        """The estimator a posterior draw uses: the node's own, or for an ensemble the mixture
+        of its members (rebuilt at each call while training runs, then kept)."""
+        if self._members is None:
+            return self._estimator
+        if self._mixture is None or self._state == "training":
+            data, _ = await self.save_state()
+            mixture = self._spec.build()
+            mixture.setup(self._context(int(self._seq.generate_state(1)[0])))
+            mixture.load_bytes(data, source=f"the ensemble of node {self._name!r}")
+            self._mixture = mixture
+        return self._mixture
 
     # -- sampling ----------------------------------------------------------------------------
     async def sample(
@@ -382,12 +522,19 @@ class NodeWrapper:
                 self._busy("simulate", t0)
         else:
             records, raised, error = [], None, None
+            estimator = self._estimator
+            if method == "sample_posterior":
+                estimator = await self._posterior()
             for (a, c), seq in zip(spans(chunks), seeds):
                 t0 = time.perf_counter()
                 conds = {k: rows_of(v, a, c, n) for k, v in arrays.items()}
                 # seq: the draws; a proposal draws from the model of the round the driver asked for
-                out = call_estimator(self._estimator, method, c, conds, seq, self._training.round)
-                found = observation_checks(self._estimator)  # read before another call draws
+                if method == "sample_proposal" and self._members is not None:
+                    round = self._training.round
+                    out = await self._members.propose(estimator, round, c, conds, seq)
+                else:
+                    out = call_estimator(estimator, method, c, conds, seq, self._training.round)
+                found = observation_checks(estimator)  # read before another call draws
                 records.append(as_record(self._name, method, out, c))
                 self._busy(method, t0)
                 await asyncio.sleep(0)  # let training take a step between chunks

@@ -146,6 +146,12 @@ class EstimatorOptions:
         embedding: the embedding's config mapping or module (``None``: identity); built at setup.
         device: "cpu", "cuda", "cuda:N" or "auto" (CUDA when available); resolved at setup.
         seed: the estimator's seed (``None``: the context's).
+        ensemble: members of an ensemble (≥ 1; 1, the default, is one estimator). With K > 1
+            a launch trains K copies of this estimator at once, each in its own actor with the
+            node's resources (``graph.<node>.ray``), from the same buffer, each with its own
+            seed (derived from ``seed`` and the member's index); the node's posterior is their
+            mixture weighted by validation log-probability
+            (:class:`~kestrel_torch.EnsemblePosterior`). The estimator itself ignores it.
 
     Raises:
         ConfigError: a value out of range; the message names the estimator and the keyword.
@@ -170,6 +176,7 @@ class EstimatorOptions:
     embedding: Any = option(None)
     device: Any = option("cpu", device_name)
     seed: int | None = option(None, optional_seed)
+    ensemble: int = option(1, integer(1))
     #: the estimator's class name, used in messages (not stored)
     owner: InitVar[str | None] = None
 

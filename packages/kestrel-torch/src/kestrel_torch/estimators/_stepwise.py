@@ -36,6 +36,7 @@ from kestrel_torch.data._batch import Batch
 from kestrel_torch.data._loader import CachedDataLoader
 from kestrel_torch.data._split import LIVE, SplitView
 from kestrel_torch.estimators._binding import Binding
+from kestrel_torch.estimators._ensemble import EnsemblePosterior, pack_members, unpack_members
 from kestrel_torch.estimators._inference import Inference
 from kestrel_torch.estimators._options import EstimatorOptions
 from kestrel_torch.estimators._sampling import Conditions
@@ -89,6 +90,8 @@ class StepwiseEstimator:
         self._conditions: Conditions | None = None
         self._stop_requested = False
         self._state = "idle"
+        #: the mixture this estimator samples after loading an ensemble checkpoint (else None)
+        self._ensemble: EnsemblePosterior | None = None
         self._error: str | None = None
         # the parts the public sampling and checkpoint methods delegate to (bound methods, not
         # closures, so that a deep copy or a pickle of the estimator stays whole)
@@ -365,7 +368,15 @@ class StepwiseEstimator:
             "clipped_directions": self._inference.clipped,
             "error": self._error,
             "observation_checks": list(self._conditions.findings) if self._conditions else [],
+            **self._ensemble_status(),
         }
+
+    def _ensemble_status(self) -> dict[str, Any]:
+        """``{"ensemble": {"members": K, "weights": [...]}}`` after loading an ensemble."""
+        if self._ensemble is None:
+            return {}
+        weights = [float(w) for w in self._ensemble.weights]
+        return {"ensemble": {"members": len(self._ensemble), "weights": weights}}
 
     # -- sampling and densities (the Inference part) -----------------------------------------
     @property
@@ -380,6 +391,10 @@ class StepwiseEstimator:
             TypeError, ValueError: ``n`` is not a non-negative integer.
         """
         return self._inference.sample_prior(n, rng)
+
+    def _sampler(self) -> Any:
+        """What the sampling and density methods use: the loaded ensemble, else the model."""
+        return self._inference if self._ensemble is None else self._ensemble
 
     def sample_posterior(
         self, n: int, conditions: Mapping[str, Any], rng: CallRng = None
@@ -399,7 +414,7 @@ class StepwiseEstimator:
         Raises:
             EstimatorError: no trained model yet, or a missing/mis-shaped condition.
         """
-        return self._inference.sample_posterior(n, conditions, rng)
+        return self._sampler().sample_posterior(n, conditions, rng)
 
     def sample_proposal(
         self, n: int, conditions: Mapping[str, Any], rng: CallRng = None, round: int | None = None
@@ -414,7 +429,7 @@ class StepwiseEstimator:
                 fixed for it; ``None``, or a round not fixed (training ended before it): the
                 current best model.
         """
-        return self._inference.sample_proposal(n, conditions, rng, round)
+        return self._sampler().sample_proposal(n, conditions, rng, round)
 
     def log_prob(self, theta: Any, conditions: Mapping[str, Any]) -> np.ndarray:
         """Log density of the posterior at ``theta`` given ``conditions``.
@@ -435,7 +450,7 @@ class StepwiseEstimator:
                 condition.
             ShapeError: ``theta`` has another number of columns than the prior's ``F``.
         """
-        return self._inference.log_prob(theta, conditions)
+        return self._sampler().log_prob(theta, conditions)
 
     # -- checkpoints (the Checkpoints part) --------------------------------------------------
     def save_bytes(self) -> bytes:
@@ -443,10 +458,30 @@ class StepwiseEstimator:
 
         Tensors and plain containers only, for ``torch.load(weights_only=True)`` (:meth:`load_bytes`).
 
+        After loading an ensemble checkpoint: the ensemble (every member's checkpoint).
+
         Raises:
             EstimatorError: :meth:`setup` was not called.
         """
-        return self._checkpoints.save_bytes()
+        own = self._checkpoints.save_bytes()
+        if self._ensemble is None:
+            return own
+        return pack_members([own] + [m.save_bytes() for m in self._ensemble.members[1:]])
+
+    @staticmethod
+    def pack_members(blobs: Sequence[bytes]) -> bytes:
+        """An ensemble checkpoint of members' :meth:`save_bytes` outputs (member ``k`` at
+        index ``k``); :meth:`load_bytes` of it makes this estimator sample their mixture."""
+        return pack_members(blobs)
+
+    @staticmethod
+    def unpack_members(data: bytes, *, source: str = "checkpoint bytes") -> list[bytes] | None:
+        """The members' bytes of an ensemble checkpoint; ``None`` for one estimator's.
+
+        Raises:
+            CheckpointError: an ensemble checkpoint that cannot be read.
+        """
+        return unpack_members(data, source=source)
 
     def load_bytes(self, data: bytes, *, source: str = "checkpoint bytes") -> None:
         """Restore what :meth:`save_bytes` returned, onto this estimator's device.
@@ -459,8 +494,30 @@ class StepwiseEstimator:
         Raises:
             CheckpointError: (an :class:`~kestrel_core.EstimatorError`) not a checkpoint, or
                 one of another estimator class or parameter dimension.
+
+        An ensemble checkpoint (:meth:`pack_members`, written by a launch with ``ensemble``
+        K > 1) loads member 0 here and members 1…K−1 into copies of this estimator (same
+        options and node); sampling and ``log_prob`` then use their mixture
+        (:class:`~kestrel_torch.EnsemblePosterior`, weights from the members' validation
+        losses) and :meth:`save_bytes` writes the ensemble back.
         """
-        self._checkpoints.load_bytes(data, source=source)
+        blobs = unpack_members(data, source=source)
+        if blobs is None:
+            self._ensemble = None
+            self._checkpoints.load_bytes(data, source=source)
+            return
+        self._checkpoints.load_bytes(blobs[0], source=f"{source} (member 0)")
+        members: list[Any] = [self._inference]
+        scores = [self._fit.best_loss]
+        for k, blob in enumerate(blobs[1:], 1):
+            member = type(self)(**self.options.as_dict())
+            member.setup(self._bound().context)
+            member.load_bytes(blob, source=f"{source} (member {k})")
+            members.append(member)
+            scores.append(member._fit.best_loss)
+        self._ensemble = EnsemblePosterior(
+            members, [None if s is None else -float(s) for s in scores]
+        )
 
     def save(self, directory: str) -> None:
         """Write :meth:`save_bytes` to ``<directory>/estimator.pt`` (atomically).
