@@ -33,6 +33,7 @@ def buffer(max_samples=64, min_samples=32, validation_samples=16, simulate_count
         min_samples=min_samples,
         validation_samples=validation_samples,
         simulate_count=simulate_count,
+        storage="memory",  # auto would train a buffer that does not fit from disk
     )
 
 
@@ -86,6 +87,7 @@ def test_a_launch_whose_buffer_cannot_fit_fails_before_any_actor_starts(tmp_path
     """On the session's Ray (its store is GiBs): a million 1 MiB samples cannot fit."""
     cfg = pressure_config(tmp_path, max_samples=1_000_000)
     del cfg["ray"]  # the Ray already running in this process is used as it is
+    cfg["buffer"]["storage"] = "memory"  # auto would train it from disk (if the disk held it)
     with pytest.raises(ConfigError) as info:
         launch(cfg, tmp_path / "run", seed=1, progress=False)
     text = str(info.value)

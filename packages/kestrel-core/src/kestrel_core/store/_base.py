@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from kestrel_core._errors import ConfigError, StoreError, StoreWarning
-from kestrel_core.store._disk import DiskPolicy, is_on_disk, on_disk_handle
+from kestrel_core.store._disk import DiskPolicy, JournalCover, is_on_disk, on_disk_handle
 from kestrel_core.store._index import BlockIndex
 from kestrel_core.store._meta import Expected, Schema, check_block, check_expected
 from kestrel_core.store._protocol import BlockMeta, BlockRead, Checkout
@@ -111,8 +111,10 @@ class BlockStore:
         """Train from disk beyond ``policy``'s cache (``buffer.storage``).
 
         After every append, while more rows than the policy's cache are held in memory, the
-        oldest appended blocks whose rows the journal holds (appended two calls or more ago:
-        the driver journals an append once the store accepted it) are handed to disk: their
+        oldest appended blocks whose rows the journal holds (a complete file of the folder
+        covers their ids: the driver journals an append once the store accepted it, so the
+        newest blocks wait for a later append; a folder that does not exist here holds
+        nothing, and the buffer then stays in memory) are handed to disk: their
         handles become :class:`~kestrel_core.store._disk.OnDisk` markers of the journal folder,
         which a view reads back (:func:`~kestrel_core.store._disk.resolve_on_disk`); the
         store's own data reference is dropped. Ids, statuses, eviction and pins are unchanged.
@@ -121,7 +123,7 @@ class BlockStore:
         """
         with self._lock:
             self._disk = policy
-            self._disk_ends: list[int] = []
+            self._disk_files = JournalCover()
             self._disk_reads = 0
             self._disk_active = False
 
@@ -129,7 +131,6 @@ class BlockStore:
         policy, schema = self._disk, self._schema
         if policy is None or policy.folder is None or not schema:
             return
-        self._disk_ends = [*self._disk_ends[-2:], self._index.next_id]
         row_bytes = sum(
             int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
             for shape, dtype in schema.values()
@@ -140,8 +141,12 @@ class BlockStore:
         if limit is None:
             return
         self._disk_active = True
-        below = self._disk_ends[0] if len(self._disk_ends) == 3 else 0
-        self._index.spill(limit, below, on_disk_handle(policy.folder))
+        folder = policy.folder
+        self._index.spill(
+            limit,
+            on_disk_handle(folder),
+            lambda first, n: self._disk_files.covers(folder, first, n),
+        )
 
     # -- what a block holds (subclasses) ----------------------------------------------------------
     def _accept(self, block: Mapping[str, Any], meta: BlockMeta, spec: Schema) -> Any:

@@ -43,6 +43,7 @@ from kestrel_core.store._journal import journal_files
 
 __all__ = [
     "CACHE_SHARE",
+    "JournalCover",
     "DiskPolicy",
     "OnDisk",
     "JournalReader",
@@ -127,6 +128,25 @@ def is_on_disk(handle: Any) -> bool:
     if not isinstance(handle, dict) or not handle:
         return False
     return isinstance(next(iter(handle.values())), OnDisk)
+
+
+class JournalCover:
+    """Which ids a journal folder's complete files hold, listed again only when asked about
+    ids beyond what the last listing saw (the folder only grows while a launch runs)."""
+
+    def __init__(self) -> None:
+        self._firsts: list[int] = []
+        self._lasts: list[int] = []
+
+    def covers(self, folder: str, first: int, n: int) -> bool:
+        """Whether one complete file of ``folder`` holds ids ``first … first + n - 1``."""
+        last = int(first) + int(n) - 1
+        if not self._lasts or last > self._lasts[-1]:
+            files = [f for f in journal_files(folder) if f.complete]
+            self._firsts = [f.first for f in files]
+            self._lasts = [f.last for f in files]
+        i = bisect.bisect_right(self._firsts, int(first)) - 1
+        return i >= 0 and self._lasts[i] >= last
 
 
 class _Mapped:
@@ -345,7 +365,7 @@ def _cover(files: Sequence[tuple[int, int, str]]) -> str:
 _READERS: dict[str, JournalReader] = {}
 _READERS_LOCK = threading.Lock()
 #: seconds a reader waits for a journal file the driver has not written yet
-WAIT_FOR_FILE = 60.0
+WAIT_FOR_FILE = 10.0
 
 
 def journal_reader(folder: str | os.PathLike[str]) -> JournalReader:

@@ -353,11 +353,16 @@ class BlockIndex:
         out.update(total=int(self._size), blocks=len(self._blocks))
         return out
 
-    def spill(self, keep_rows: int, below: int, make: Callable[[Any, int, int], Any]) -> int:
+    def spill(
+        self,
+        keep_rows: int,
+        make: Callable[[Any, int, int], Any],
+        ready: Callable[[int, int], bool],
+    ) -> int:
         """Hand the oldest blocks to disk until at most ``keep_rows`` rows are held in memory.
 
-        A block goes when its handle is in memory, it was appended (not restored) and all its
-        ids are below ``below`` (the journal holds them); its handle becomes
+        A block goes when its handle is in memory, it was appended (not restored) and
+        ``ready(first_id, n)`` says its ids are on disk; its handle becomes
         ``make(handle, first_id, n)``. Checkouts already issued keep the old handle.
 
         Returns:
@@ -368,8 +373,10 @@ class BlockIndex:
         for blk in self._blocks.values():
             if held <= keep_rows:
                 break
-            if blk.on_disk or blk.ids is not None or blk.start + blk.n > below:
+            if blk.on_disk or blk.ids is not None:
                 continue
+            if not ready(blk.start, blk.n):  # newer blocks are not on disk yet either
+                break
             blk.handle, blk.on_disk = make(blk.handle, blk.start, blk.n), True
             held -= blk.n
             moved += blk.n

@@ -11,7 +11,11 @@ store stops the launch before any actor starts, naming both sizes::
     Ray's object store holds 200 MiB (ray.cluster_resources()['object_store_memory']) …
 
 rather than after minutes of simulation, as Ray's spilling to disk slows to a crawl or its
-``ObjectStoreFullError``.
+``ObjectStoreFullError`` — unless the buffer trains from disk (:func:`trains_from_disk`:
+``buffer.storage: disk``, or ``auto`` with the journal on): then the launch logs that the object
+store keeps the newest ``buffer.cache_samples`` rows (default half the store) and the loader
+reads the others from ``RUN/buffer/journal`` (:mod:`kestrel_core.store._disk`), and
+:func:`check_journal_space` checks that disk instead.
 
 A buffer that fits can still make Ray spill: the store frees a block (one append's rows) only
 once every row of it is dead, so up to ``simulate_count - 1`` dead rows stay with the live ones,
@@ -42,7 +46,7 @@ import numpy as np
 
 from kestrel_core import ConfigError
 from kestrel_core.internal import ESTIMATOR_FILE, DiskFullError, free_bytes
-from kestrel_core.store import CACHE_SHARE
+from kestrel_core.store import CACHE_SHARE, JOURNAL_DIR
 
 __all__ = [
     "bytes_per_sample",
@@ -114,7 +118,8 @@ def check_capacity(
     unchecked: Sequence[str] = (),
     log: logging.Logger | None = None,
 ) -> int:
-    """Refuse a buffer that cannot fit in the object store; log how much of it it takes.
+    """Refuse a buffer that cannot fit in the object store (unless it trains from disk: then
+    log so); log how much of it it takes.
 
     Args:
         buffer: the run's :class:`kestrel_core.BufferConfig` (``min_samples``,
@@ -129,8 +134,9 @@ def check_capacity(
         The buffer's bytes (``buffer_capacity(buffer) × sum(per_sample)``).
 
     Raises:
-        ConfigError: the buffer alone needs more bytes than the store has; the message names
-            the counts, the bytes per sample, both totals and the two remedies.
+        ConfigError: the buffer alone needs more bytes than the store has and does not train
+            from disk (``buffer.storage: memory``, or ``buffer.journal: false``); the message
+            names the counts, the bytes per sample, both totals and the remedies.
     """
     sample = int(sum(per_sample.values()))
     keep = buffer_capacity(buffer)
@@ -316,13 +322,18 @@ def check_disk_space(
 
 def check_run_disk(session: Any) -> None:
     """:func:`check_disk_space` for a launch's :class:`~kestrel.session._session.RunSession`
-    before it writes: a warning joins ``session.notes`` (logged, kept in ``run.json``).
+    before it writes: a warning joins ``session.notes`` (logged, kept in ``run.json``). A buffer
+    that trains from disk (:func:`trains_from_disk`) is checked by :func:`check_journal_space`
+    too, and refused when ``paths.buffer`` moves its journal away from ``RUN/buffer/journal``
+    (where the store reads it).
 
     The weights count the saved estimator files of a resumed run, else
     :data:`WEIGHTS_GUESS` per estimator node.
 
     Raises:
-        DiskFullError: the run's disk cannot hold even the initial simulation's rows.
+        DiskFullError: the run's disk cannot hold even the initial simulation's rows, or a
+            buffer that trains from disk.
+        ConfigError: a buffer that trains from disk with its journal moved by ``paths.buffer``.
     """
     buffer = session.config.buffer
     if buffer is None or not session.sample_bytes:
@@ -341,6 +352,14 @@ def check_run_disk(session: Any) -> None:
     except Exception:  # Ray not running yet: the store's size is unknown
         capacity = None
     if trains_from_disk(buffer, session.sample_bytes, capacity):
+        default = os.path.join(session.run.root, "buffer", JOURNAL_DIR)
+        if os.path.abspath(session.run.journal) != os.path.abspath(default):
+            raise ConfigError(
+                f"buffer.storage: {storage_of(buffer)}: the buffer trains from the journal, "
+                f"which the store reads at {default}, but paths.buffer puts it in "
+                f"{session.run.journal}: remove paths.buffer, or set buffer.storage: memory "
+                "(with a larger ray.object_store_memory)"
+            )
         note = check_journal_space(session.run.journal, buffer, session.sample_bytes)
         if note:
             session.notes.append(note)
