@@ -95,3 +95,21 @@ def test_a_disk_buffer_without_its_journal_is_refused_naming_both_keys(tmp_path)
     with pytest.raises(ConfigError, match=r"buffer\.storage: disk .* buffer\.journal is false"):
         launch(cfg, tmp_path / "run", seed=1, progress=False)
     assert not (tmp_path / "run" / "buffer").exists()
+
+
+def test_a_resumed_disk_launch_continues_as_the_resumed_memory_launch(runs):
+    """Both runs resumed with 32 more simulations: the disk run's snapshot goes back into the
+    object store, its new blocks to disk again, and both give the same files."""
+    tmp, _, _ = runs
+    more = ["budget.simulations=192"]
+    memory = launch(None, tmp / "memory", overrides=more, progress=False)
+    disk = launch(None, tmp / "disk", overrides=more, progress=False)
+    assert memory.status == disk.status == "completed"
+    counts = json.loads((tmp / "disk" / "status.json").read_text())
+    assert counts["budget"]["used"] == 192
+    a, b = files(tmp / "memory"), files(tmp / "disk")
+    assert a[0].next_id == b[0].next_id == 192
+    for key in a[0].arrays:
+        np.testing.assert_array_equal(a[0].arrays[key], b[0].arrays[key], err_msg=key)
+    np.testing.assert_array_equal(a[0].statuses, b[0].statuses)
+    assert a[1] == b[1], "estimator.pt differs after the resume"
