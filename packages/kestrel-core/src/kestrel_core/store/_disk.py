@@ -230,7 +230,8 @@ class JournalReader:
         max_open: files kept mapped at once.
 
     Attributes:
-        rows_read: rows read so far (all keys of a row count once per read key-set).
+        rows_read: rows read so far: each :meth:`block` call counts its rows (once per key
+            asked), each :meth:`read` its ids (once for all its keys).
     """
 
     def __init__(self, folder: str | os.PathLike[str], *, wait: float = 0.0, max_open: int = 32):
