@@ -442,13 +442,15 @@ def _on_driver_node() -> Any:
     """The store's place: the driver's node. The driver owns every stored block (it called
     the simulators) and the run directory, so the store shares its fate and no other machine's
     loss takes the store with it (measured on a ``ray start`` cluster: a store Ray had placed
-    on a worker node died with it and stopped the launch). Soft, for a driver whose node
-    cannot host actors (Ray places the store elsewhere then); ``"DEFAULT"`` where Ray cannot
-    say which node the driver is on."""
+    on a worker node died with it and stopped the launch). Hard: a soft affinity let Ray put
+    the store on a worker node now and then although the driver's node could host it
+    (measured on the lost-node test's cluster, Ray 2.60: one store of two on a worker) — the
+    store asks for no CPU, so every node with a raylet can host it; ``"DEFAULT"`` where Ray
+    cannot say which node the driver is on."""
     try:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
     except Exception:  # no node of its own (Ray Client): wherever Ray puts it
         return "DEFAULT"
 

@@ -250,6 +250,8 @@ def _launch(
                     reuse=plan,
                     tracker=tracking if tracking.active else None,
                 )
+                if launcher.journal is not None:  # a block lost with its node: never a hang
+                    launcher.journal.between_waits = watch.poll_restarts
                 reporter.start()
                 try:
                     result = launcher.run()

@@ -83,3 +83,15 @@ class LaunchWatch:
         self._restarts.poll(force=changed)
         if state.phase is Phase.TRAINING and self.checkpoint is not None:
             self.checkpoint.maybe(dg, state.nodes, state.buffer or None)
+
+    def poll_restarts(self) -> None:
+        """Read the restart counts (at most every second) without reporting or checkpointing:
+        what the launch does while it waits for blocks (the journal's
+        :attr:`~kestrel.persist._journal.JournalWriter.between_waits`).
+
+        Raises:
+            SimulatorError: a restarted replica has waited too long for a node
+                (:class:`~._restarts.RestartWatch`).
+        """
+        if self._restarts is not None:
+            self._restarts.poll()

@@ -8,10 +8,13 @@ or with a ``kill -9`` of the driver. With ``buffer.journal: true`` (the default)
   simulation, resimulation rounds, the end-of-budget draws, rows reused from earlier runs — to
   :meth:`JournalWriter.write` right after the store accepted it
   (:class:`~kestrel.controller._appends.Appends`; the rows the resume puts back are not
-  appended there, so they are not written again): the writer reads the append's blocks (one
-  batched wait on the store's handle) and writes ``RUN/buffer/journal/<first id>-<last
-  id>.npz`` (:func:`kestrel_core.store.write_journal`: atomic, fsynced, no pickle), then its
-  line in the bank's manifest (origin and simulator digest: :mod:`._bank`);
+  appended there, so they are not written again): the writer reads the append's blocks
+  (bounded waits, the launch's restart watch polled between two, then one batched read on the
+  store's handle) and writes ``RUN/buffer/journal/<first id>-<last id>.npz``
+  (:func:`kestrel_core.store.write_journal`: atomic, fsynced, no pickle), then its line in the
+  bank's manifest (origin and simulator digest: :mod:`._bank`). A block whose only copy was
+  lost with its node and that cannot be rebuilt (no node left for its replica) is left out,
+  its ids named in a warning, never waited for without end;
 * **keep**: no file is deleted once a snapshot holds its rows: the journal is the run's
   simulation bank (:mod:`._bank`), every row that reached the store, evicted ones included
   (``buffer.journal: false``: no journal, and no bank);
@@ -32,7 +35,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,11 +43,15 @@ import numpy as np
 import ray
 
 from kestrel.persist._bank import BankWriter
-from kestrel_core import BlockMeta, StoreError
+from kestrel_core import BlockMeta, KestrelError, StoreError
 from kestrel_core.internal import DiskFullError
 from kestrel_core.store import JournalBlock, journal_files, read_journal_file, write_journal
 
-__all__ = ["JournalWriter", "Replayed", "replay_journal"]
+__all__ = ["JournalWriter", "Replayed", "replay_journal", "WAIT_EVERY"]
+
+#: seconds of one wait for an append's blocks; :attr:`JournalWriter.between_waits` runs
+#: between two
+WAIT_EVERY = 1.0
 
 
 class JournalWriter:
@@ -74,6 +81,9 @@ class JournalWriter:
         self.folder, self.log, self.bank = os.fspath(folder), log, bank
         self.appends = self.rows = self.bytes = self.failed = 0
         self.seconds = {"fetch": 0.0, "write": 0.0}
+        #: called between two waits for an append's blocks (the launch's restart watch,
+        #: which raises once a replica has no node left); ``None``: nothing
+        self.between_waits: Callable[[], Any] | None = None
 
     def write(
         self,
@@ -84,9 +94,17 @@ class JournalWriter:
     ) -> None:
         """Write one append's rows, once the store accepted them.
 
+        The blocks are waited for in waits of at most :data:`WAIT_EVERY` seconds, with
+        :attr:`between_waits` called between two (the launch's restart watch: it raises once a
+        replica has waited too long for a node, :mod:`kestrel.controller._restarts`), so a block
+        whose only copy was lost with its node never holds the driver for ever. A block that
+        cannot be read (lost for good: Ray could not rebuild it, or the watch gave up on its
+        replica) is left out of the journal with a warning naming its ids; the append's other
+        blocks are written (one file per run of contiguous ids).
+
         Args:
             store: the store's handle (:class:`~kestrel_ray.StoreHandle`) the append went to;
-                its ``wait`` reads the blocks (one batched wait).
+                its ``wait`` reads the blocks (one batched wait once every block is ready).
             blocks: the ``[(block, meta), …]`` submitted (``block``: ``{flat_key: ObjectRef}``).
             ids: the int64 ids the store gave their rows, in order.
             origin: the append's name (``"resimulation round 3"``, …) or its manifest fields
@@ -96,38 +114,125 @@ class JournalWriter:
             DiskFullError: the file cannot be written for lack of space (naming it and the
                 space left); nothing of it stays on disk. Or its manifest line cannot (the
                 file stays: a resume replays it).
+            KestrelError: the one :attr:`between_waits` raised (the launch stops; the blocks
+                read by then are written first, the others named in a warning).
         """
-        blocks = [(block, meta) for block, meta in blocks if int(meta.n)]
-        keys = sorted(blocks[0][0]) if blocks else []
+        ids = np.asarray(ids, dtype=np.int64)
+        sizes = [int(meta.n) for _, meta in blocks]
+        starts = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        kept = [b for b, n in enumerate(sizes) if n]
+        if not kept:
+            return
+        keys = sorted(blocks[kept[0]][0]) if kept else []
         t0 = time.monotonic()
+        stopped: BaseException | None = None
         try:
-            values = store.wait([block[k] for block, _ in blocks for k in keys])
-            t1 = time.monotonic()
+            try:
+                self._wait_ready([blocks[b][0][k] for b in kept for k in keys])
+            except KestrelError as err:  # the restart watch gave up: write what is readable
+                stopped = err
+            values, lost = self._read(store, blocks, kept, keys)
+        except (StoreError, ray.exceptions.RayError) as err:
+            self.failed += 1
+            self._warn_lost(ids, str(err).splitlines()[0])
+            return
+        t1 = time.monotonic()
+        if lost:
+            spans = ", ".join(f"{int(ids[starts[b]])}…{int(ids[starts[b + 1] - 1])}" for b in lost)
+            self.failed += 1
+            self.log.warning(
+                "journal: ids %s not written: their blocks were lost with their node and "
+                "could not be read%s; the launch's other rows are kept",
+                spans,
+                " (no node left to rebuild them)" if stopped is not None else "",
+            )
+        readable = [b for b in kept if b not in lost]
+        # one file per run of blocks with contiguous ids (the blocks lost break a run)
+        runs: list[list[int]] = []
+        for b in readable:
+            if runs and not any(runs[-1][-1] < c < b for c in lost):
+                runs[-1].append(b)
+            else:
+                runs.append([b])
+        for run in runs:
+            self._write_run(blocks, ids, starts, run, keys, values, origin)
+        t2 = time.monotonic()
+        self.seconds["fetch"] += t1 - t0
+        self.seconds["write"] += t2 - t1
+        if stopped is not None:
+            raise stopped
+
+    def _wait_ready(self, refs: list[Any]) -> None:
+        """Wait until every ref is ready (a value or an error), in waits of at most
+        :data:`WAIT_EVERY` seconds with :attr:`between_waits` called between two."""
+        pending = list(dict.fromkeys(r for r in refs if isinstance(r, ray.ObjectRef)))
+        while pending:
+            _, pending = ray.wait(
+                pending, num_returns=len(pending), timeout=WAIT_EVERY, fetch_local=True
+            )
+            if pending and self.between_waits is not None:
+                self.between_waits()
+
+    def _read(
+        self, store: Any, blocks: list[Any], kept: list[int], keys: list[str]
+    ) -> tuple[dict[int, list[Any]], list[int]]:
+        """The values of the blocks ``kept`` (block → its keys' values) and the blocks that
+        cannot be read (not ready, or lost for good: named by the caller)."""
+        refs = [r for b in kept for r in blocks[b][0].values() if isinstance(r, ray.ObjectRef)]
+        refs = list(dict.fromkeys(refs))
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[0])
+        whole = [
+            b
+            for b in kept
+            if all(not isinstance(r := blocks[b][0][k], ray.ObjectRef) or r in ready for k in keys)
+        ]
+        values: dict[int, list[Any]] = {}
+        try:
+            got = store.wait([blocks[b][0][k] for b in whole for k in keys])
+            for i, b in enumerate(whole):
+                values[b] = got[i * len(keys) : (i + 1) * len(keys)]
+        except (StoreError, ray.exceptions.RayError):  # one at least is lost: block by block
+            for b in whole:
+                try:
+                    values[b] = store.wait([blocks[b][0][k] for k in keys])
+                except (StoreError, ray.exceptions.RayError):
+                    pass
+        return values, [b for b in kept if b not in values]
+
+    def _write_run(
+        self,
+        blocks: list[Any],
+        ids: np.ndarray,
+        starts: np.ndarray,
+        run: list[int],
+        keys: list[str],
+        values: dict[int, list[Any]],
+        origin: str | Mapping[str, Any],
+    ) -> None:
+        """Write the blocks ``run`` (contiguous ids) as one journal file and its manifest line."""
+        part = ids[starts[run[0]] : starts[run[-1] + 1]]
+        try:
             arrays: dict[str, list[np.ndarray]] = {k: [] for k in keys}
             valid = []
-            for b, (_, meta) in enumerate(blocks):
+            for b in run:
+                meta = blocks[b][1]
                 n = int(meta.n)
                 for j, key in enumerate(keys):
-                    arrays[key].append(np.asarray(values[b * len(keys) + j])[:n])
+                    arrays[key].append(np.asarray(values[b][j])[:n])
                 valid.append(np.ones(n, bool) if meta.valid is None else np.asarray(meta.valid))
             rows = {k: v[0] if len(v) == 1 else np.concatenate(v) for k, v in arrays.items()}
             mask = np.concatenate(valid)
-            path = write_journal(self.folder, ids, rows, mask, [int(m.n) for _, m in blocks])
+            path = write_journal(self.folder, part, rows, mask, [int(blocks[b][1].n) for b in run])
         except DiskFullError:  # no space for it: the launch stops here, once
             self.failed += 1
             raise
-        except (OSError, StoreError, ray.exceptions.RayError) as err:
+        except (OSError, StoreError) as err:
             self.failed += 1
-            self.log.warning(
-                "journal: ids %d…%d not written (%s); if this launch dies they are lost",
-                int(ids[0]),
-                int(ids[-1]),
-                str(err).splitlines()[0],
-            )
+            self._warn_lost(part, str(err).splitlines()[0])
             return
         if self.bank is not None:
             try:
-                self.bank.record(path, ids, int(mask.sum()), origin)
+                self.bank.record(path, part, int(mask.sum()), origin)
             except DiskFullError:  # no space for its line: the launch stops here, once
                 self.failed += 1
                 raise
@@ -138,12 +243,17 @@ class JournalWriter:
                     path,
                     str(err).splitlines()[0],
                 )
-        t2 = time.monotonic()
-        self.seconds["fetch"] += t1 - t0
-        self.seconds["write"] += t2 - t1
         self.appends += 1
-        self.rows += len(ids)
+        self.rows += len(part)
         self.bytes += sum(int(a.nbytes) for a in rows.values())
+
+    def _warn_lost(self, ids: np.ndarray, why: str) -> None:
+        self.log.warning(
+            "journal: ids %d…%d not written (%s); if this launch dies they are lost",
+            int(ids[0]),
+            int(ids[-1]),
+            why,
+        )
 
     def summary(self) -> str:
         """One line: what was written and what it cost."""
