@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from kestrel_ray.cluster._resources import actor_options
     from kestrel_ray.cluster._start import check_address_format
     from kestrel_ray.graph._actors import check_graph_config
+    from kestrel_ray.graph._auto import AutoActors, resolve_auto_actors
     from kestrel_ray.node._chunks import rows_of, spans
     from kestrel_ray.node._timeout import actor_info
     from kestrel_ray.store._snapshot import restore_store, snapshot_store
@@ -27,6 +28,8 @@ _HOMES = {
     "actor_options": "kestrel_ray.cluster._resources",
     "check_address_format": "kestrel_ray.cluster._start",
     "check_graph_config": "kestrel_ray.graph._actors",
+    "AutoActors": "kestrel_ray.graph._auto",
+    "resolve_auto_actors": "kestrel_ray.graph._auto",
     "rows_of": "kestrel_ray.node._chunks",
     "spans": "kestrel_ray.node._chunks",
     "actor_info": "kestrel_ray.node._timeout",
@@ -34,12 +37,14 @@ _HOMES = {
     "snapshot_store": "kestrel_ray.store._snapshot",
 }
 __all__ = [
+    "AutoActors",
     "SHIPPED_FROM_VAR",
     "actor_info",
     "actor_options",
     "check_address_format",
     "check_graph_config",
     "describe_failure",
+    "resolve_auto_actors",
     "restore_store",
     "rows_of",
     "snapshot_store",

@@ -110,7 +110,7 @@ class Graph:
         evidence: Iterable[str] = (),
         scaffolds: Iterable[str] = (),
         observed: Any = None,
-        num_actors: int = 1,
+        num_actors: int | str = 1,
         sample_chunk_size: int = 0,
         ray: Mapping[str, Any] | None = None,
         on_error: str = "raise",
@@ -134,7 +134,9 @@ class Graph:
             estimator: the same forms as ``simulator``, or ``None``.
             parents, evidence, scaffolds: node names (checked by :meth:`validate`).
             observed: an array (shape ``D``) or a path spec ``"file.npz['key']"``.
-            num_actors: ≥ 1. sample_chunk_size: ≥ 0 (0 = one call for all samples).
+            num_actors: ≥ 1, or ``"auto"`` (one replica per slot of what a replica requests
+                over the cluster's nodes, resolved by the Ray layer; see :class:`Node`).
+                sample_chunk_size: ≥ 0 (0 = one call for all samples).
             ray: Ray actor options, keys from :data:`RAY_OPTIONS`.
             on_error: ``"raise"`` or ``"skip"`` (samples whose simulation raised are dropped).
             dry_run: simulate the node in-process before a launch starts Ray (default true).
@@ -172,6 +174,11 @@ class Graph:
             simulator = prior
         if simulator is None:  # the words of the config schema's check
             raise ConfigError(f"{where}.simulator: required (every node needs a simulator)")
+        auto = isinstance(num_actors, str)
+        if auto and num_actors != "auto":
+            raise ConfigError(
+                f"{where}.num_actors: expected an integer ≥ 1 or 'auto', got {num_actors!r}"
+            )
         obs = None
         source = None
         if observed is not None:
@@ -190,13 +197,14 @@ class Graph:
             evidence=name_tuple(evidence, f"{where}.evidence"),
             scaffolds=name_tuple(scaffolds, f"{where}.scaffolds"),
             observed=obs,
-            num_actors=count(num_actors, f"{where}.num_actors", 1),
+            num_actors=1 if auto else count(num_actors, f"{where}.num_actors", 1),
             sample_chunk_size=count(sample_chunk_size, f"{where}.sample_chunk_size", 0),
             ray=ray_options(ray, f"{where}.ray"),
             on_error=choice(on_error, f"{where}.on_error", ON_ERROR),
             dry_run=flag(dry_run, f"{where}.dry_run"),
             timeout=seconds(timeout, f"{where}.timeout"),
             names=node_names(names, f"{where}.names", simulator, obs),
+            auto_actors=auto,
         )
         self._nodes[name] = node
         if source is not None:
@@ -440,7 +448,9 @@ class Graph:
                 extra.append(f"estimator {node.estimator.target_name}")
             if node.scaffolds:
                 extra.append(f"scaffolds {', '.join(node.scaffolds)}")
-            if node.num_actors > 1:
+            if node.auto_actors:
+                extra.append("actors: auto")
+            elif node.num_actors > 1:
                 extra.append(f"{node.num_actors} actors")
             if extra:
                 right += f"  [{'; '.join(extra)}]"

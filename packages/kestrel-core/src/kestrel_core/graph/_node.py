@@ -55,7 +55,11 @@ class Node:
         evidence: nodes the estimator conditions on.
         scaffolds: training-only condition nodes.
         observed: the observation ``x_o``, shape ``D`` (no batch axis), read-only; or ``None``.
-        num_actors: simulator replicas (Ray layer), ≥ 1.
+        num_actors: simulator replicas (Ray layer), ≥ 1 (with :attr:`auto_actors`: 1 until
+            the Ray layer resolves it).
+        auto_actors: ``num_actors: auto`` — the Ray layer gives the node one replica per slot
+            of what a replica requests over the cluster's nodes, and follows nodes that join
+            or leave (:mod:`kestrel_ray.graph._auto`).
         sample_chunk_size: most samples per simulator call, ``0`` = all at once.
         ray: Ray actor options (keys from :data:`RAY_OPTIONS`).
         on_error: ``"raise"`` (a simulator exception stops the run) or ``"skip"`` (the samples
@@ -85,6 +89,7 @@ class Node:
     dry_run: bool = True
     timeout: float | None = None
     names: tuple[str, ...] = ()
+    auto_actors: bool = False
 
     @property
     def is_latent(self) -> bool:

@@ -202,6 +202,8 @@ def graph_section(graph: Any, folder: str | None) -> dict[str, Any]:
         for key, default in defaults:
             if getattr(node, key) != default:
                 entry[key] = getattr(node, key)
+        if node.auto_actors:
+            entry["num_actors"] = "auto"
         if node.ray:
             entry["ray"] = record_value(node.ray, f"{where}.ray")
         if node.names:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -34,11 +34,16 @@ __all__ = [
     "start_node_actors",
     "kill_actors",
     "import_paths",
+    "start_replica",
 ]
 
 
-def check_deployable(graph: Graph) -> None:
+def check_deployable(graph: Graph, counts: Mapping[str, int] | None = None) -> None:
     """Raise before any actor starts if the graph cannot be deployed on this cluster.
+
+    Args:
+        graph: the graph. counts: node → its replicas where not ``num_actors`` (the resolved
+            ``num_actors: auto``).
 
     Raises:
         GraphError: the graph is invalid.
@@ -46,8 +51,13 @@ def check_deployable(graph: Graph) -> None:
             request can never be met ("node 'x' requests 2 GPUs; the cluster has 0").
     """
     check_graph_config(graph)
-    nodes = graph.nodes
-    check_resources([(name, node.num_actors, actor_options(node)) for name, node in nodes.items()])
+    counts = counts or {}
+    check_resources(
+        [
+            (name, counts.get(name, node.num_actors), actor_options(node))
+            for name, node in graph.nodes.items()
+        ]
+    )
 
 
 def check_graph_config(graph: Graph) -> None:
@@ -65,10 +75,11 @@ def check_graph_config(graph: Graph) -> None:
                 f"graph.{name}.timeout: node {name!r} has an estimator, whose actor is never "
                 "restarted (it holds the training state); a timeout applies to simulator nodes"
             )
-        if node.estimator is not None and node.num_actors > 1:
+        if node.estimator is not None and (node.num_actors > 1 or node.auto_actors):
             raise ConfigError(
                 f"graph.{name}.num_actors: node {name!r} has an estimator and "
-                f"num_actors={node.num_actors}; estimator nodes cannot be "
+                f"num_actors={'auto' if node.auto_actors else node.num_actors}; estimator "
+                "nodes cannot be "
                 "multiplexed (set num_actors: 1)"
             )
 
@@ -80,6 +91,7 @@ def start_node_actors(
     *,
     estimators: bool = True,
     ready_timeout: float = 60.0,
+    counts: Mapping[str, int] | None = None,
 ) -> dict[str, NodeHandle | MultiplexNodeWrapper]:
     """Start every node's actor(s) and wait until each is ready.
 
@@ -92,6 +104,8 @@ def start_node_actors(
         ready_timeout: seconds to wait for the next actor to start: the wait goes on while
             actors keep starting (128 replicas booting on a few cores take minutes), and
             ends when none started for that long.
+        counts: node → its replicas where not ``num_actors`` (the resolved ``auto``); a node
+            with ``num_actors: auto`` is always multiplexed, so replicas can join it.
 
     Returns:
         node → :class:`NodeHandle` (or :class:`MultiplexNodeWrapper` over its replicas).
@@ -108,14 +122,8 @@ def start_node_actors(
         for name, node in graph.nodes.items():
             blob = cloudpickle.dumps(node if estimators else replace(node, estimator=None))
             base = seeds[name].generate_state(2)
-            for i in range(node.num_actors):
-                actor = cls.options(**actor_options(node)).remote(
-                    blob,
-                    seed=np.random.SeedSequence([*base.tolist(), i]),
-                    import_paths=paths,
-                    replica=i,
-                )
-                started.append((name, i, actor))
+            for i in range((counts or {}).get(name, node.num_actors)):
+                started.append((name, i, start_replica(cls, node, blob, base, i, paths)))
         infos = _wait_ready(started, ready_timeout)
     except BaseException:
         for _, _, actor in started:
@@ -128,8 +136,20 @@ def start_node_actors(
             for (m, i, actor) in started
             if m == name
         ]
-        handles[name] = reps[0] if len(reps) == 1 else MultiplexNodeWrapper(name, reps)
+        auto = graph.nodes[name].auto_actors
+        handles[name] = reps[0] if len(reps) == 1 and not auto else MultiplexNodeWrapper(name, reps)
     return handles
+
+
+def start_replica(cls: Any, node: Any, blob: bytes, base: np.ndarray, i: int, paths: Any) -> Any:
+    """Start replica ``i`` of ``node`` (``cls``: the ``ray.remote`` wrapper class; ``blob``: the
+    pickled node; ``base``: the node's seed state): seeded ``[*base, i]``. Returns the actor."""
+    return cls.options(**actor_options(node)).remote(
+        blob,
+        seed=np.random.SeedSequence([*base.tolist(), i]),
+        import_paths=paths,
+        replica=i,
+    )
 
 
 def _wait_ready(

@@ -335,7 +335,9 @@ class DeployedGraph:
         :func:`~kestrel_ray.node._handles.collect_trace`."""
         nodes = self.graph.nodes
         names = list(dict.fromkeys(name for name, _ in plan))
-        chunks = chunk_grid(n, [(nodes[m].sample_chunk_size, nodes[m].num_actors) for m in names])
+        chunks = chunk_grid(
+            n, [(nodes[m].sample_chunk_size, self._replica_count(m)) for m in names]
+        )
         calls: dict[str, tuple[str, Pending]] = {}
         latents = set(self._latents)
         for name, method in plan:
@@ -499,6 +501,38 @@ class DeployedGraph:
             except ray.exceptions.RayError as err:
                 raise unwrap_error(err, name, "open_log") from err
         return out
+
+    def _replica_count(self, name: str) -> int:
+        handle = self._deployment.handles[name]
+        return len(handle.replicas) if isinstance(handle, MultiplexNodeWrapper) else 1
+
+    # -- replicas of num_actors: auto ------------------------------------------------------------
+    @property
+    def auto_counts(self) -> dict[str, int]:
+        """node → the replicas ``num_actors: auto`` resolved to at deployment."""
+        return dict(self._deployment.auto_counts)
+
+    def replicas(self, name: str) -> int:
+        """Replicas of node ``name``, serving or starting (those that finished starting join
+        the node here)."""
+        self._check_deployed()
+        return self._deployment.replicas(name)
+
+    def add_replicas(self, name: str, k: int) -> int:
+        """Start ``k`` more replicas of a ``num_actors: auto`` node without waiting (they join
+        once ready); returns how many. See :mod:`kestrel_ray.graph._auto`.
+
+        Raises:
+            KestrelError: not deployed, or the node is not multiplexed.
+        """
+        self._check_deployed()
+        return self._deployment.add_replicas(name, k)
+
+    def drop_replicas(self, name: str, k: int) -> int:
+        """Remove up to ``k`` replicas of a ``num_actors: auto`` node that wait for a node (or
+        have not started); returns how many."""
+        self._check_deployed()
+        return self._deployment.drop_replicas(name, k)
 
     def node_actors(self) -> dict[str, list[Any]]:
         """node → its actor handles (replica ``i`` at index ``i``)."""

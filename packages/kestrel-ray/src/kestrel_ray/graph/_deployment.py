@@ -17,13 +17,24 @@ import os
 from typing import Any
 
 import numpy as np
+import ray
+from ray import cloudpickle
 
 from kestrel_core import Graph, KestrelError, seed_sequence
-from kestrel_ray.graph._actors import check_deployable, kill_actors, start_node_actors
+from kestrel_ray.graph._actors import (
+    check_deployable,
+    check_graph_config,
+    import_paths,
+    kill_actors,
+    start_node_actors,
+    start_replica,
+)
 from kestrel_ray.graph._arrays import observation_columns
+from kestrel_ray.graph._auto import resolve_auto_actors
 from kestrel_ray.graph._refs import Column
 from kestrel_ray.node._handles import NodeHandle
 from kestrel_ray.node._multiplex import MultiplexNodeWrapper
+from kestrel_ray.node._timeout import actor_info
 from kestrel_ray.node._wrapper import NodeWrapper
 from kestrel_ray.store._handle import StoreHandle
 
@@ -73,6 +84,10 @@ class Deployment:
         self.seqs = dict(zip(order, self._root.spawn(len(order))))
         self._handles: dict[str, NodeHandle | MultiplexNodeWrapper] = {}
         self._obs_columns: dict[str, Column] = {}
+        self.auto_counts: dict[str, int] = {}
+        #: node → replicas started mid-run and not yet ready: ``(replica, actor, ready ref)``
+        self._starting: dict[str, list[tuple[int, Any, Any]]] = {}
+        self._next_replica: dict[str, int] = {}
 
     # -- lifecycle -----------------------------------------------------------------------------
     @property
@@ -90,6 +105,7 @@ class Deployment:
     def actors(self) -> list[Any]:
         """Every node actor this graph started (replicas included), plus its own store."""
         out = [a for h in self._handles.values() for a in h.actors]
+        out += [actor for group in self._starting.values() for _, actor, _ in group]
         if self._own_store and self._store is not None:
             out.append(self._store.actor)
         return out
@@ -110,7 +126,14 @@ class Deployment:
         """
         if self.deployed:
             return self
-        check_deployable(self.graph)
+        check_graph_config(self.graph)
+        #: node → its replicas at deployment, for the nodes with ``num_actors: auto``
+        self.auto_counts = {
+            name: resolve_auto_actors(node, name)
+            for name, node in self.graph.nodes.items()
+            if node.auto_actors
+        }
+        check_deployable(self.graph, self.auto_counts)
         try:
             if self._store is None:
                 self._store = self._start_store()
@@ -120,12 +143,96 @@ class Deployment:
                 self.wrapper_cls,
                 estimators=self._estimators,
                 ready_timeout=self._ready_timeout,
+                counts=self.auto_counts,
             )
             self._obs_columns = observation_columns(self.graph, self.graph.observations)
         except BaseException:
             self.shutdown(wait=0)
             raise
         return self
+
+    # -- replicas of num_actors: auto ---------------------------------------------------------
+    def replicas(self, name: str) -> int:
+        """Replicas of node ``name``: those serving it and those starting (see
+        :meth:`add_replicas`); the ones that finished starting join the node here."""
+        self._settle(name)
+        handle = self._handles[name]
+        serving = len(handle.replicas) if isinstance(handle, MultiplexNodeWrapper) else 1
+        return serving + len(self._starting.get(name, []))
+
+    def add_replicas(self, name: str, k: int) -> int:
+        """Start ``k`` more replicas of multiplexed node ``name`` without waiting; each joins
+        the node once it is ready (:meth:`replicas`, called from the launch loop), so the calls
+        submitted after that split their rows over it too. Returns how many were started.
+
+        Raises:
+            KestrelError: the node is not multiplexed (only ``num_actors: auto`` nodes grow).
+        """
+        handle = self._handles[name]
+        if not isinstance(handle, MultiplexNodeWrapper):
+            raise KestrelError(f"node {name!r} is not multiplexed: its replicas cannot grow")
+        node = self.graph.nodes[name]
+        cls: Any = ray.remote(self.wrapper_cls)
+        blob = cloudpickle.dumps(node)
+        base = self.seqs[name].generate_state(2)
+        starting = self._starting.setdefault(name, [])
+        first = self._next_replica.get(name, len(handle.replicas))
+        for i in range(first, first + int(k)):
+            actor = start_replica(cls, node, blob, base, i, import_paths())
+            starting.append((i, actor, actor.ready.remote()))
+        self._next_replica[name] = first + int(k)
+        return int(k)
+
+    def drop_replicas(self, name: str, k: int) -> int:
+        """Remove up to ``k`` replicas of multiplexed node ``name`` that wait for a node (Ray
+        restarting them after their node was lost, with no slot left) or have not started:
+        killed and no longer called. Returns how many."""
+        handle = self._handles[name]
+        if not isinstance(handle, MultiplexNodeWrapper) or k <= 0:
+            return 0
+        gone = 0
+        for _, actor, _ in list(self._starting.get(name, [])):
+            if gone < k:
+                ray.kill(actor)
+                self._starting[name] = [e for e in self._starting[name] if e[1] is not actor]
+                gone += 1
+        waiting = [
+            r
+            for r in handle.replicas
+            if actor_info(r.actor).get("State")
+            in ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY")
+        ]
+        for replica in waiting[: max(0, k - gone)]:
+            if len(handle.replicas) <= 1:
+                break
+            handle.remove(replica)
+            ray.kill(replica.actor, no_restart=True)
+            gone += 1
+        return gone
+
+    def _settle(self, name: str) -> None:
+        """Let the replicas of ``name`` that finished starting join it (one that failed to
+        start is dropped)."""
+        starting = self._starting.get(name)
+        if not starting:
+            return
+        refs = [ref for _, _, ref in starting]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done = set(ready)
+        handle = self._handles[name]
+        assert isinstance(handle, MultiplexNodeWrapper)
+        for _, actor, ref in starting:
+            if ref not in done:
+                continue
+            try:
+                info = ray.get(ref)
+            except ray.exceptions.RayError:
+                continue  # it did not start: not a replica
+            handle.add(NodeHandle(name, actor, info["fields"], self.graph.nodes[name].timeout))
+            reopen = getattr(actor, "open_log", None)
+            if reopen is not None:  # a run's actor: it collects its log once told to
+                reopen.remote()
+        self._starting[name] = [e for e in starting if e[2] not in done]
 
     def _start_store(self) -> StoreHandle:
         return StoreHandle.for_buffer(
@@ -144,6 +251,7 @@ class Deployment:
         """
         kill_actors(self.actors, wait)
         self._handles = {}
+        self._starting = {}
         self._obs_columns = {}
         if self._own_store:
             self._store = None

@@ -41,6 +41,18 @@ class MultiplexNodeWrapper:
         """Every replica actor."""
         return list(self._group.actors)
 
+    def add(self, replica: NodeHandle) -> None:
+        """A replica joins (``num_actors: auto``, a node joined): the calls submitted from now
+        on split their rows over it too."""
+        self.replicas.append(replica)
+        self._group.actors.append(replica.actor)
+
+    def remove(self, replica: NodeHandle) -> None:
+        """A replica leaves (``num_actors: auto``, its node lost): no call is submitted to it
+        any more."""
+        self.replicas.remove(replica)
+        self._group.actors = [r.actor for r in self.replicas]
+
     def status_refs(self) -> list[Any]:
         """One ref per replica to its ``status()`` dict."""
         return self._group.status_refs()

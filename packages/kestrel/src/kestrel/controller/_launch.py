@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from kestrel.controller._budget import Budget, check_initial_budget
-from kestrel.controller._launcher import Launcher
+from kestrel.controller._launcher import Launcher, check_auto_actors
 from kestrel.controller._result import RunResult
 from kestrel.controller._resume import Resume
 from kestrel.controller._states import RunStatus
@@ -182,6 +182,8 @@ def _launch(
         reused=plan.rows if plan is not None else 0,
     )
     _check_address(address, session.config.ray)
+    det = session.config.deterministic if deterministic is None else deterministic
+    check_auto_actors(session.config.graph, bool(det))  # num_actors: auto: before writing
     check_run_disk(session)  # no room for a checkpoint: a warning (or refused) before writing
     check_tracking(session.config.tracking)  # a tracker's package missing: before writing
     session.create(lock)

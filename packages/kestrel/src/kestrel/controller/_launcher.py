@@ -89,9 +89,27 @@ from kestrel_core import ConfigError, KestrelError
 from kestrel_ray import DeployedGraph, RunError
 from kestrel_ray.internal import describe_failure, unwrap_error
 
-__all__ = ["Launcher"]
+__all__ = ["Launcher", "check_auto_actors"]
 
 _POLL = 0.05  # seconds: how long one ray.wait on the training calls may block
+
+
+def check_auto_actors(graph: Any, deterministic: bool) -> None:
+    """Refuse ``num_actors: auto`` in a deterministic launch: the replica count cuts each call
+    into other chunks, with other seeds, so the run would draw other numbers on a cluster of
+    another size (DESIGN.md's determinism contract: bit-identical for a seed).
+
+    Raises:
+        ConfigError: naming the first ``auto`` node and the remedy.
+    """
+    auto = [n for n, node in graph.nodes.items() if node.auto_actors]
+    if deterministic and auto:
+        raise ConfigError(
+            f"graph.{auto[0]}.num_actors: auto: a deterministic launch cannot follow the "
+            "cluster's nodes (the replica count cuts the simulations into other chunks, with "
+            "other seeds, so the run would not be bit-identical on another cluster); set "
+            "num_actors to a number, or launch without deterministic"
+        )
 
 
 class Launcher:
@@ -170,6 +188,7 @@ class Launcher:
         self.max_epochs = add_epochs(self.cfg, session.run, epochs) if epochs is not None else {}
         det = self.cfg.deterministic if deterministic is None else deterministic
         self.deterministic = bool(det)
+        check_auto_actors(self.cfg.graph, self.deterministic)
         self.reuse = reuse
         self.journal = (
             JournalWriter(  # every append kept: the run's simulation bank
@@ -225,6 +244,13 @@ class Launcher:
                     self.dg = dg
                     self.result.placement = self.session.placement
                     self.cluster = cluster_nodes()
+                    for name, count in dg.auto_counts.items():
+                        self.log.info(
+                            "node %r: num_actors: auto → %d replicas (one per slot of what a "
+                            "replica requests over the cluster's nodes; new nodes get more)",
+                            name,
+                            count,
+                        )
                     self.reporter.write_status()
                     while not self.state.terminal:
                         self._set_state(self._step().next)

@@ -55,6 +55,12 @@ def _alive_nodes() -> set[str] | None:
         return None
 
 
+def _key(actor: Any) -> Any:
+    """An actor's identity (its id; the handle itself where it has none)."""
+    ident = getattr(actor, "_actor_id", None)
+    return ident.hex() if ident is not None else id(actor)
+
+
 def actor_restarts(actor: Any) -> int | None:
     """How often Ray restarted ``actor`` (``None``: unknown — no actor table, another Ray).
 
@@ -96,6 +102,27 @@ class RestartWatch:
         #: replica → (when it was first seen waiting for a restart, the node it had lost)
         self._waiting: dict[tuple[str, int], tuple[float, str | None]] = {}
         self._next = 0.0
+
+    def track(self, actors: Mapping[str, Sequence[Any]]) -> None:
+        """Watch ``actors`` (node → its actors) from now on: a node's replicas changed
+        (``num_actors: auto``); what was seen of the actors that stay is kept."""
+        old = {
+            (name, _key(actor)): i
+            for name, group in self._actors.items()
+            for i, actor in enumerate(group)
+        }
+        new = {name: list(group) for name, group in actors.items()}
+        remap = {
+            (name, old[name, _key(actor)]): (name, j)
+            for name, group in new.items()
+            for j, actor in enumerate(group)
+            if (name, _key(actor)) in old
+        }
+        for table in (self._seen, self._node, self._waiting):
+            entries = list(table.items())
+            table.clear()
+            table.update({remap[k]: v for k, v in entries if k in remap})  # type: ignore[misc]
+        self._actors = new
 
     def poll(self, *, force: bool = False) -> dict[str, int]:
         """Read every actor's restart count (at most every ``every`` seconds unless ``force``);

@@ -7,6 +7,9 @@ is that callback: it hands the state to the progress reporter, then
 
 * counts the node actors Ray restarted after a crash (:class:`~._restarts.RestartWatch`, into
   the launch's ``RunResult.restarts``), once the actors are deployed;
+* keeps the replicas of ``num_actors: auto`` nodes in step with the cluster's nodes
+  (:class:`kestrel_ray.internal.AutoActors`: replicas for a node that joins, every 10 s at
+  most);
 * writes a checkpoint when one is due while the estimators train
   (:class:`~kestrel.persist._checkpoint.Checkpoint`: buffer snapshot and improved weights), so
   that a launch that cannot stop gracefully still leaves a run to continue.
@@ -23,7 +26,7 @@ from kestrel.controller._resume import Resume
 from kestrel.controller._states import Phase
 from kestrel.persist._checkpoint import Checkpoint
 from kestrel.report._progress import ProgressState
-from kestrel_ray.internal import actor_options
+from kestrel_ray.internal import AutoActors, actor_options
 
 __all__ = ["LaunchWatch"]
 
@@ -66,6 +69,9 @@ class LaunchWatch:
         self.every = every
         self.checkpoint: Checkpoint | None = None
         self._restarts: RestartWatch | None = None
+        #: the replicas of num_actors: auto nodes, kept in step with the cluster
+        self._auto: AutoActors | None = None
+        self._counts: dict[str, int] = {}
         self._phase: Phase | None = None
 
     def __call__(self, state: ProgressState, dg: Any) -> None:
@@ -79,7 +85,14 @@ class LaunchWatch:
                 dg.node_actors(), self.log, self.restarts, max_restarts=self.max_restarts
             )
             self.checkpoint = Checkpoint(self.resume, self.log, every=self.every)
+            self._auto = AutoActors(dg, self.log)
+            self._counts = {}
         changed, self._phase = state.phase != self._phase, state.phase
+        if self._auto is not None and self._auto.names:  # num_actors: auto follows the nodes
+            counts = self._auto.poll()
+            if counts and counts != self._counts:
+                self._counts = counts
+                self._restarts.track(dg.node_actors())
         self._restarts.poll(force=changed)
         if state.phase is Phase.TRAINING and self.checkpoint is not None:
             self.checkpoint.maybe(dg, state.nodes, state.buffer or None)
