@@ -115,7 +115,7 @@ def test_auto_deploys_one_replica_per_slot_and_grows_and_shrinks(deployed):
     assert dg.add_replicas("n2", 1) == 1 and dg.replicas("n2") == 5
     assert len(dg.node_actors()["n2"]) == 4
     dg.sample(8)
-    # the cluster shrank: the replica still starting goes first, the serving ones stay
+    # the cluster shrank: the replica still starting is stopped; serving ones are Ray's to restart
     assert dg.drop_replicas("n2", 1) == 1 and dg.replicas("n2") == 4
     with pytest.raises(KestrelError, match="not multiplexed"):
         dg.add_replicas("n1", 1)

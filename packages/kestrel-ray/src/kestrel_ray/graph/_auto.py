@@ -14,9 +14,12 @@ the store) share those nodes' CPUs.
   :data:`POLL_EVERY` seconds (from the launch loop, never per simulation) and, when the slots
   grew (a node joined), starts the new replicas
   (:meth:`~kestrel_ray.DeployedGraph.add_replicas`); the next simulation calls split their rows
-  over every replica. When the slots shrank (a node left), the replicas that wait for a node
-  (Ray restarts a lost replica only where a slot is free) are removed from the node
-  (:meth:`~kestrel_ray.DeployedGraph.drop_replicas`) instead of stopping the launch.
+  over every replica. When the slots shrank (a node left) before the replicas started for
+  it joined, those are stopped (:meth:`~kestrel_ray.DeployedGraph.drop_replicas`). A serving
+  replica of a node that left is Ray's to restart, as for a fixed count (its calls in flight
+  run again once it is back): on a remaining node with a free slot, else the launch's restart
+  watch stops the launch after ``KESTREL_RESTART_WAIT`` seconds
+  (:mod:`kestrel.controller._restarts`). Stopping it instead would fail the calls it holds.
 
 The chunk grid of a call depends on the replica count, so ``auto`` draws other numbers than
 a fixed count would, and a deterministic launch refuses it (the launch says so).
@@ -185,8 +188,8 @@ class AutoActors:
                 if gone:
                     self.dropped[name] = self.dropped.get(name, 0) + gone
                     self.log.info(
-                        "node %r: %d replica(s) waiting for a lost node removed (num_actors: "
-                        "auto, %d now)",
+                        "node %r: %d replica(s) still starting stopped: the cluster shrank "
+                        "(num_actors: auto, %d now)",
                         name,
                         gone,
                         have - gone,

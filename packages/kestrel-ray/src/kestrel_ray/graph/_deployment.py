@@ -34,7 +34,6 @@ from kestrel_ray.graph._auto import resolve_auto_actors
 from kestrel_ray.graph._refs import Column
 from kestrel_ray.node._handles import NodeHandle
 from kestrel_ray.node._multiplex import MultiplexNodeWrapper
-from kestrel_ray.node._timeout import actor_info
 from kestrel_ray.node._wrapper import NodeWrapper
 from kestrel_ray.store._handle import StoreHandle
 
@@ -184,29 +183,16 @@ class Deployment:
         return int(k)
 
     def drop_replicas(self, name: str, k: int) -> int:
-        """Remove up to ``k`` replicas of multiplexed node ``name`` that wait for a node (Ray
-        restarting them after their node was lost, with no slot left) or have not started:
-        killed and no longer called. Returns how many."""
-        handle = self._handles[name]
-        if not isinstance(handle, MultiplexNodeWrapper) or k <= 0:
-            return 0
+        """Stop up to ``k`` replicas of node ``name`` that have not finished starting (the
+        cluster shrank before they joined); returns how many. Serving replicas are never
+        stopped here: one whose node was lost may hold calls in flight, which Ray runs again
+        once it restarts (:mod:`kestrel_ray.graph._auto`)."""
         gone = 0
         for _, actor, _ in list(self._starting.get(name, [])):
-            if gone < k:
-                ray.kill(actor)
-                self._starting[name] = [e for e in self._starting[name] if e[1] is not actor]
-                gone += 1
-        waiting = [
-            r
-            for r in handle.replicas
-            if actor_info(r.actor).get("State")
-            in ("RESTARTING", "PENDING_CREATION", "DEPENDENCIES_UNREADY")
-        ]
-        for replica in waiting[: max(0, k - gone)]:
-            if len(handle.replicas) <= 1:
+            if gone >= k:
                 break
-            handle.remove(replica)
-            ray.kill(replica.actor, no_restart=True)
+            ray.kill(actor)
+            self._starting[name] = [e for e in self._starting[name] if e[1] is not actor]
             gone += 1
         return gone
 
