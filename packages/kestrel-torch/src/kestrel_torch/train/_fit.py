@@ -13,8 +13,10 @@ best until an epoch beats it (on the validation set, re-evaluated; without one, 
 recorded loss), so a resumed run never replaces it with a worse one.
 
 Early stopping: training ends after ``early_stop_patience`` epochs without a better loss.
-Because the validation set follows the proposals, losses of different epochs are on different
-data; each epoch therefore compares the current model with the best model's loss on the same,
+Because the validation set changes with the rounds — the store's newest rows, or, with the
+estimator's ``validation_fraction``, a fixed slice of every round whose union grows
+(:mod:`~kestrel_torch.data._split`) — losses of different epochs are on different data; each
+epoch therefore compares the current model with the best model's loss on the same,
 current validation set (re-evaluated only when the set's ids changed since it was last taken),
 both scored against the same target
 (:meth:`~kestrel_torch.nets._head.PosteriorHead.validation_loss`: a Gaussian head's training loss
