@@ -87,3 +87,13 @@ def test_kestrel_sample_and_open_run_agree_for_a_seed(launched):
     with np.load(written.path) as f:
         np.testing.assert_array_equal(drawn, f["z"])
     assert np.all((drawn > 0) & (drawn < 1)) and np.all(np.abs(drawn.mean(0) - [0.4, 0.6]) < 0.1)
+
+
+def test_on_ray_the_members_actors_draw_the_same_mixture(launched):
+    # --ray: the node's actor and its member's actor load the two members; the posterior is
+    # the same mixture as in this process (the launch itself drew its proposals on Ray)
+    here = sample_run(launched, "posterior", n=200, seed=4)
+    on_ray = sample_run(launched, "posterior", n=200, seed=4, ray=True)
+    assert on_ray.ray and not here.ray
+    with np.load(here.path) as a, np.load(on_ray.path) as b:
+        np.testing.assert_allclose(a["z"], b["z"], rtol=1e-6, atol=1e-9)
