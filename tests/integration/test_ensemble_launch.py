@@ -1,7 +1,7 @@
 """Issue 31 item 2: ``ensemble: 2`` — two members trained at once, each in its own actor.
 
-One toy launch (the ``test_launch`` toy: z ~ U(0, 1)², x = z + N(0, 0.05²), a Gaussian
-estimator, 3 epochs) on the session's Ray serves every test: both members trained (with their
+One deterministic toy launch (the ``test_launch`` toy: z ~ U(0, 1)², x = z + N(0, 0.05²), a
+Gaussian estimator, 3 epochs) on the session's Ray serves every test: both members trained (with their
 own seeds), the run's ``estimator.pt`` holds both, and the run's posterior — draws and
 ``log_prob`` — is their mixture, the same through ``kestrel sample`` and ``kestrel.open_run``.
 """
@@ -40,7 +40,11 @@ def launched(tmp_path_factory, ray_session):
     cfg["graph"]["z"]["ray"] = {"num_cpus": 0.5}
     config = tmp / "config.yml"
     config.write_text(yaml.safe_dump(cfg))
-    result = kestrel.launch(str(config), str(tmp / "run"), seed=11, auto_sample=False)
+    # deterministic: resimulation rounds at fixed epochs, so the short launch draws proposals
+    # from the ensemble (each row from one member's actor)
+    result = kestrel.launch(
+        str(config), str(tmp / "run"), seed=11, auto_sample=False, deterministic=True
+    )
     assert result.status == "completed", result
     return tmp / "run"
 
@@ -60,6 +64,10 @@ def members(folder) -> list[GaussianPosterior]:
 
 
 def test_both_members_trained_with_their_own_seeds(launched):
+    with np.load(launched / "buffer" / "snapshots" / "buffer.npz") as f:
+        log_prob = f["z.log_prob"]
+    proposed = np.abs(log_prob) > 1e-9  # the prior's log density is 0 on U(0, 1)²
+    assert proposed.any() and np.isfinite(log_prob).all()  # rows of the ensemble's proposal
     a, b = members(launched)
     assert a.total_epochs >= 1 and b.total_epochs >= 1
     theta = np.array([[0.4, 0.6], [0.3, 0.5]])
