@@ -156,10 +156,12 @@ def launch_and_lose(
     worker: int | Callable[[], int],
     *args: str,
     command: list = KESTREL,
+    ready: Callable[[], bool] = lambda: True,
     **env: str,
 ):
     """``kestrel launch`` of :func:`config` into ``run``; worker node ``worker`` (or the one
-    ``worker()`` names then) lost once :data:`KILL_AT_ROWS` rows are journaled. Returns
+    ``worker()`` names then) lost once :data:`KILL_AT_ROWS` rows are journaled and ``ready()``
+    (progress the test needs first, by count or file, never by seconds). Returns
     ``(seconds from the kill to the launch's end, the launch's output, its exit status)``;
     fails the test on a hang."""
     out = run.with_suffix(".txt")
@@ -175,7 +177,7 @@ def launch_and_lose(
     killed_at = None
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
-        if killed_at is None and (rows := journal_rows(run)) >= KILL_AT_ROWS:
+        if killed_at is None and (rows := journal_rows(run)) >= KILL_AT_ROWS and ready():
             if callable(worker):
                 worker = worker()
             pids = rc.lose_worker(worker)  # at once: nothing slow before the kill
@@ -305,18 +307,32 @@ def test_the_estimators_node_lost_stops_the_run_and_the_remaining_nodes_continue
             assert pid is not None, "z's actor logged no pid"
             return worker_of(rc, pid)
 
+        weights = run / "graph" / "z" / "estimator.pt"
+        # the kill once z's weights are on disk (a checkpoint after its first epoch), with a
+        # budget the launch cannot spend first (the run is meant to stop there)
         after_kill, output, code = launch_and_lose(
-            rc, base, run, estimators_worker, "--seed", "7", command=KESTREL_FAST_CHECKPOINTS
+            rc,
+            base,
+            run,
+            estimators_worker,
+            "--seed",
+            "7",
+            "--simulations",
+            "1000000",
+            command=KESTREL_FAST_CHECKPOINTS,
+            ready=weights.is_file,
         )
         print(f"estimator's node lost: the launch failed {after_kill:.1f} s after the kill")
         status = json.loads((run / "status.json").read_text())
         assert code == 1 and status["status"] == "failed", output[-5000:]
         print(f"reason: {status['reason']}")
         assert "node 'z'" in status["reason"], status["reason"]
-        assert (run / "graph" / "z" / "estimator.pt").is_file(), "no weights on disk"
+        assert weights.is_file(), "no weights on disk"
         saved = bank(run)
+        more = str(max(next(iter(saved.values()))) + 1 + 64)  # 64 simulations more
         done = subprocess.run(  # on the remaining worker node
-            [*KESTREL, "launch", "-o", run, "--address", rc.address, "--progress", "log"],
+            [*KESTREL, "launch", "-o", run, "--address", rc.address, "--progress", "log"]
+            + ["--simulations", more],
             capture_output=True,
             text=True,
             timeout=300,
