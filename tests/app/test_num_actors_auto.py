@@ -45,3 +45,36 @@ def test_a_deterministic_launch_refuses_auto_naming_the_node():
         ConfigError, match=r"graph\.x\.num_actors: auto: a deterministic launch cannot"
     ):
         check_auto_actors(graph(), deterministic=True)
+
+
+class FakeDeployed:
+    deployed = True
+
+    def __init__(self, g):
+        self.graph = g
+
+    def node_actors(self):
+        return {"z": [], "x": []}
+
+    def replicas(self, name):
+        return 1
+
+
+def test_the_journal_wait_starts_the_restart_watch_if_no_poll_did(monkeypatch):
+    """``LaunchWatch.poll_restarts`` (the journal's ``between_waits``) works before the first
+    progress poll: it starts the watch on the deployed graph itself."""
+    import logging
+
+    from kestrel.controller import _watch
+
+    polls = []
+    monkeypatch.setattr(_watch.RestartWatch, "poll", lambda self, **kw: polls.append(kw))
+    monkeypatch.setattr(_watch, "Checkpoint", lambda *a, **kw: None)
+    g = graph(2)
+    watch = _watch.LaunchWatch(
+        lambda state: None, resume=None, log=logging.getLogger("t"), restarts={}, graph=g
+    )
+    watch.poll_restarts(None)  # not deployed yet: nothing to watch
+    assert polls == []
+    watch.poll_restarts(FakeDeployed(g))
+    assert polls == [{}]

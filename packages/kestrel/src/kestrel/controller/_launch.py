@@ -253,7 +253,7 @@ def _launch(
                     tracker=tracking if tracking.active else None,
                 )
                 if launcher.journal is not None:  # a block lost with its node: never a hang
-                    launcher.journal.between_waits = watch.poll_restarts
+                    launcher.journal.between_waits = lambda: watch.poll_restarts(launcher.dg)
                 reporter.start()
                 try:
                     result = launcher.run()

@@ -80,6 +80,20 @@ class LaunchWatch:
         self.report(state)
         if dg is None or not dg.deployed:
             return
+        restarts = self._watch(dg)
+        changed, self._phase = state.phase != self._phase, state.phase
+        if self._auto is not None and self._auto.names:  # num_actors: auto follows the nodes
+            counts = self._auto.poll()
+            if counts and counts != self._counts:
+                self._counts = counts
+                restarts.track(dg.node_actors())
+        restarts.poll(force=changed)
+        if state.phase is Phase.TRAINING and self.checkpoint is not None:
+            self.checkpoint.maybe(dg, state.nodes, state.buffer or None)
+
+    def _watch(self, dg: Any) -> RestartWatch:
+        """The restart watch, the checkpoint and the auto replicas of the deployed ``dg``
+        (made at the first call); returns the restart watch."""
         if self._restarts is None:
             self._restarts = RestartWatch(
                 dg.node_actors(), self.log, self.restarts, max_restarts=self.max_restarts
@@ -87,24 +101,21 @@ class LaunchWatch:
             self.checkpoint = Checkpoint(self.resume, self.log, every=self.every)
             self._auto = AutoActors(dg, self.log)
             self._counts = {}
-        changed, self._phase = state.phase != self._phase, state.phase
-        if self._auto is not None and self._auto.names:  # num_actors: auto follows the nodes
-            counts = self._auto.poll()
-            if counts and counts != self._counts:
-                self._counts = counts
-                self._restarts.track(dg.node_actors())
-        self._restarts.poll(force=changed)
-        if state.phase is Phase.TRAINING and self.checkpoint is not None:
-            self.checkpoint.maybe(dg, state.nodes, state.buffer or None)
+        return self._restarts
 
-    def poll_restarts(self) -> None:
+    def poll_restarts(self, dg: Any = None) -> None:
         """Read the restart counts (at most every second) without reporting or checkpointing:
         what the launch does while it waits for blocks (the journal's
         :attr:`~kestrel.persist._journal.JournalWriter.between_waits`).
+
+        Args:
+            dg: the deployed graph (the watch starts on it if no poll did yet).
 
         Raises:
             SimulatorError: a restarted replica has waited too long for a node
                 (:class:`~._restarts.RestartWatch`).
         """
+        if self._restarts is None and dg is not None and dg.deployed:
+            self._watch(dg)
         if self._restarts is not None:
             self._restarts.poll()
