@@ -47,7 +47,10 @@ with DeployedGraph.from_config(config, seed=5) as dg:
     dg.append(dg.sample(256))
     refs = dg.start_training()
     ray.get(list(refs.values()), timeout=300)
-    status = dg.status()
+    for _ in range(20):  # a member busy past the status wait reports no node: ask again
+        status = dg.status(timeout=30)
+        if all(m["node_id"] for m in status["z"]["ensemble"]):
+            break
     dg.save()
 head = [n["NodeID"] for n in ray.nodes() if n["Alive"] and "kestrel_head" in n["Resources"]]
 with open(folder + "/run/graph/z/estimator.pt", "rb") as f:

@@ -72,6 +72,9 @@ __all__ = ["NodeWrapper", "SAMPLING_METHODS"]
 
 #: the methods that return blocks
 SAMPLING_METHODS = ("sample", "sample_posterior", "sample_proposal")
+#: seconds :meth:`NodeWrapper.status` waits for an ensemble's members (the driver polls status
+#: with a timeout of its own)
+MEMBER_STATUS_S = 1.0
 #: one-row condition blocks (observations) remembered by ref, most recently used last: a run
 #: passes the same observation ref to every call, so it is read once per actor, not per call
 BROADCAST_MEMO = 8
@@ -243,7 +246,8 @@ class NodeWrapper:
         ``simulate`` (the simulator's calls, in its worker thread), ``sample_posterior`` and
         ``sample_proposal`` (an estimator's draws). An ensemble's actors add ``member`` (its
         index) and ``node_id`` (the Ray node it runs on); member 0's adds ``ensemble``: one
-        ``{"member", "node_id", "estimator"}`` per member.
+        ``{"member", "node_id", "estimator"}`` per member (``None`` values for members that
+        did not answer within :data:`MEMBER_STATUS_S`).
         """
         out = {
             "node": self._name,
@@ -258,10 +262,13 @@ class NodeWrapper:
         if self._spec is not None and ensemble_size(self._spec) > 1:
             out["member"] = self._member
             out["node_id"] = ray.get_runtime_context().get_node_id()
-        if self._members is not None:
-            members = [out, *await self._members.gather("status")]
+        if self._members is not None:  # a member that does not answer in time: its index only
+            try:
+                others = await asyncio.wait_for(self._members.gather("status"), MEMBER_STATUS_S)
+            except (asyncio.TimeoutError, KestrelError, ray.exceptions.RayError):
+                others = [{"member": k} for k in range(1, len(self._members) + 1)]
             keys = ("member", "node_id", "estimator")
-            out["ensemble"] = [{k: m.get(k) for k in keys} for m in members]
+            out["ensemble"] = [{k: m.get(k) for k in keys} for m in [out, *others]]
         return out
 
     # -- rounds (the Training component's) -----------------------------------------------------
