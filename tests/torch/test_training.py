@@ -465,6 +465,7 @@ def test_public_names() -> None:
         "FlowPosterior",
         "FlowMatchingPosterior",
         "FlowLikelihood",
+        "EnsemblePosterior",
     ]
     for name in kestrel_torch.__all__:
         assert hasattr(kestrel_torch, name), name

@@ -69,9 +69,11 @@ class FlowHead(PosteriorHead):
     Args:
         dim: D; context_dim: E; transforms, hidden_features, bins: the spline flow;
         momentum: EMA weight of a training batch in the running statistics; num_atoms: atoms
-        per row of the training loss (≥ 2); amortized: every row is drawn from the prior, so
-        the loss is the plain ``−log q(z | s)`` of amortised NPE (one flow evaluation a row
-        instead of ``num_atoms``; the same minimiser for prior rows).
+        per row of the training loss (≥ 2); amortized: the rows are drawn from the prior or,
+        with truncated proposals (TSNPE, :mod:`._truncation`), from the prior restricted to a
+        region — rows that carry the prior's log density — so their loss is the plain
+        ``−log q(z | s)`` of amortised NPE (one flow evaluation a row instead of
+        ``num_atoms``; the same minimiser for prior rows, and the truncated posterior's).
     """
 
     def __init__(
@@ -336,5 +338,5 @@ class FlowPosterior(StepwiseEstimator):
             bins=o.bins,
             momentum=o.momentum,
             num_atoms=o.num_atoms,
-            amortized=o.amortized,
+            amortized=o.amortized or o.proposal == "truncated",
         )

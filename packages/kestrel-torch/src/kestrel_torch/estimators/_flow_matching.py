@@ -48,8 +48,8 @@ def _no_gamma(owner: str, key: str, value: Any, options: Any) -> float:
     if value != 0.0:
         raise ConfigError(
             f"{owner}({key}={value!r}): flow matching trains on the buffer's rows without a "
-            "proposal correction, so it draws no proposals (γ = 0, prior draws only: amortised "
-            "training); drop gamma or use FlowPosterior for sequential rounds"
+            "proposal correction, so it draws no tempered proposals; drop gamma (amortised "
+            "training), or set proposal: truncated for sequential rounds"
         )
     return value
 

@@ -94,6 +94,19 @@ def optional_seed(owner: str, key: str, value: Any, options: Any) -> int | None:
     return None if value is None else integer(0)(owner, key, value, options)
 
 
+#: the values of the ``proposal`` option
+PROPOSAL_KINDS = ("tempered", "truncated")
+
+
+def proposal_kind(owner: str, key: str, value: Any, _: Any) -> str:
+    """Rule: one of :data:`PROPOSAL_KINDS`."""
+    if value not in PROPOSAL_KINDS:
+        raise ConfigError(
+            f"{owner}({key}={value!r}): expected one of {', '.join(map(repr, PROPOSAL_KINDS))}"
+        )
+    return str(value)
+
+
 def widths(owner: str, key: str, value: Any, _: Any) -> tuple[int, ...]:
     """Rule: a non-empty sequence of positive integers, normalised to a tuple."""
     ok = not isinstance(value, (str, bytes)) and isinstance(value, Sequence) and bool(value)
@@ -127,6 +140,15 @@ class EstimatorOptions:
         prior_epochs: proposals stay prior draws until this many epochs were trained over the
             estimator's life.
         gamma: tempering exponent of proposals (≥ 0; 0: always the prior).
+        proposal: how resimulation rounds draw: ``"tempered"`` (the default: the best model's
+            posterior raised to ``gamma``, with the estimator's proposal correction) or
+            ``"truncated"`` (TSNPE, Deistler et al. 2022: the prior restricted to the best
+            model's ``1 − truncation`` highest-density region at the observation, no correction;
+            :mod:`~kestrel_torch.estimators._truncation`). ``gamma`` does not apply to
+            truncated proposals (setting both is refused), nor do ``amortized: true`` and
+            ``ensemble`` > 1.
+        truncation: ε of truncated proposals: the region holds ``1 − ε`` of the posterior
+            estimate's mass, in (0, 0.5] (the paper's 1e-4, the default).
         amortized: an estimator meant for many observations: proposals off (``gamma`` = 0, the
             prior the only source of training samples), so its posterior holds wherever the
             prior predictive reaches; ``false`` (the default) focuses training on the run's
@@ -168,6 +190,8 @@ class EstimatorOptions:
     prior_epochs: int = option(0, integer(0))
     gamma: float = option(0.5, real(0.0))
     amortized: bool = option(False, flag)
+    proposal: str = option("tempered", proposal_kind)
+    truncation: float = option(1e-4, real(0.0, 0.5, low_open=True))
     validation_fraction: float = option(0.0, real(0.0, 0.5))
     cache_sync_every: int = option(1, integer(1))
     max_cache_samples: int = option(0, integer(0))
@@ -206,6 +230,23 @@ class EstimatorOptions:
         for key in kwargs:
             if key not in names:
                 raise TypeError(f"{owner}: {unknown('keyword argument', key, names)}")
+        if kwargs.get("proposal") == "truncated":
+            clash = [k for k in ("gamma",) if k in kwargs]
+            clash += ["amortized"] if kwargs.get("amortized") is True else []
+            if kwargs.get("ensemble", 1) != 1:
+                raise ConfigError(
+                    f"{owner}(proposal='truncated', ensemble={kwargs['ensemble']!r}): an "
+                    "ensemble's truncated proposal would need the mixture's own region (each "
+                    "member's region drawn alone is not the prior restricted to one region); "
+                    "use proposal: tempered with an ensemble, or ensemble: 1"
+                )
+            if clash:
+                given = ", ".join(f"{k}={kwargs[k]!r}" for k in clash)
+                raise ConfigError(
+                    f"{owner}(proposal='truncated', {given}): truncated proposals are the prior "
+                    "restricted to the posterior's highest-density region, neither tempered "
+                    f"(gamma) nor off (amortized); drop {' and '.join(clash)}"
+                )
         if kwargs.get("amortized") is True and kwargs.get("gamma", 0) != 0:
             raise ConfigError(
                 f"{owner}(amortized=True, gamma={kwargs['gamma']!r}): an amortized estimator "
@@ -263,6 +304,16 @@ def _no_discards(owner: str, key: str, value: Any, options: Any) -> bool:
     return False
 
 
+def _tempered_only(owner: str, key: str, value: Any, options: Any) -> str:
+    if proposal_kind(owner, key, value, options) != "tempered":
+        raise ConfigError(
+            f"{owner}({key}={value!r}): a likelihood estimator's proposals are tempered MCMC "
+            "draws; truncated proposals are for the posterior estimators (FlowPosterior, "
+            "FlowMatchingPosterior, GaussianPosterior); drop proposal"
+        )
+    return "tempered"
+
+
 @dataclass(frozen=True, kw_only=True)
 class LikelihoodOptions(EstimatorOptions):
     """Options of :class:`~kestrel_torch.FlowLikelihood`: the common ones (``discard_samples``
@@ -271,7 +322,8 @@ class LikelihoodOptions(EstimatorOptions):
     Attributes:
         transforms: spline layers (≥ 1). hidden_features: widths of their hidden layers.
         bins: spline bins (≥ 1). momentum: weight of a training batch in the running
-        statistics, in (0, 1]. mcmc_steps: Metropolis steps of a posterior draw (≥ 0;
+        statistics, in (0, 1]. proposal: ``"tempered"`` only. mcmc_steps: Metropolis steps
+        of a posterior draw (≥ 0;
         :mod:`~kestrel_torch.estimators._mcmc`). proposal_steps: Metropolis steps of a proposal draw
         (γ < 1; ≥ 0): a likelihood's training rows need proposals that cover the posterior,
         not exact ones, and proposals are drawn every round.
@@ -284,3 +336,4 @@ class LikelihoodOptions(EstimatorOptions):
     mcmc_steps: int = option(50, integer(0))
     proposal_steps: int = option(10, integer(0))
     discard_samples: bool = option(False, _no_discards)
+    proposal: str = option("tempered", _tempered_only)

@@ -354,6 +354,8 @@ class StepwiseEstimator:
             has held), ``lr``, the counters ``nonfinite_rows``, ``skipped_steps``, ``discarded``,
             ``clipped_directions``, ``error`` (the exception that ended training, else None),
             ``observation_checks`` (what the latest draw's observation guards found),
+            ``truncation`` (after a truncated proposal draw: its threshold, candidates,
+            acceptance and resampled draws),
             ``timings`` (where training time went, :mod:`kestrel_torch.train._timings`); the training
             part comes from :meth:`~kestrel_torch.train._fit.FitState.report`.
         """
@@ -369,6 +371,22 @@ class StepwiseEstimator:
             "error": self._error,
             "observation_checks": list(self._conditions.findings) if self._conditions else [],
             **self._ensemble_status(),
+            **self._truncation_status(),
+        }
+
+    def _truncation_status(self) -> dict[str, Any]:
+        """``{"truncation": {...}}`` after a truncated proposal draw: the threshold τ, the prior
+        candidates tried, the share inside the region and the draws resampled instead."""
+        stats = self._inference.truncation
+        if stats is None:
+            return {}
+        return {
+            "truncation": {
+                "threshold": stats.threshold,
+                "candidates": stats.candidates,
+                "acceptance": stats.acceptance,
+                "resampled": stats.resampled,
+            }
         }
 
     def _ensemble_status(self) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from kestrel_core import Record
 __all__ = ["TruncationStats", "hpr_threshold", "sample_truncated"]
 
 #: draws from q used to place the threshold τ
-THRESHOLD_DRAWS = 4096
+THRESHOLD_DRAWS = 10_000
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ def sample_truncated(
     rng: np.random.Generator,
     *,
     max_candidates: int,
-    batch: int = 4096,
+    batch: int = 65_536,
 ) -> tuple[Record, TruncationStats]:
     """``n`` draws of the prior truncated to ``{θ : log q(θ) ≥ threshold}``.
 
@@ -104,7 +104,8 @@ def sample_truncated(
         threshold: τ (:func:`hpr_threshold`).
         rng: the resampling's randomness (the prior's and q's draws bring their own).
         max_candidates: prior draws tried by rejection before the fallback (≥ 0).
-        batch: prior draws per rejection step (at least what ``n`` still needs).
+        batch: the most prior draws of one rejection step (each step tries what the acceptance
+            so far says the draws still missing need, with a margin; at least 256).
 
     Returns:
         ``({"value": float64 (n, F), "log_prob": float64 (n,)}, stats)`` — ``log_prob`` the
@@ -114,7 +115,12 @@ def sample_truncated(
     logps: list[np.ndarray] = []
     got = tried = inside_total = 0
     while got < n and tried < max_candidates:
-        k = min(max(batch, n - got), max_candidates - tried)
+        need = n - got
+        # the first step tries twice what is needed; later ones what the acceptance so far
+        # says is needed, with a margin (at most ``batch`` a step)
+        rate = inside_total / tried if tried else 0.5
+        k = int(np.ceil(1.2 * need / max(rate, 1.0 / (tried + 1))))
+        k = min(max(k, need, 256), batch, max_candidates - tried)
         cand = prior_draws(k)
         inside = np.flatnonzero(log_q(cand["value"]) >= threshold)
         tried += k
