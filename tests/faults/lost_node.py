@@ -41,6 +41,9 @@ class LostNodeCluster(RealCluster):
     ) -> None:
         super().__init__(hidden, worker_resources, worker_cpus=worker_cpus)
         self.workers = workers
+
+    def _reset(self) -> None:
+        super()._reset()
         #: the ``unshare … ray start`` process of each worker node (its process group's leader)
         self.worker_procs: list[subprocess.Popen] = []
 

@@ -158,32 +158,39 @@ class RestartWatch:
                 )
                 if state != "ALIVE":
                     self._waiting.setdefault((name, i), (now, lost))
-                if lost is not None:
-                    self._log.warning(
-                        "node %r: actor (replica %d) lost with Ray node %s (its machine, raylet "
-                        "or object store died); restarted on a remaining node that offers what "
-                        "it requests (restart %d%s); the calls it was running are retried with "
-                        "the same seeds, and its blocks lost with that node rebuilt by Ray from "
-                        "the same seeds",
-                        name,
-                        i,
-                        lost,
-                        count,
-                        of_most,
-                    )
-                else:
-                    self._log.warning(
-                        "node %r: actor (replica %d) restarted after a crash (restart %d%s); the "
-                        "call it was running is retried with the same seeds",
-                        name,
-                        i,
-                        count,
-                        of_most,
-                    )
+                # one line per restart, also for several between two polls (a loaded machine
+                # polls late): the log reads the same however fast the driver ran
+                for k in range(before + 1, count + 1):
+                    self._say_restart(name, i, lost, k, of_most)
                 reopen = getattr(actor, "open_log", None)
                 if reopen is not None:
                     reopen.remote()  # the new process collects its log again
         return self.restarts
+
+    def _say_restart(self, name: str, i: int, lost: str | None, count: int, of_most: str) -> None:
+        """The driver log's warning of restart ``count`` of replica ``i`` of node ``name``."""
+        if lost is not None:
+            self._log.warning(
+                "node %r: actor (replica %d) lost with Ray node %s (its machine, raylet "
+                "or object store died); restarted on a remaining node that offers what "
+                "it requests (restart %d%s); the calls it was running are retried with "
+                "the same seeds, and its blocks lost with that node rebuilt by Ray from "
+                "the same seeds",
+                name,
+                i,
+                lost,
+                count,
+                of_most,
+            )
+        else:
+            self._log.warning(
+                "node %r: actor (replica %d) restarted after a crash (restart %d%s); the "
+                "call it was running is retried with the same seeds",
+                name,
+                i,
+                count,
+                of_most,
+            )
 
     def _check_waiting(self, name: str, i: int, state: Any, now: float) -> None:
         """Raise once a restarted replica has waited :data:`RESTART_WAIT` seconds for a node."""
