@@ -4,7 +4,8 @@ A task (Lueckmann et al. 2021, ``sbibm`` 1.1) is:
 
 - a **folder** holding Kestrel's ``config.yml`` (a FlowPosterior with proposals) and, where the
   amortised setting needs other training settings, ``amortized.yml``, plus the simulator in
-  ``model.py`` (the class the config names) — ``examples/07_two_moons`` … ``09_gaussian_linear``
+  ``model.py`` (the class the config names; a task whose simulator another task has names that
+  task's folder in ``paths.imports`` and :attr:`Task.model_folder`) — ``examples/07_two_moons`` … ``09_gaussian_linear``
   for the example tasks, ``benchmarks/tasks/<name>`` for the others;
 - its **prior** again as a torch distribution for sbi (:func:`sbi_prior`);
 - its **observations 1-10 and reference posterior samples**, read from the benchmark's own
@@ -39,7 +40,8 @@ class Task:
     Attributes:
         name: the benchmark's name (``sbibm``'s folder name, e.g. ``"two_moons"``).
         folder: the folder of ``config.yml`` / ``amortized.yml`` / ``model.py``.
-        simulator: the simulator class in ``model.py`` (``simulate_batch(n, theta, rng)``).
+        simulator: the simulator class in the task's ``model.py`` (``simulate_batch(n, theta,
+            rng)``).
         prior: one :data:`Dim` per parameter, as the config's ``Product`` prior.
         kwargs: the simulator's keyword arguments (as in the config).
     """
@@ -49,6 +51,9 @@ class Task:
     simulator: str
     prior: tuple[Dim, ...]
     kwargs: tuple[tuple[str, Any], ...] = ()
+    #: the folder of the simulator's ``model.py`` when it is not ``folder`` (the config's
+    #: ``paths.imports`` names the same one)
+    model_folder: Path | None = None
 
     @property
     def dim(self) -> int:
@@ -74,6 +79,7 @@ TASKS = {
             "GaussianNoise",
             (("uniform", -1.0, 1.0),) * 10,
             (("variance", 0.1),),
+            model_folder=EXAMPLES / "09_gaussian_linear",  # gaussian_linear's simulator
         ),
         Task(
             "sir",
@@ -107,7 +113,7 @@ def load_model(spec: Task) -> Any:
     Raises:
         FileNotFoundError: the folder has no ``model.py``.
     """
-    path = spec.folder / "model.py"
+    path = (spec.model_folder or spec.folder) / "model.py"
     module_spec = importlib.util.spec_from_file_location(f"kestrel_compare_{spec.name}", path)
     if module_spec is None or module_spec.loader is None or not path.is_file():
         raise FileNotFoundError(f"{spec.name}: no simulator at {path}")
