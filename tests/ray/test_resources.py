@@ -10,7 +10,7 @@ from kestrel_core.testing.models import Noise
 from kestrel_ray import DeployedGraph
 
 from .fakes import DyingWrapper
-from .helpers import chain_graph, variant
+from .helpers import chain_graph, estimator_graph, variant
 
 
 def refuses(graph, match):
@@ -38,6 +38,18 @@ def test_k16_replicas_together_ask_for_more_than_the_cluster():
     refuses(
         variant(chain_graph(2), n1={"ray": {"num_cpus": 1.5}, "num_actors": 2}),
         r"request 3 CPUs in total \(n1: 2 × 1\.5\); the cluster has 2",
+    )
+
+
+def test_k16_ensemble_members_together_ask_for_more_than_the_cluster():
+    # every member of `ensemble: K` is an actor with the node's `ray` options: four members of
+    # one CPU each cannot start on two CPUs, refused before any actor (not a member's timeout)
+    g = estimator_graph()
+    spec = g.nodes["theta"].estimator
+    ensemble = Spec(spec.target, {**spec.kwargs, "ensemble": 4})
+    refuses(
+        variant(g, theta={"estimator": ensemble, "ray": {"num_cpus": 1}}),
+        r"request 4 CPUs in total \(theta: 4 × 1\); the cluster has 2",
     )
 
 

@@ -25,6 +25,7 @@ from ray import cloudpickle
 from kestrel_core import ConfigError, Graph, KestrelError
 from kestrel_ray._errors import unwrap_error
 from kestrel_ray.cluster._resources import actor_options, check_resources
+from kestrel_ray.node._ensemble import ensemble_size
 from kestrel_ray.node._handles import NodeHandle
 from kestrel_ray.node._multiplex import MultiplexNodeWrapper
 
@@ -48,16 +49,27 @@ def check_deployable(graph: Graph, counts: Mapping[str, int] | None = None) -> N
     Raises:
         GraphError: the graph is invalid.
         ConfigError: an estimator node has ``num_actors > 1`` or a ``timeout``, or a resource
-            request can never be met ("node 'x' requests 2 GPUs; the cluster has 0").
+            request can never be met ("node 'x' requests 2 GPUs; the cluster has 0"); an
+            estimator node with ``ensemble: K`` counts K actors (one a member, each with the
+            node's ``ray`` options), so a cluster that cannot hold every member is refused
+            here rather than by a member's start timeout.
     """
     check_graph_config(graph)
     counts = counts or {}
     check_resources(
         [
-            (name, counts.get(name, node.num_actors), actor_options(node))
+            (name, _actors_of(name, node, counts), actor_options(node))
             for name, node in graph.nodes.items()
         ]
     )
+
+
+def _actors_of(name: str, node: Any, counts: Mapping[str, int]) -> int:
+    """The actors node ``name`` starts: its ensemble's members for an estimator node, else
+    its replicas (the resolved ``auto`` count where there is one)."""
+    if node.estimator is not None:
+        return ensemble_size(node.estimator)
+    return counts.get(name, node.num_actors)
 
 
 def check_graph_config(graph: Graph) -> None:
