@@ -16,7 +16,7 @@ from kestrel_core import EstimatorContext, InMemoryStore, Product
 from kestrel_core.graph._observe import ObservationWarning
 from kestrel_torch import FlowLikelihood
 from kestrel_torch._errors import ConfigError, EstimatorError
-from kestrel_torch.estimators._mcmc import sample_groups
+from kestrel_torch.estimators._mcmc import MCMCPosterior, sample_groups
 
 from .estimator_helpers import (  # noqa: F401 (fixture)
     LinearGaussian,
@@ -94,6 +94,27 @@ def test_mcmc_weighs_separate_modes_by_their_mass() -> None:
     right = z[:, 0] > 0
     assert abs(float(right.double().mean()) - 0.25) < 0.04
     assert torch.all((z[right].std(0) / 0.0995 - 1).abs() < 0.15)
+
+
+def test_mcmc_posterior_of_a_potential_draws_each_row_for_its_own_observation() -> None:
+    # the potential of the linear-Gaussian likelihood s ~ N(z, w² I): posterior of observation
+    # s is N(s / (w² + 1), w² / (w² + 1)); rows of s alternate between two observations
+    w = 0.2
+
+    def potential(s: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return -0.5 * (((s.to(torch.float64) - z) / w) ** 2).sum(1)
+
+    posterior = MCMCPosterior(potential, 2, steps=30, proposal_steps=5)
+    obs = torch.tensor([[1.0, -0.5], [-2.0, 0.5]], dtype=torch.float64)
+    s = obs[torch.arange(2000) % 2]
+    z, log_p = posterior.sample(s, 2000, 1.0, torch.Generator().manual_seed(3))
+    assert z.shape == (2000, 2) and log_p.shape == (2000,) and z.dtype == torch.float64
+    np.testing.assert_allclose(log_p, posterior.log_prob(z, s))
+    sd = w / math.sqrt(w**2 + 1)
+    for k in range(2):
+        mine = z[k::2]
+        assert torch.all((mine.mean(0) - obs[k] / (w**2 + 1)).abs() < 0.1 * sd)
+        assert torch.all((mine.std(0) / sd - 1).abs() < 0.1)
 
 
 # -- the estimator --------------------------------------------------------------------------------

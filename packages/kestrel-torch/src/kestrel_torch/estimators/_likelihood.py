@@ -1,5 +1,6 @@
-"""Neural likelihood estimation (NLE): a conditional flow of the data given the parameters,
-sampled by population MCMC.
+"""Neural likelihood estimation (NLE): a conditional flow of the data given the parameters; its
+posterior is an :class:`~kestrel_torch.estimators._mcmc.MCMCPosterior` over the learned
+likelihood.
 
 Shape symbols: B rows of a batch, M rows of conditions, n draws, E embedding width (the data
 the flow models), D free parameters, G distinct observations in one draw.
@@ -14,7 +15,7 @@ import torch
 
 from kestrel_torch._errors import EstimatorError
 from kestrel_torch.estimators._flow import _affine_nsf
-from kestrel_torch.estimators._mcmc import log_standard_normal, sample_groups
+from kestrel_torch.estimators._mcmc import MCMCPosterior, log_standard_normal
 from kestrel_torch.estimators._options import LikelihoodOptions
 from kestrel_torch.estimators._stepwise import StepwiseEstimator
 from kestrel_torch.nets._head import PosteriorHead, RowLoss
@@ -22,7 +23,6 @@ from kestrel_torch.nets._moments import RunningMoments
 
 __all__ = ["FlowLikelihood", "LikelihoodHead"]
 
-_ROWS_PER_PASS = 1 << 16  # rows per flow evaluation while sampling
 _VALIDATION_SEED = 0x5EED  # stand-ins of constant features in the validation loss
 
 
@@ -46,7 +46,7 @@ class LikelihoodHead(PosteriorHead):
         dim: D; data_dim: E; transforms, hidden_features, bins: the spline flow;
         momentum: EMA weight of a training batch in the running statistics;
         mcmc_steps, proposal_steps: Metropolis steps of a draw at γ = 1 and at γ < 1
-        (:func:`~kestrel_torch.estimators._mcmc.sample_groups`).
+        (:class:`~kestrel_torch.estimators._mcmc.MCMCPosterior`).
     """
 
     def __init__(
@@ -122,36 +122,27 @@ class LikelihoodHead(PosteriorHead):
         log_l = self.log_likelihood(s, z, noise)
         return RowLoss(-log_l, None, log_l + log_standard_normal(z))
 
+    @property
+    def posterior(self) -> MCMCPosterior:
+        """The posterior of this likelihood, ``∝ N(z; 0, I) · q(s | z)``, sampled by MCMC
+        (``mcmc_steps`` steps a draw at γ = 1, ``proposal_steps`` below)."""
+        return MCMCPosterior(
+            self.log_likelihood,
+            self.dim,
+            steps=self.mcmc_steps,
+            proposal_steps=self.proposal_steps,
+        )
+
     def sample(
         self, s: torch.Tensor, n: int, gamma: float, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``n`` draws from ``∝ N(z; 0, I) · q(s | z)^γ`` by population MCMC, one group of
-        chains per distinct row of ``s`` (``mcmc_steps`` steps at γ = 1, ``proposal_steps``
-        below); the unnormalised log density of each draw."""
-        if s.shape[0] == 1:
-            rows, inverse = s, torch.zeros(n, dtype=torch.long, device=s.device)
-        else:
-            rows, inverse = torch.unique(s, dim=0, return_inverse=True)
-        counts = torch.bincount(inverse, minlength=rows.shape[0])
-
-        def log_likelihood(z: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-            parts = []
-            for a in range(0, z.shape[0], _ROWS_PER_PASS):
-                zc, gc = z[a : a + _ROWS_PER_PASS], group[a : a + _ROWS_PER_PASS]
-                parts.append(self.log_likelihood(rows[gc], zc))
-            return torch.cat(parts)
-
-        steps = self.mcmc_steps if gamma >= 1.0 else self.proposal_steps
-        z, log_p = sample_groups(log_likelihood, counts, self.dim, gamma, steps, generator)
-        # draws come group by group; row i takes the next draw of its group
-        order = torch.argsort(inverse, stable=True)
-        out_z, out_lp = torch.empty_like(z), torch.empty_like(log_p)
-        out_z[order], out_lp[order] = z, log_p
-        return out_z, out_lp
+        """``n`` draws from ``∝ N(z; 0, I) · q(s | z)^γ`` by :attr:`posterior`; the
+        unnormalised log density of each draw."""
+        return self.posterior.sample(s, n, gamma, generator)
 
     def log_prob(self, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
         """``log N(z; 0, I) + log q(s | z)``: the posterior's log density up to ``log p(s)``."""
-        return log_standard_normal(z) + self.log_likelihood(s, z)
+        return self.posterior.log_prob(z, s)
 
 
 class FlowLikelihood(StepwiseEstimator):
@@ -171,7 +162,8 @@ class FlowLikelihood(StepwiseEstimator):
     **Space.** As for the posterior estimators: θ maps to the prior's standard-normal space
     ``z = prior.to_normal(θ)`` (prior ``N(0, I)``), and the flow is conditioned on z.
 
-    **Sampling.** :func:`~kestrel_torch.estimators._mcmc.sample_groups`: prior draws resampled by the
+    **Sampling.** :class:`~kestrel_torch.estimators._mcmc.MCMCPosterior` over the learned
+    likelihood (:func:`~kestrel_torch.estimators._mcmc.sample_groups`): prior draws resampled by the
     likelihood, then ``mcmc_steps`` differential-evolution Metropolis steps over a population
     of chains per observation; draws map back through ``prior.from_normal``. The densities it
     reports (``log_prob``, the draws' ``log_prob``) are unnormalised: the log of

@@ -4,8 +4,9 @@ Metropolis moves.
 
 Shape symbols: C chains, D dimensions, G groups (chains that share a target).
 
-Used by :class:`~kestrel_torch.FlowLikelihood`, whose posterior ∝ prior × learned likelihood
-has no sampler of its own. Chains come in **groups**: every chain of a group targets the same
+:class:`MCMCPosterior` is the posterior of a likelihood potential sampled this way (the role of
+sbi's ``MCMCPosterior``): :class:`~kestrel_torch.FlowLikelihood`'s learned likelihood has no
+sampler of its own, and its network head hands its ``log q(s | z)`` to one. Chains come in **groups**: every chain of a group targets the same
 density (the posterior of one observation), and its moves are built from the states of other
 chains of the same group only. In z-space (the prior's standard-normal space) the prior is
 ``N(0, I)``.
@@ -37,7 +38,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["GroupedChains", "log_standard_normal", "sample_groups"]
+__all__ = ["GroupedChains", "MCMCPosterior", "log_standard_normal", "sample_groups"]
 
 #: chains per group at least (a group of fewer draws runs this many and returns its first)
 MIN_CHAINS = 64
@@ -60,6 +61,10 @@ JITTER = 0.01
 
 #: the log likelihood of a batch of chains: ``(z (C, D), group (C,)) → (C,)`` float64
 LogLikelihood = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: a likelihood potential: ``(s (N, E) or (1, E), z (N, D)) → log L(s | z)`` float64 ``(N,)``
+Potential = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: rows of chains per evaluation of the potential while sampling
+ROWS_PER_PASS = 1 << 16
 
 
 def log_standard_normal(z: torch.Tensor) -> torch.Tensor:
@@ -155,6 +160,63 @@ def _resample(
     pick = torch.searchsorted(cdf, points, right=True)
     last = layout.start[g] + layout.sizes[g] - 1
     return torch.minimum(torch.maximum(pick, layout.start[g]), last)
+
+
+class MCMCPosterior:
+    """The posterior ``∝ N(z; 0, I) · L(s | z)`` of a likelihood potential in the prior's
+    z-space, drawn by :func:`sample_groups` (one group of chains per distinct observation).
+
+    Densities are unnormalised: :meth:`log_prob` is ``log N(z) + log L(s | z)``, the
+    posterior's log density plus ``log p(s)`` (a constant for one observation: it ranks the
+    draws of one observation, as highest-density checks do).
+
+    Args:
+        potential: ``log L(s | z)``, float64 ``(N,)`` of ``s`` ``(N, E)`` (or ``(1, E)``,
+            broadcast) and float64 ``z`` ``(N, D)``.
+        dim: D. steps: Metropolis steps of a draw at γ = 1. proposal_steps: the same at
+            γ < 1 (a tempered proposal).
+    """
+
+    def __init__(self, potential: Potential, dim: int, *, steps: int, proposal_steps: int) -> None:
+        self.potential = potential
+        self.dim = int(dim)
+        self.steps = int(steps)
+        self.proposal_steps = int(proposal_steps)
+
+    def sample(
+        self, s: torch.Tensor, n: int, gamma: float, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``n`` draws of ``∝ N(z; 0, I) · L(s_i | z)^γ``: draw ``i`` for the observation of
+        row ``i`` of ``s`` ``(n, E)`` (or every draw for one row ``(1, E)``).
+
+        Returns:
+            ``(z, log_p)``: float64 ``(n, D)`` and the unnormalised log density of each draw.
+        """
+        if s.shape[0] == 1:
+            rows, inverse = s, torch.zeros(n, dtype=torch.long, device=s.device)
+        else:
+            rows, inverse = torch.unique(s, dim=0, return_inverse=True)
+        counts = torch.bincount(inverse, minlength=rows.shape[0])
+
+        def log_likelihood(z: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+            parts = []
+            for a in range(0, z.shape[0], ROWS_PER_PASS):
+                zc, gc = z[a : a + ROWS_PER_PASS], group[a : a + ROWS_PER_PASS]
+                parts.append(self.potential(rows[gc], zc))
+            return torch.cat(parts)
+
+        steps = self.steps if gamma >= 1.0 else self.proposal_steps
+        z, log_p = sample_groups(log_likelihood, counts, self.dim, gamma, steps, generator)
+        # draws come group by group; row i takes the next draw of its group
+        order = torch.argsort(inverse, stable=True)
+        out_z, out_lp = torch.empty_like(z), torch.empty_like(log_p)
+        out_z[order], out_lp[order] = z, log_p
+        return out_z, out_lp
+
+    def log_prob(self, z: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """``log N(z; 0, I) + log L(s | z)``, float64 ``(N,)``: the posterior's log density
+        up to ``log p(s)``."""
+        return log_standard_normal(z) + self.potential(s, z)
 
 
 def sample_groups(

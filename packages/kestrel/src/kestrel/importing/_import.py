@@ -240,7 +240,7 @@ def _config(config: Any, run: RunDir, overrides: list[str]) -> RunConfig:
 
 
 def _load(config: Any, run: RunDir, overrides: list[str]) -> RunConfig:
-    trust, origin = config_trust(config)  # a run folder's config.yml is that run's (K41)
+    trust, origin = config_trust(config)  # a run folder's config.yml is that run's
     return load_config(
         config, overrides, run_dir=run.root, check_targets=_TARGETS, trust=trust, origin=origin
     )
