@@ -135,3 +135,46 @@ def test_auto_stays_in_memory_while_the_buffer_fits(tmp_path):
     assert DiskPolicy("auto", folder, store_bytes=1000).cache_rows(100, 30) == 16
     assert DiskPolicy("auto", None, store_bytes=1000).cache_rows(100, 30) is None  # no journal
     assert DiskPolicy("memory", folder, store_bytes=1000).cache_rows(100, 30) is None
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_index_counts_its_rows_in_memory_through_appends_releases_and_spills(seed):
+    """The spill's count of rows in memory follows every append, release and spill (it is kept,
+    not summed over the blocks), and a spill asks only about blocks still in memory."""
+    from kestrel_core import BlockIndex
+
+    rng = np.random.default_rng(seed)
+    index = BlockIndex(min_samples=4, max_samples=40, validation_samples=6, seed=0)
+    index.restore("restored", np.arange(0, 5), next_id=5)  # restored: held, never spilled
+    journaled, tokens = 0, []
+    for step in range(400):
+        action = rng.integers(4)
+        if action <= 1:
+            n = int(rng.integers(1, 7))
+            valid = rng.random(n) > 0.2 if rng.random() < 0.3 else None
+            index.append(f"block{step}", n, valid)
+        elif action == 2 and len(tokens) < 3:
+            tokens.append(index.checkout(TRAINABLE)[0])
+        elif tokens:
+            index.release(tokens.pop(0))
+        journaled = max(journaled, index.next_id - int(rng.integers(0, 8)))
+        asked = []
+
+        def ready(first, n, asked=asked, journaled=journaled):
+            asked.append(first)
+            return first + n <= journaled
+
+        blocks = list(index._blocks.values())
+        was_on_disk = {b.start for b in blocks if b.on_disk}
+        want = sum(b.n for b in blocks if not b.on_disk)
+        assert index.memory_rows == want
+        keep = int(rng.integers(0, 30))
+        moved = index.spill(keep, lambda h, first, n: ("disk", first, n), ready)
+        assert index.memory_rows == want - moved
+        now = [b for b in blocks if b.on_disk and b.start not in was_on_disk]
+        assert moved == sum(b.n for b in now)
+        assert moved == 0 or index.memory_rows + now[-1].n > keep  # it stopped at the limit
+        assert all(b.handle == ("disk", b.start, b.n) and b.ids is None for b in now)
+        assert len(asked) <= len(now) + 1  # only blocks in memory, oldest first
+        assert sorted(asked) == asked and not set(asked) & was_on_disk
+    assert any(b.on_disk for b in index._blocks.values())

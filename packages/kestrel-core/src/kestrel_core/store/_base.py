@@ -97,6 +97,7 @@ class BlockStore:
             )
         self._snapshot_dir = None if snapshot_dir is None else Path(snapshot_dir)
         self._schema: Schema | None = None
+        self._row_bytes: tuple[Schema, int] | None = None  # (schema, bytes of one row of it)
         self._expected: dict[str, Expected] = {}
         self._lock = threading.RLock()
 
@@ -131,10 +132,9 @@ class BlockStore:
         policy, schema = self._disk, self._schema
         if policy is None or policy.folder is None or not schema:
             return
-        row_bytes = sum(
-            int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-            for shape, dtype in schema.values()
-        )
+        if self._row_bytes is None or self._row_bytes[0] is not schema:
+            self._row_bytes = (schema, _row_bytes(schema))
+        row_bytes = self._row_bytes[1]
         rules = self._index.rules
         keep = max(rules["max_samples"], rules["min_samples"]) + rules["validation_samples"]
         limit = policy.cache_rows(keep, row_bytes)
@@ -403,3 +403,11 @@ class BlockStore:
     def _handles(self) -> list[Any]:
         with self._lock:
             return self._index.handles()
+
+
+def _row_bytes(schema: Schema) -> int:
+    """Bytes of one row of ``schema`` (every key's per-sample shape and dtype)."""
+    return sum(
+        int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        for shape, dtype in schema.values()
+    )

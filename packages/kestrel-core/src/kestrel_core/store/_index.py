@@ -87,6 +87,9 @@ class BlockIndex:
         self._live_start = 0  # every id below it is dead (TOMBSTONE or DELETED)
         self._blocks: dict[int, _Block] = {}
         self._next_block = 0
+        self._memory_rows = 0  # rows of the held blocks whose handle is in memory (not spilled)
+        # appended blocks still in memory, oldest first: the ones spill may hand to disk
+        self._spillable: dict[int, None] = {}
         self._checkouts: dict[int, list[int]] = {}
         self._next_token = 0
         self._rng = np.random.default_rng(seed)
@@ -113,6 +116,8 @@ class BlockIndex:
         b = self._next_block
         self._next_block += 1
         self._blocks[b] = _Block(handle=handle, start=start, n=n, alive=n)
+        self._memory_rows += n
+        self._spillable[b] = None
         self._status[start - self._base : start + n - self._base] = Status.VALIDATION
         self._block_of[start - self._base : start + n - self._base] = b
         self._size = start + n
@@ -174,6 +179,7 @@ class BlockIndex:
             b = self._next_block
             self._next_block += 1
             self._blocks[b] = _Block(handle=handle, start=int(ids[0]), n=n, alive=n, ids=ids)
+            self._memory_rows += n
             self._status[ids - self._base] = status
             self._block_of[ids - self._base] = b
         self._size = size
@@ -251,6 +257,9 @@ class BlockIndex:
                     ids = ids - self._base
                 self._status[ids] = Status.DELETED
                 del self._blocks[b]  # drops the handle: for Ray, the last store ref to its objects
+                if not blk.on_disk:
+                    self._memory_rows -= blk.n
+                    self._spillable.pop(b, None)
 
     # -- reading ---------------------------------------------------------------------------
     def checkout(
@@ -365,22 +374,29 @@ class BlockIndex:
         ``ready(first_id, n)`` says its ids are on disk; its handle becomes
         ``make(handle, first_id, n)``. Checkouts already issued keep the old handle.
 
+        The rows in memory are counted as blocks come and go, and only blocks still in memory
+        are visited, so a call costs O(1) plus the blocks it hands over, however many blocks
+        the index holds.
+
         Returns:
             The rows handed to disk by this call.
         """
-        held = sum(blk.n for blk in self._blocks.values() if not blk.on_disk)
         moved = 0
-        for blk in self._blocks.values():
-            if held <= keep_rows:
-                break
-            if blk.on_disk or blk.ids is not None:
-                continue
+        while self._memory_rows > keep_rows and self._spillable:
+            b = next(iter(self._spillable))
+            blk = self._blocks[b]
             if not ready(blk.start, blk.n):  # newer blocks are not on disk yet either
                 break
             blk.handle, blk.on_disk = make(blk.handle, blk.start, blk.n), True
-            held -= blk.n
+            del self._spillable[b]
+            self._memory_rows -= blk.n
             moved += blk.n
         return moved
+
+    @property
+    def memory_rows(self) -> int:
+        """Rows of the held blocks whose handle is in memory (not handed to disk)."""
+        return self._memory_rows
 
     def disk_rows(self) -> tuple[int, int]:
         """``(live rows, all rows)`` of the blocks handed to disk and not yet released."""
