@@ -160,7 +160,14 @@ def test_an_amortized_head_takes_the_plain_loss_of_prior_rows_in_the_same_pass()
     log_prob = torch.where(mixed, log_prior, log_prior - 2.0)
     assert torch.equal(prior_rows(z, log_prob), mixed)
     head = FlowHead(
-        2, 3, transforms=1, hidden_features=(8,), bins=4, momentum=0.1, num_atoms=5, amortized=True
+        2,
+        3,
+        transforms=1,
+        hidden_features=(8,),
+        bins=4,
+        momentum=0.1,
+        num_atoms=5,
+        plain_prior_rows=True,
     )
     head.eval()  # the validation atoms (a fixed seed), statistics untouched
     ctx = head.context(s)
@@ -174,7 +181,7 @@ def test_an_amortized_head_takes_the_plain_loss_of_prior_rows_in_the_same_pass()
     assert torch.allclose(both.loss[~mixed], atomic[~mixed], atol=1e-6)
     assert torch.allclose(both.log_q, log_q, atol=1e-6)
     # a head of a run with proposals gives every row its atomic loss
-    head.amortized = False
+    head.plain_prior_rows = False
     assert torch.allclose(head.loss(z, s, log_prior).loss, atomic, atol=1e-6)
 
 
@@ -190,3 +197,17 @@ def test_an_amortized_flow_recovers_the_posterior() -> None:
     values = est.sample_posterior(3000, {"x": X_O[None]})["value"]
     assert np.all(np.abs(values.mean(0) - X_O) < 0.3 * SIGMA), (values.mean(0) - X_O) / SIGMA
     assert np.all(np.abs(values.std(0) / SIGMA - 1.0) < 0.2), values.std(0) / SIGMA
+
+
+def test_amortized_and_truncated_estimators_give_prior_rows_the_plain_loss() -> None:
+    """The head's ``plain_prior_rows`` follows the estimator: on for ``amortized: true`` and for
+    truncated proposals (rows carrying the prior's density), off for tempered proposals."""
+    from kestrel_torch import FlowPosterior
+
+    def head(**options):
+        return FlowPosterior(transforms=1, hidden_features=(8,), bins=4, **options).make_head(2, 3)
+
+    assert head(amortized=True).plain_prior_rows
+    assert head(proposal="truncated").plain_prior_rows
+    assert not head().plain_prior_rows
+    assert not head(gamma=0.5).plain_prior_rows

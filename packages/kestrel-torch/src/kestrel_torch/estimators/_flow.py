@@ -69,11 +69,13 @@ class FlowHead(PosteriorHead):
     Args:
         dim: D; context_dim: E; transforms, hidden_features, bins: the spline flow;
         momentum: EMA weight of a training batch in the running statistics; num_atoms: atoms
-        per row of the training loss (≥ 2); amortized: the rows are drawn from the prior or,
-        with truncated proposals (TSNPE, :mod:`._truncation`), from the prior restricted to a
-        region — rows that carry the prior's log density — so their loss is the plain
-        ``−log q(z | s)`` of amortised NPE (one flow evaluation a row instead of
-        ``num_atoms``; the same minimiser for prior rows, and the truncated posterior's).
+        per row of the training loss (≥ 2); plain_prior_rows: rows that carry the prior's
+        log density (:func:`prior_rows`) get the plain maximum-likelihood loss
+        ``−log q(z | s)`` of amortised NPE instead of the atomic one (one flow evaluation a row
+        instead of ``num_atoms``; the same minimiser for prior rows, and the truncated
+        posterior's). :class:`FlowPosterior` sets it for an ``amortized`` estimator (rows
+        drawn from the prior) and for truncated proposals (TSNPE, :mod:`._truncation`: rows
+        drawn from the prior restricted to a region, which record the prior's density).
     """
 
     def __init__(
@@ -86,12 +88,12 @@ class FlowHead(PosteriorHead):
         bins: int,
         momentum: float,
         num_atoms: int = 10,
-        amortized: bool = False,
+        plain_prior_rows: bool = False,
     ) -> None:
         super().__init__()
         self.dim = int(dim)
         self.num_atoms = int(num_atoms)
-        self.amortized = bool(amortized)
+        self.plain_prior_rows = bool(plain_prior_rows)
         self.context_stats = RunningMoments(context_dim, momentum)
         self.latent_stats = RunningMoments(dim, momentum, full=True, min_var=1e-30)
         self.conditional = _affine_nsf(
@@ -153,8 +155,8 @@ class FlowHead(PosteriorHead):
         generator: torch.Generator | None = None,
     ) -> RowLoss:
         """The APT atomic loss of each row (``log_prob`` is not needed: see :func:`atomic_loss`);
-        for an amortized head, the plain ``−log q(z | s)`` of every row drawn from the prior
-        (:func:`prior_rows`).
+        with ``plain_prior_rows``, the plain ``−log q(z | s)`` of every row that carries the
+        prior's density (:func:`prior_rows`).
 
         In eval mode the atoms are drawn from a fixed seed, so every model compared on a
         validation set is scored on the same atoms.
@@ -162,9 +164,10 @@ class FlowHead(PosteriorHead):
         self.observe(z, s)
         if not self.training:
             generator = torch.Generator(z.device).manual_seed(_VALIDATION_SEED)
-        # amortized: the rows are prior draws, which need no atoms; a row that is not (a buffer
-        # kept from a run with proposals) still gets its atomic loss
-        plain = prior_rows(z, log_prob) if self.amortized else None
+        # rows that carry the prior's density (prior draws, truncated-prior draws) need no
+        # atoms; a row that does not (a buffer kept from a run with proposals) still gets its
+        # atomic loss
+        plain = prior_rows(z, log_prob) if self.plain_prior_rows else None
         loss, log_q = atomic_loss(self, z, self.context(s), self.num_atoms, generator, plain)
         return RowLoss(loss, None, log_q)
 
@@ -233,7 +236,7 @@ def atomic_loss(
     at one flow evaluation instead of A (sbi's ``use_combined_loss`` adds this term for prior
     rows to their atomic loss; here it replaces it). All flow evaluations of a batch — the prior
     rows' own and the other rows' atoms — are one call of the flow. :class:`FlowHead` marks
-    prior rows only when it is amortized: in a run with proposals the plain loss on its first
+    prior rows only with ``plain_prior_rows`` (amortized or truncated): in a run with proposals the plain loss on its first
     prior rows made the flow fit the whole prior range before zooming in (example 01: σ 1.4–1.9×
     too wide after 120 s, against 0.9–1.1× with atoms for every row; 2026-12-01).
 
@@ -338,5 +341,5 @@ class FlowPosterior(StepwiseEstimator):
             bins=o.bins,
             momentum=o.momentum,
             num_atoms=o.num_atoms,
-            amortized=o.amortized or o.proposal == "truncated",
+            plain_prior_rows=o.amortized or o.proposal == "truncated",
         )
