@@ -73,11 +73,66 @@ def test_the_budget_is_spent_exactly_counting_invalid_rows_and_resumes(tmp_path,
     assert read_buffer_file(str(run / "buffer" / "snapshots")).next_id == 250
 
 
+@pytest.mark.parametrize("deterministic", [True, False], ids=["deterministic", "free"])
+def test_every_budgeted_row_reaches_training_whatever_max_epochs(
+    deterministic, tmp_path, no_leaked_actors
+):
+    """Issue 31 item 4: 80 initial rows and 6 rounds of 16, max_epochs 2, a buffer that keeps
+    every row. Training goes on past max_epochs while the rounds come and trains on the last
+    round before it ends; nothing is drawn after training."""
+    run = tmp_path / "run"
+    cfg = budget_config(
+        tmp_path, 176, max_epochs=2, x=f"{MODELS}.Noise", epochs_per_round=1, max_samples=512
+    )
+    cfg["deterministic"] = deterministic
+    result = launch(cfg, run, seed=6, progress=False)
+    assert result.status == "completed" and result.epochs["z"] >= 2
+    assert status(run)["budget"]["used"] == 176 and result.simulated == 176
+    assert "training ended with" not in driver_log(run)  # nothing drawn after training
+    rows = (run / "graph" / "z" / "metrics.csv").read_text().splitlines()
+    seen = int(dict(zip(rows[0].split(","), rows[-1].split(",")))["samples_seen"])
+    # every row was in training but the newest 16, the validation set (a new round's rows
+    # start as validation rows and move the oldest validation rows into training)
+    assert seen + 16 == 176
+    if deterministic:
+        # round k is drawn at the end of epoch k and taken in at the end of epoch k + 1; the
+        # last (6) marks the budget spent, and one more epoch trains on it: 8 epochs, as
+        # the INFO line says (a free launch also draws from the prior before its first
+        # epoch ended, so how long it trains past max_epochs depends on the machine's speed)
+        assert result.epochs["z"] == 8
+        assert (
+            "node z: max_epochs 2 reached with the budget's rounds still to come"
+            in (run / "graph" / "z" / "output.log").read_text()
+        )
+
+
+def test_a_full_buffer_ends_the_rounds_that_training_waits_for(tmp_path, no_leaked_actors):
+    """simulate_when_full: false: a budget larger than what fits does not hold training
+    forever; the round that finds the buffer full ends the rounds, and training with them."""
+    run = tmp_path / "run"
+    cfg = budget_config(
+        tmp_path,
+        10_000,
+        max_epochs=2,
+        x=f"{MODELS}.Noise",
+        epochs_per_round=1,
+        max_samples=96,
+        simulate_when_full=False,
+    )
+    result = launch(cfg, run, seed=7, progress=False)
+    assert result.status == "completed" and result.epochs["z"] >= 2
+    assert status(run)["budget"]["used"] == result.simulated < 10_000
+    assert "the buffer is full (simulate_when_full: false)" in driver_log(run)
+
+
 def test_budget_left_when_training_ends_is_drawn_from_the_final_proposal(
     tmp_path, no_leaked_actors
 ):
     run = tmp_path / "run"
     cfg = budget_config(tmp_path, 176, max_epochs=2, x=f"{MODELS}.Noise", epochs_per_round=1)
+    # budget.stop_early: true lets max_epochs end training with budget left (without it,
+    # training goes on while the budget's rounds come: the test above)
+    cfg["budget"]["stop_early"] = True
     result = launch(cfg, run, seed=6, progress=False)
     assert result.status == "completed" and result.epochs == {"z": 2}
     assert status(run)["budget"]["used"] == 176 and result.simulated == 176

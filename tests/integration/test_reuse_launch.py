@@ -82,7 +82,8 @@ def test_reuse_simulates_only_what_the_new_budget_adds_and_trains(run_a, no_leak
     new = tmp / "NEW"
     result = launch(config(tmp, B + DELTA), new, seed=3, progress=False, reuse=[a])
     assert result.status == "completed"
-    assert result.epochs["z"] == EPOCHS  # it trained
+    # it trained: past max_epochs while the budget's rounds came (issue 31 item 4)
+    assert result.epochs["z"] >= EPOCHS
     budget = status(new)["budget"]
     assert budget["used"] == B + DELTA and budget["left"] == 0  # the reused rows count
     chunks = bank(new).chunks

@@ -20,7 +20,8 @@ BUDGET = 112  # the initial 64 + 16, then two rounds of 16
 
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory, ray_session):
-    """A toy run with TensorBoard tracking: 3 epochs spending its budget, then resumed to 5."""
+    """A toy run with TensorBoard tracking: 4 epochs spending its budget (max_epochs 3, and one
+    more on the budget's last round), then resumed to 5."""
     tmp = tmp_path_factory.mktemp("tracking")
     cfg = toy(tmp, estimator={"_target_": "kestrel_torch.GaussianPosterior", "max_epochs": 3})
     cfg["tracking"] = {"tensorboard": "tb"}
@@ -28,7 +29,9 @@ def tracked(tmp_path_factory, ray_session):
     run = tmp / "run"
     # deterministic: a round after each epoch, however fast the epochs are (the budget spent)
     first = launch(cfg, run, seed=5, progress=False, auto_sample=False, deterministic=True)
-    assert first.status == "completed" and first.epochs == {"z": 3}
+    # round 2, the budget's last, enters at the end of epoch 3: one epoch more trains on it
+    # (every budgeted simulation reaches training, issue 31 item 4)
+    assert first.status == "completed" and first.epochs == {"z": 4}
     second = launch(
         None,
         run,

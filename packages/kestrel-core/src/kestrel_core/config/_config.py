@@ -134,8 +134,11 @@ class BudgetConfig:
         simulations: the total number of simulations the run may use over all its launches —
             every latent draw whose row reached the store, valid or not (``None``: no budget;
             the run simulates until training ends).
-        stop_early: let the estimators early-stop with budget left (default ``False``: early
-            stopping waits until the budget is spent).
+        stop_early: let training end with budget left, by early stopping or at
+            ``max_epochs``; the rest of the budget is then drawn from the final proposals (one
+            warning) and never trained on. Default ``False``: neither early stopping nor
+            ``max_epochs`` ends training while the budget's rounds still come — training goes
+            on past ``max_epochs`` until every budgeted simulation was in a training epoch.
     """
 
     simulations: int | None = None

@@ -13,9 +13,9 @@ uses, and when its rows enter training, are fixed by **epochs**, not by the cloc
 - without determinism training never waits: new rows enter the training cache whenever the
   background fetch has them.
 
-While a simulation budget has rounds left (:attr:`~Rounds.open`), early stopping is held
-back: training goes on, and the next rounds are drawn from its best model, until the driver
-:meth:`~Rounds.close` s the schedule (budget spent or a stop request).
+While a simulation budget has rounds left (:attr:`~Rounds.open`), early stopping and
+``max_epochs`` are held back: training goes on, and the next rounds are drawn from its best
+model, until the driver :meth:`~Rounds.close` s the schedule (budget spent or a stop request).
 
 One :class:`Rounds` lives in the node actor of each estimator; the driver's calls reach it
 through the actor, the estimator's :meth:`train` gets it as ``rounds=``. Everything here runs

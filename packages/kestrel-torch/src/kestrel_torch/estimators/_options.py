@@ -126,7 +126,10 @@ class EstimatorOptions:
 
     Attributes:
         max_epochs: epochs over the estimator's life (≥ 0): a loaded checkpoint's epochs count,
-            so a resumed run trains up to this total. batch_size: rows per step (≥ 1).
+            so a resumed run trains up to this total. In a launch with ``budget.simulations``
+            (and ``budget.stop_early: false``) training goes on past it while the budget's
+            rounds still come, until every budgeted simulation was in an epoch; 0 trains
+            nothing. batch_size: rows per step (≥ 1).
         lr: AdamW learning rate (> 0).
         clip_max_norm: the gradients' total 2-norm is clipped to this before every step
             (≥ 0; 0, the default, is off; sbi's training loop clips at 5). A batch whose rows

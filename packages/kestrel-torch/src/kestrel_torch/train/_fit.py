@@ -10,7 +10,13 @@ every step, and after each phase of an epoch's end, it yields with ``await async
 ``max_epochs`` counts every epoch of the estimator's life: a model loaded from a checkpoint
 trains only up to that total (a resumed run raises it for more). A loaded best model stays the
 best until an epoch beats it (on the validation set, re-evaluated; without one, on its
-recorded loss), so a resumed run never replaces it with a worse one.
+recorded loss), so a resumed run never replaces it with a worse one. Under a round schedule that
+was open when training started (a simulation budget with rounds to come, without
+``budget.stop_early``) neither ``max_epochs`` nor early stopping ends training while rounds still
+come: it goes on past ``max_epochs`` (one INFO line says so), and once the rounds stopped it takes
+the store's rows in once and trains one more epoch if rows came that no epoch trained on
+(:meth:`~kestrel_torch.train._pacing.Pacing.take_in`), so every budgeted simulation reaches
+training. ``max_epochs`` 0 still trains nothing.
 
 Early stopping: training ends after ``early_stop_patience`` epochs without a better loss.
 Because the validation set changes with the rounds — the store's newest rows, or, with the
@@ -266,7 +272,9 @@ async def fit(
     name: str,
     pacing: Pacing | None = None,
 ) -> None:
-    """Train ``state.model`` until ``state.epochs`` reaches ``options.max_epochs`` (a total).
+    """Train ``state.model`` until ``state.epochs`` reaches ``options.max_epochs`` (a total) —
+    or, under an open round schedule, until the rounds stopped coming and their rows were in an
+    epoch (see the module).
 
     Each epoch: a cache sync every ``cache_sync_every`` epochs (not before the first; it
     waits for a fetch only where the loader does not prefetch — a direct ``train(view)`` call,
@@ -283,7 +291,8 @@ async def fit(
         pacing: the round schedule (:class:`~kestrel_torch.train._pacing.Pacing`): asked at the end
             of every epoch (fixes a due round's proposal; deterministic: syncs the caches there
             instead of every ``cache_sync_every`` epochs), and early stopping waits while it
-            holds (a budget with rounds left; patience restarts when it lets go).
+            holds (a budget with rounds left; patience restarts when it lets go); an open
+            schedule also holds ``max_epochs`` back (:attr:`Pacing.budgeted`).
 
     Raises:
         EstimatorError: an epoch without a single usable step (names the node and counts the
@@ -296,7 +305,39 @@ async def fit(
     epoch = -1
     state.ended = "max_epochs"
     timed, clock = state.timings.timed, time.perf_counter
-    while state.epochs < options.max_epochs:
+    # a budget's rows all reach training (issue 31 item 4): neither max_epochs nor early
+    # stopping ends training while the budget's rounds still come; once they stopped coming,
+    # the store's rows are taken in once and, if rows came that no epoch trained on, one more
+    # epoch trains on them (max_epochs 0: no training at all, budget or not)
+    budgeted = pacing.budgeted and options.max_epochs > 0
+    ending: str | None = None  # why training is to end: "max_epochs" or "early_stop"
+    untrained = taken_in = extended = False
+    while True:
+        if ending is None and state.epochs >= options.max_epochs:
+            ending = "max_epochs"
+        if ending is not None:
+            state.ended = ending
+            if not budgeted or stop():
+                break
+            if pacing.hold_early_stop:  # rounds still come (max_epochs: early stopping waits)
+                if not extended:
+                    extended = True
+                    log.info(
+                        "node %s: max_epochs %d reached with the budget's rounds still to "
+                        "come: training goes on until every budgeted row has been trained on "
+                        "(budget.stop_early: true ends it here)",
+                        name,
+                        options.max_epochs,
+                    )
+            else:
+                if not taken_in:
+                    taken_in = True
+                    with timed("cache_sync"):
+                        if await pacing.take_in():
+                            state.note_ids(train)
+                            untrained = True
+                if not untrained:
+                    break
         epoch += 1  # of this call
         if pacing.periodic_sync and epoch > 0 and epoch % options.cache_sync_every == 0:
             with timed("cache_sync"):
@@ -364,15 +405,19 @@ async def fit(
             state.lr,
         )
         t0 = clock()
+        untrained = False
         if await pacing.epoch_end(epoch + 1):
             state.note_ids(train)
+            untrained = True  # rows no epoch trained on yet
         state.timings.add("epoch_end", clock() - t0)
         if held and not pacing.hold_early_stop:  # the last round came: a full patience for it
             bad_epochs = 0
         held = pacing.hold_early_stop
-        if stop() or (bad_epochs >= options.early_stop_patience and not held):
-            state.ended = "stopped" if stop() else "early_stop"
+        if stop():
+            state.ended = "stopped"
             break
+        if ending is None and bad_epochs >= options.early_stop_patience and not held:
+            ending = "early_stop"
         await asyncio.sleep(0)
 
 

@@ -7,6 +7,12 @@ kept in :class:`ProposalRounds`); in deterministic mode it first waits for round
 in the store and syncs every loader to exactly that buffer, with the training's discards sent
 just before (so the store's lifecycle rules see them at the same point on every machine).
 
+A schedule that is open when training starts (a simulation budget with rounds to come, and
+``budget.stop_early: false``) makes the training call go on past ``max_epochs`` while the rounds
+come (:attr:`Pacing.budgeted`); once they stopped, :meth:`Pacing.take_in` brings the store's last
+rows into the caches, and one more epoch trains on those no epoch trained on yet (issue 31
+item 4: every budgeted simulation reaches training).
+
 Without a schedule (a direct ``train(view)`` call) nothing waits for rounds and every round is
 the prior or the current best model; the caches sync every ``cache_sync_every`` epochs, and
 since the estimator's loaders then do not prefetch, each such sync takes the store as it is at
@@ -136,6 +142,7 @@ class Pacing:
         self._stop = stop
         # deterministic: what the schedule said at the last round taken in (see epoch_end)
         self._hold = rounds is not None and rounds.open
+        self._budgeted = self._hold
 
     @property
     def periodic_sync(self) -> bool:
@@ -152,6 +159,29 @@ class Pacing:
         if self.rounds is not None and self.rounds.deterministic:
             return self._hold
         return self.rounds is not None and self.rounds.open
+
+    @property
+    def budgeted(self) -> bool:
+        """The schedule was open when training started: a budget's rounds were to come, each of
+        whose rows must reach training before it ends (see :meth:`take_in`)."""
+        return self._budgeted
+
+    async def take_in(self) -> bool:
+        """Bring every row the store holds now into the caches (two blocking syncs of each
+        loader: the first applies a fetch that may predate the latest append); the held
+        discards are sent first. True when the training cache holds ids it did not before.
+
+        Called once the schedule closed (every budgeted round is in the store), so that the
+        last rounds' rows are trained on before training ends, whatever ``max_epochs``."""
+        if self._discards is not None:
+            self._discards.flush()
+        before = self._loaders[0].ids if self._loaders else None
+        for loader in self._loaders:
+            await asyncio.to_thread(loader.sync, True)
+            await asyncio.to_thread(loader.sync, True)
+        if before is None:
+            return False
+        return bool(np.setdiff1d(self._loaders[0].ids, before, assume_unique=True).size)
 
     async def epoch_end(self, epochs: int) -> bool:
         """At the end of epoch ``epochs`` of this call: fix the round due (if any), and in

@@ -53,7 +53,7 @@ class Budget:
         total: simulations the run may use (``None``: no budget).
         used: simulations whose rows reached the store, over the run's launches.
         invalid: of ``used``, rows that were invalid (non-finite or raised).
-        stop_early: estimators may early-stop with budget left.
+        stop_early: training may end with budget left (early stopping or ``max_epochs``).
         ids: the store's id count the counters cover (the end of the last append counted).
     """
 
@@ -75,7 +75,8 @@ class Budget:
 
     @property
     def holds_training(self) -> bool:
-        """True while early stopping should wait for the budget's rounds."""
+        """True while training should wait for the budget's rounds (neither early stopping nor
+        ``max_epochs`` ends it)."""
         return self.total is not None and not self.spent and not self.stop_early
 
     def take(self, n: int, reserved: int = 0) -> int:

@@ -26,8 +26,13 @@ seconds, then abandons those whose calls still run (:meth:`Resimulation.abandon`
 are never stored). A round whose calls run for long is reported
 (:class:`~kestrel.controller._stall.StallWatch`): a hung simulator without a node ``timeout``
 is visible.
-After training ended with budget left (``max_epochs`` reached), the rest of the budget is drawn
-from the final proposals (one warning), so a budget is always spent exactly.
+Training goes on past ``max_epochs`` while a budget's rounds still come, and ends only once
+the last round's rows were in an epoch (``kestrel_torch``'s training loop), so every budgeted
+simulation reaches training; with ``simulate_when_full: false`` a round that finds the buffer
+full ends the rounds (what is left could not be trained on), and a stop ends them at once.
+After training ended with budget left otherwise (``budget.stop_early: true``, or
+``max_epochs`` 0), the rest of the budget is drawn from the final proposals (one warning), so
+a budget is always spent exactly.
 
 A deterministic launch draws exactly the rounds its training fixed: a round whose proposal was
 fixed at the last epoch (training ended right after) is drawn whether the driver saw it before
@@ -167,12 +172,9 @@ class Resimulation:
         )
 
     def _budget_left(self) -> bool:
-        return (
-            not self._closed
-            and self.budget.total is not None
-            and not self.budget.spent
-            and not self.budget.stop_early
-        )
+        """Rounds are owed to the budget (``budget.stop_early`` or not: training may end before
+        the budget is spent, never the budget's rounds)."""
+        return not self._closed and self.budget.total is not None and not self.budget.spent
 
     def _fixed_in_training(self) -> bool:
         """Deterministic, training ended: whether every estimator fixed round ``round + 1``'s
@@ -236,7 +238,8 @@ class Resimulation:
         self._next = time.monotonic() + self._interval
         self.round = k
         self.drawn += 1
-        n = self.budget.take(self._size(), reserved=self.in_flight)
+        size = self._size()
+        n = self.budget.take(size, reserved=self.in_flight)
         if not training and n and not self._warned:
             self._warned = True
             self.log.warning(
@@ -246,7 +249,13 @@ class Resimulation:
                 self.budget.left,
             )
         if n == 0:  # nothing to simulate this round (the buffer is full): it is in the store
-            self.dg.round_appended(k)
+            # simulate_when_full: false and a full buffer with budget left: the rest of the
+            # budget could not be trained on, so no more rounds come (training, which goes on
+            # past max_epochs while a budget's rounds come, may end)
+            full = size == 0 and not self.buffer.simulate_when_full and self._budget_left()
+            self.dg.round_appended(k, last=full)
+            if full:
+                self.close("the buffer is full (simulate_when_full: false)", last=k)
             return
         submitted = self.dg.submit_from_proposal(n)
         what = f"{'resimulation' if training else 'end-of-budget draws'} round {k}"
