@@ -24,11 +24,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+if TYPE_CHECKING:  # Ray is imported only when a fixture runs
+    from kestrel_core import Graph
+    from kestrel_ray import DeployedGraph
+
 __all__ = ["RAY_TEST_CPUS", "alive_actors", "wait_dead"]
+
+_Actor = TypeVar("_Actor")
 
 #: CPUs of the session's local Ray (the project's machines have two cores)
 RAY_TEST_CPUS = 2
@@ -49,13 +55,13 @@ def ray_session() -> Iterator[None]:
 
 
 @pytest.fixture
-def track(ray_session: None) -> Iterator[Callable[[Any], Any]]:
+def track(ray_session: None) -> Iterator[Callable[[_Actor], _Actor]]:
     """``track(actor)`` registers an actor to be killed after the test; returns the actor."""
     import ray
 
     actors: list[Any] = []
 
-    def add(actor: Any) -> Any:
+    def add(actor: _Actor) -> _Actor:
         actors.append(actor)
         return actor
 
@@ -65,13 +71,13 @@ def track(ray_session: None) -> Iterator[Callable[[Any], Any]]:
 
 
 @pytest.fixture
-def deployed(ray_session: None) -> Iterator[Callable[..., Any]]:
+def deployed(ray_session: None) -> Iterator[Callable[..., DeployedGraph]]:
     """``deployed(graph, **kw)`` → a deployed DeployedGraph, shut down after the test."""
     from kestrel_ray import DeployedGraph
 
-    graphs: list[Any] = []
+    graphs: list[DeployedGraph] = []
 
-    def make(graph: Any, **kw: Any) -> Any:
+    def make(graph: Graph, **kw: Any) -> DeployedGraph:
         dg = DeployedGraph(graph, **kw)
         graphs.append(dg)
         return dg.deploy()

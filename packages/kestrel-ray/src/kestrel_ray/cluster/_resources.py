@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from kestrel_core import ConfigError
+from kestrel_core import ConfigError, Node
 
 __all__ = ["actor_options", "check_resources", "SIMULATOR_RESTARTS"]
 
@@ -30,7 +30,7 @@ _NAMES = {"CPU": "CPUs", "GPU": "GPUs", "memory": "bytes of memory"}
 SIMULATOR_RESTARTS = 3
 
 
-def actor_options(node: Any) -> dict[str, Any]:
+def actor_options(node: Node) -> dict[str, Any]:
     """Ray ``.options()`` for the actors of ``node``: its ``ray`` mapping over the defaults.
 
     Defaults: ``num_cpus=0`` (see the module docstring). A node without estimator is restarted

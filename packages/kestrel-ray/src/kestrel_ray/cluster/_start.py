@@ -23,9 +23,12 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kestrel_ray._errors import ClusterError
+
+if TYPE_CHECKING:
+    from ray._private.worker import BaseContext
 
 __all__ = ["init_ray", "token_source", "check_address", "check_address_format"]
 
@@ -142,11 +145,9 @@ def _check_head(target: str, where: str, timeout: float) -> None:
     if os.environ.get("RAY_USE_TLS", "0").lower() not in ("", "0", "false"):
         return  # the probe would need the cluster's certificates
     try:  # grpcio comes with Ray; the GCS's service stubs are Ray's own
-        grpc: Any = importlib.import_module("grpc")
-        gcs_service_pb2: Any = importlib.import_module("ray.core.generated.gcs_service_pb2")
-        gcs_service_pb2_grpc: Any = importlib.import_module(
-            "ray.core.generated.gcs_service_pb2_grpc"
-        )
+        grpc = importlib.import_module("grpc")
+        gcs_service_pb2 = importlib.import_module("ray.core.generated.gcs_service_pb2")
+        gcs_service_pb2_grpc = importlib.import_module("ray.core.generated.gcs_service_pb2_grpc")
     except ImportError:  # pragma: no cover - Ray without its gRPC stubs: TCP was checked
         return
     channel = grpc.insecure_channel(target)
@@ -217,7 +218,9 @@ def _check_actors_start(address: str, source: str, token: str) -> None:
             ray.kill(probe)
 
 
-def init_ray(address: str | None = None, *, source: str | None = None, **kwargs: Any) -> Any:
+def init_ray(
+    address: str | None = None, *, source: str | None = None, **kwargs: Any
+) -> BaseContext | None:
     """Start a local Ray (embedded in this process) or join a cluster; idempotent.
 
     ``address`` (or the ``RAY_ADDRESS`` environment variable) joins an existing cluster; without

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import ray
 
-from kestrel_core import EstimatorError, Spec, as_record, seed_sequence
+from kestrel_core import Estimator, EstimatorError, Spec, as_record, seed_sequence
 from kestrel_core.internal import call_estimator
 
 __all__ = ["ensemble_size", "member_seed", "member_estimator", "Members", "MEMBER_VALIDATION"]
@@ -124,7 +124,12 @@ class Members:
             getattr(actor, method).remote(*args)
 
     async def propose(
-        self, local: Any, round: int | None, n: int, conditions: Mapping[str, np.ndarray], seq: Any
+        self,
+        local: Estimator,
+        round: int | None,
+        n: int,
+        conditions: Mapping[str, np.ndarray],
+        seq: int | np.random.SeedSequence,
     ) -> dict[str, np.ndarray]:
         """``n`` proposal draws, each row from one member (equal probabilities, from ``seq``).
 
@@ -166,7 +171,7 @@ class Members:
         return {"value": value, "log_prob": log_prob}
 
 
-def check_members(name: str, estimator: Any) -> None:
+def check_members(name: str, estimator: Estimator) -> None:
     """Raise unless ``estimator`` can be ensembled (packs and unpacks members' bytes).
 
     Raises:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -24,6 +24,9 @@ from kestrel_core import check_count, flat_key
 from kestrel_ray._errors import unwrap_error
 from kestrel_ray.graph._refs import Column, RefTrace, merge_meta
 from kestrel_ray.node._timeout import ChunkCall, wait_chunk
+
+if TYPE_CHECKING:
+    from kestrel_ray.store._handle import StoreHandle
 
 __all__ = ["NodeHandle", "Pending", "ActorGroup", "SubmittedTrace", "collect_trace"]
 
@@ -170,7 +173,7 @@ class NodeHandle:
         """One ref per actor to ``open_log()`` (run actors only, see ``RunNodeWrapper``)."""
         return self._group.open_log_refs()
 
-    def train_ref(self, store: Any) -> Any:
+    def train_ref(self, store: StoreHandle) -> ray.ObjectRef:
         """Start ``train(store)`` on the actor; the ref resolves to its final status when
         training ends (or raises the estimator's error)."""
         return self.actor.train.remote(store)

@@ -15,11 +15,14 @@ calls interleave there.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kestrel_core import EstimatorError, Rounds
 from kestrel_core.internal import accepts_keyword
 from kestrel_ray.store._view import RayBufferView
+
+if TYPE_CHECKING:
+    from kestrel_ray.store._handle import StoreHandle
 
 __all__ = ["Training"]
 
@@ -93,7 +96,7 @@ class Training:
         if self.estimator is None:
             raise EstimatorError(f"node {self.name!r} has no estimator to train")
 
-    async def train(self, store: Any) -> None:
+    async def train(self, store: StoreHandle) -> None:
         """Train the estimator from the store until it stops (sampling calls interleave on the
         event loop); the round schedule is finished however training ends.
 

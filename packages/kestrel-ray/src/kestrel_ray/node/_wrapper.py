@@ -30,18 +30,20 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
 from ray import cloudpickle
 
 from kestrel_core import (
+    Estimator,
     EstimatorContext,
     EstimatorError,
     KestrelError,
     ShapeError,
     SimulatorError,
+    Spec,
     as_record,
     check_count,
     seed_sequence,
@@ -67,6 +69,9 @@ from kestrel_ray.node._ensemble import (
     wait_all,
 )
 from kestrel_ray.node._training import Training
+
+if TYPE_CHECKING:
+    from kestrel_ray.store._handle import StoreHandle
 
 __all__ = ["NodeWrapper", "SAMPLING_METHODS"]
 
@@ -101,7 +106,7 @@ class NodeWrapper:
         self,
         node_blob: bytes,
         *,
-        seed: Any = None,
+        seed: int | np.random.SeedSequence | None = None,
         import_paths: Sequence[str] = (),
         replica: int = 0,
         member: int = 0,
@@ -110,8 +115,10 @@ class NodeWrapper:
         self._member = int(member)
         #: ensemble members 1…K−1 (member 0 only; ``None``: no ensemble)
         self._members: Members | None = None
-        self._spec: Any = None  # this member's estimator spec (a mixture is built from it)
-        self._mixture: Any = None  # the ensemble's mixture, while current (see _posterior)
+        self._spec: Spec | None = None  # this member's estimator spec (a mixture is built from it)
+        self._mixture: Estimator | None = (
+            None  # the ensemble's mixture, while current (see _posterior)
+        )
         self._error: KestrelError | None = None
         self._broadcast = BroadcastMemo(BROADCAST_MEMO)
         self._replica = int(replica)
@@ -120,7 +127,7 @@ class NodeWrapper:
         self._samples = 0
         self._seconds: dict[str, float] = {}  # busy seconds per part (see status)
         self._sim_lock: asyncio.Lock | None = None
-        self._estimator: Any = None
+        self._estimator: Any = None  # an Estimator, with the optional methods it has
         self._simulator: Any = None
         self._template: tuple[tuple[int, ...], np.dtype] | None = None  # last (D, dtype)
         self._build(node_blob, seed, import_paths)
@@ -129,7 +136,12 @@ class NodeWrapper:
         if self._error is None and self._spec is not None and self._member == 0:
             self._start_members(ensemble_size(self._spec), seed, import_paths)
 
-    def _build(self, node_blob: bytes, seed: Any, import_paths: Sequence[str]) -> None:
+    def _build(
+        self,
+        node_blob: bytes,
+        seed: int | np.random.SeedSequence | None,
+        import_paths: Sequence[str],
+    ) -> None:
         """Load the node and build its simulator (and estimator); a failure is kept in
         ``_error`` for :meth:`ready` to raise, and the state stays ``initializing``."""
         for path in reversed(local_import_paths(list(import_paths))):
@@ -182,7 +194,9 @@ class NodeWrapper:
             seed=seed,
         )
 
-    def _start_members(self, k: int, seed: Any, import_paths: Sequence[str]) -> None:
+    def _start_members(
+        self, k: int, seed: int | np.random.SeedSequence | None, import_paths: Sequence[str]
+    ) -> None:
         """Start ensemble members 1…k−1 (k > 1), each an actor of this class with the node's
         resource request, spread over the cluster's machines; they die with this actor."""
         if k <= 1:
@@ -310,7 +324,7 @@ class NodeWrapper:
             self._members.tell("close_rounds", last)
 
     # -- training (the Training component's) --------------------------------------------------
-    async def train(self, store: Any) -> dict[str, Any]:
+    async def train(self, store: StoreHandle) -> dict[str, Any]:
         """Train the estimator from the store until it stops; sampling calls interleave.
 
         Args:
@@ -406,7 +420,11 @@ class NodeWrapper:
         )
 
     async def member_draw(
-        self, method: str, n: int, conditions: Mapping[str, np.ndarray], seed: Any
+        self,
+        method: str,
+        n: int,
+        conditions: Mapping[str, np.ndarray],
+        seed: int | np.random.SeedSequence,
     ) -> dict[str, np.ndarray]:
         """``n`` draws of this member's estimator (``sample_proposal``: for the round this
         member's schedule gave), for member 0's mixture draws.
@@ -419,13 +437,14 @@ class NodeWrapper:
         out = call_estimator(self._estimator, method, n, conditions, seed, self._training.round)
         return as_record(self._name, method, out, n)
 
-    async def _posterior(self) -> Any:
+    async def _posterior(self) -> Estimator:
         """The estimator a posterior draw uses: the node's own, or for an ensemble the mixture
         of its members (rebuilt at each call while training runs, then kept)."""
         if self._members is None:
             return self._estimator
         if self._mixture is None or self._state == "training":
             data, _ = await self.save_state()
+            assert self._spec is not None  # members are started from the spec
             mixture = self._spec.build()
             mixture.setup(self._context(int(self._seq.generate_state(1)[0])))
             mixture.load_bytes(data, source=f"the ensemble of node {self._name!r}")

@@ -26,17 +26,28 @@ import concurrent.futures
 import os
 import re
 import warnings
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
 
-from kestrel_core import BlockMeta, Checkout, ConfigError, KestrelError, StoreError, StoreWarning
+from kestrel_core import (
+    BlockMeta,
+    BufferConfig,
+    Checkout,
+    ConfigError,
+    KestrelError,
+    StoreError,
+    StoreWarning,
+)
 from kestrel_core.store import JOURNAL_DIR, Appended, DiskPolicy, Schema
 from kestrel_ray.store._actor import SampleStore
 from kestrel_ray.store._files import StoreFiles
 from kestrel_ray.store._lent import LentRefs
+
+if TYPE_CHECKING:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 __all__ = ["StoreHandle", "create_store"]
 
@@ -108,7 +119,7 @@ class StoreHandle:
     @classmethod
     def for_buffer(
         cls,
-        buffer: Any,
+        buffer: BufferConfig | Mapping[str, Any] | None,
         *,
         run_dir: str | os.PathLike[str] | None = None,
         seed: int | None = None,
@@ -191,7 +202,7 @@ class StoreHandle:
         handle._lent = self._lent  # and the same blocks lent
         return handle
 
-    def wait(self, refs: Any) -> Any:
+    def wait(self, refs: ray.ObjectRef | list[ray.ObjectRef]) -> Any:
         """The value of one ref, or the values of a list of refs (one batched wait).
 
         Raises:
@@ -200,12 +211,12 @@ class StoreHandle:
                 actor is gone.
         """
         single = not isinstance(refs, list)
-        refs = [refs] if single else refs
+        batch = refs if isinstance(refs, list) else [refs]
         try:
             if self._use_futures:
-                values = [f.result(timeout=self._timeout) for f in [r.future() for r in refs]]
+                values = [f.result(timeout=self._timeout) for f in [r.future() for r in batch]]
             else:
-                values = ray.get(refs, timeout=self._timeout)
+                values = ray.get(batch, timeout=self._timeout)
         except ray.exceptions.RayTaskError as err:
             cause = getattr(err, "cause", None)
             if isinstance(cause, KestrelError):
@@ -350,7 +361,7 @@ class StoreHandle:
         return self.wait(self._actor.open_checkouts.remote())
 
     # -- without waiting ----------------------------------------------------------------------------
-    def submit_append(self, blocks: Sequence[tuple[Mapping[str, Any], BlockMeta]]) -> Any:
+    def submit_append(self, blocks: Sequence[tuple[Mapping[str, Any], BlockMeta]]) -> ray.ObjectRef:
         """Append ``[(block, meta), …]`` in one store call, all or nothing; returns at once.
 
         Returns:
@@ -367,7 +378,7 @@ class StoreHandle:
         self._lent.maybe_sweep()
         self._lent.lend(ref for block in blocks for ref in block.values())
 
-    def appended(self, ref: Any) -> Appended:
+    def appended(self, ref: ray.ObjectRef) -> Appended:
         """Wait for a :meth:`submit_append`.
 
         Returns:
@@ -389,7 +400,7 @@ class StoreHandle:
         *,
         max_samples: int = 0,
         held_ids: np.ndarray | None = None,
-    ) -> Any:
+    ) -> ray.ObjectRef:
         """:meth:`checkout` without waiting: the ObjectRef of the :class:`~kestrel_core.Checkout`."""
         held = None if held_ids is None else np.asarray(held_ids, dtype=np.int64)
         return self._actor.checkout.remote(
@@ -399,12 +410,12 @@ class StoreHandle:
             held_ids=held,
         )
 
-    def submit_cpu_seconds(self) -> Any:
+    def submit_cpu_seconds(self) -> ray.ObjectRef:
         """The ObjectRef of the store process's CPU seconds (user + system) since the store was
         constructed."""
         return self._actor.cpu_seconds.remote()
 
-    def submit_stats(self) -> Any:
+    def submit_stats(self) -> ray.ObjectRef:
         """:meth:`stats` without waiting: the ObjectRef of the counts."""
         return self._actor.stats.remote()
 
@@ -417,7 +428,9 @@ class StoreHandle:
         self._actor.discard.remote(_ids(ids))
 
 
-def _disk_policy(get: Any, run_dir: str | os.PathLike[str] | None) -> DiskPolicy | None:
+def _disk_policy(
+    get: Callable[[str, Any], Any], run_dir: str | os.PathLike[str] | None
+) -> DiskPolicy | None:
     """The buffer's disk rule (``buffer.storage``, ``buffer.cache_samples``): ``None`` for
     ``memory``, or without a journal or run directory (the launch's preflight refused a
     ``disk`` buffer without them); else the journal folder ``<run_dir>/buffer/journal`` and
@@ -438,7 +451,7 @@ def _disk_policy(get: Any, run_dir: str | os.PathLike[str] | None) -> DiskPolicy
     )
 
 
-def _on_driver_node() -> Any:
+def _on_driver_node() -> NodeAffinitySchedulingStrategy | str:
     """The store's place: the driver's node. The driver owns every stored block (it called
     the simulators) and the run directory, so the store shares its fate and no other machine's
     loss takes the store with it (measured on a ``ray start`` cluster: a store Ray had placed

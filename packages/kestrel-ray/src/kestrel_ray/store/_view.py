@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from ray.actor import ActorHandle
 
 from kestrel_core import Fetch
 from kestrel_core.store import Schema, empty_spec, read_checkout, resolve_on_disk
@@ -42,7 +43,13 @@ class RayBufferView:
             (``None`` = no limit).
     """
 
-    def __init__(self, store: Any, *, use_futures: bool = False, timeout: float | None = None):
+    def __init__(
+        self,
+        store: StoreHandle | ActorHandle,
+        *,
+        use_futures: bool = False,
+        timeout: float | None = None,
+    ):
         actor = store.actor if isinstance(store, StoreHandle) else store
         self._store = StoreHandle(actor, timeout=timeout, use_futures=use_futures)
         self._schema: Schema | None = None

@@ -38,11 +38,13 @@ import time
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kestrel.rundir._read import node_labels
+from kestrel.rundir._rundir import RunDir
 from kestrel.rundir._trust import trust_keyword
 from kestrel.sample._batch import run_batch
 from kestrel.sample._guards import trains_with_proposals
@@ -50,6 +52,7 @@ from kestrel.sample._sampling import _open, _require_weights, needs_ray
 from kestrel_core import (
     ConfigError,
     EstimatorError,
+    Graph,
     RunConfig,
     calibration_report,
     check_count,
@@ -64,6 +67,10 @@ from kestrel_core.internal import (
     resimulation_plan,
     write_atomic,
 )
+
+if TYPE_CHECKING:  # imported where used: the check runs without Ray unless asked
+    from kestrel.session._local import LocalTrace
+    from kestrel_ray import RefTrace
 
 __all__ = ["CalibrationResult", "check_calibration", "SOURCES", "CHECKS_DIR"]
 
@@ -210,7 +217,7 @@ def _prior_note(config: RunConfig) -> str | None:
     )
 
 
-def _counts(n: Any, samples: Any, source: str) -> tuple[int, int]:
+def _counts(n: int, samples: int, source: str) -> tuple[int, int]:
     if source not in SOURCES:
         raise ConfigError(f"calibration: --from {source!r} is not one of {', '.join(SOURCES)}")
     n = check_count(n, "n")
@@ -223,7 +230,7 @@ def _counts(n: Any, samples: Any, source: str) -> tuple[int, int]:
 
 
 def _truths(
-    run: Any,
+    run: RunDir,
     config: RunConfig,
     source: str,
     n: int,
@@ -241,7 +248,7 @@ def _truths(
     else:
         plan = resimulation_plan(graph, "sample_proposal", graph.latents)
     keys = [flat_key(m, "value") for m in dict.fromkeys([*graph.latents, *graph.observations])]
-    trace: Any  # a RefTrace on Ray, a LocalTrace here
+    trace: RefTrace | LocalTrace
     if on_ray:
         from kestrel.session._session import RunSession
 
@@ -265,7 +272,7 @@ def _truths(
 
 
 def _report(
-    run: Any,
+    run: RunDir,
     config: RunConfig,
     truths: Mapping[str, np.ndarray],
     samples: int,
@@ -289,14 +296,15 @@ def _report(
     known = {**rows, **{k: truths[k] for k in latents}}
     for name in latents:
         estimator = local.estimator(name)
-        if not callable(getattr(estimator, "log_prob", None)):
+        log_prob = getattr(estimator, "log_prob", None)  # optional (not in Estimator)
+        if not callable(log_prob):
             raise EstimatorError(
                 f"node {name!r}: calibration needs the estimator's log_prob "
                 f"({type(estimator).__name__} has none)"
             )
         conds = {c: known[c] for c in graph.nodes[name].evidence}
         theta = truths[name].reshape(m, -1)
-        log_prob_truth += _in_normal_space(graph, name, theta, estimator.log_prob(theta, conds))
+        log_prob_truth += _in_normal_space(graph, name, theta, log_prob(theta, conds))
     log_prob_draws = sum(
         _in_normal_space(
             graph,
@@ -325,7 +333,7 @@ def _report(
     )
 
 
-def _prior_draws(graph: Any, m: int, seed: int) -> np.ndarray:
+def _prior_draws(graph: Graph, m: int, seed: int) -> np.ndarray:
     """``(m, d)`` draws of the latents from the prior (TARP's reference points): the latents
     and their ancestors simulated forward, nothing else."""
     from kestrel.session._local import LocalGraph
@@ -343,7 +351,9 @@ def _prior_draws(graph: Any, m: int, seed: int) -> np.ndarray:
     return np.concatenate([np.asarray(a).reshape(m, -1) for a in arrays.values()], axis=1)
 
 
-def _in_normal_space(graph: Any, name: str, theta: np.ndarray, log_prob: Any) -> np.ndarray:
+def _in_normal_space(
+    graph: Graph, name: str, theta: np.ndarray, log_prob: npt.ArrayLike
+) -> np.ndarray:
     """A θ-space log density as the density of the prior's standard-normal coordinates (where
     the node's prior has ``to_normal``): ``log q(z) = log q(θ) − log|det ∂z/∂θ|``.
 
@@ -361,7 +371,7 @@ def _in_normal_space(graph: Any, name: str, theta: np.ndarray, log_prob: Any) ->
     return np.asarray(log_prob - logdet, dtype=np.float64)
 
 
-def _density_space(graph: Any) -> str:
+def _density_space(graph: Graph) -> str:
     """``normal`` where every latent's prior has ``to_normal`` (see :func:`_in_normal_space`)."""
     normal = all(
         callable(getattr(build_simulator(graph.nodes[k]), "to_normal", None)) for k in graph.latents

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ __all__ = ["calibration_figure", "MAX_PANELS"]
 MAX_PANELS = 12
 
 
-def _pyplot() -> Any:
+def _pyplot() -> ModuleType:
     from kestrel.plot._plot import MissingExtra
 
     try:

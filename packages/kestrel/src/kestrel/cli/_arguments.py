@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+if TYPE_CHECKING:  # `kestrel --help` imports no library
+    from kestrel_core import RunConfig
+
+    #: the ``kestrel`` parser's sub-commands (``add_subparsers()``): each command registers there
+    Subcommands: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 __all__ = [
     "add_config_arguments",
@@ -49,7 +55,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def config_from_args(args: argparse.Namespace, **kwargs: Any) -> Any:
+def config_from_args(args: argparse.Namespace, **kwargs: Any) -> RunConfig:
     """``load_config(args.config, args.overrides, **kwargs)``; a ``-c`` that names a run
     folder's ``config.yml`` is that run's config: not trusted without ``--trust``
     (:mod:`kestrel.rundir._trust`).

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kestrel.cli._arguments import non_negative_int, positive_int, trust_argument, user_path
+
+if TYPE_CHECKING:
+    from kestrel.check._calibrate import CalibrationResult
+    from kestrel.cli._arguments import Subcommands
 
 __all__ = ["check_command", "add_check_argument", "run_calibration", "summary_lines"]
 
 
-def check_command(subparsers: Any) -> None:
+def check_command(subparsers: Subcommands) -> None:
     """Register ``kestrel check`` and its checks (``calibration``)."""
     p = subparsers.add_parser(
         "check",
@@ -112,14 +117,14 @@ def _run_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_calibration(run_dir: Any, **kwargs: Any) -> Any:
+def run_calibration(run_dir: str | os.PathLike[str], **kwargs: Any) -> CalibrationResult:
     """:func:`~._calibrate.check_calibration` (imported here, with Ray and torch)."""
     from kestrel.check._calibrate import check_calibration
 
     return check_calibration(run_dir, **kwargs)
 
 
-def summary_lines(result: Any) -> list[str]:
+def summary_lines(result: CalibrationResult) -> list[str]:
     """What ``kestrel check calibration`` prints about a :class:`~._calibrate.CalibrationResult`."""
     report = result.report
     where = "on Ray" if result.ray else "in this process"

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kestrel.cli._arguments import force_argument, non_negative_int, positive_int, user_path
+
+if TYPE_CHECKING:
+    from kestrel.cli._arguments import Subcommands
 
 __all__ = ["cluster_command"]
 
 
-def cluster_command(subparsers: Any) -> None:
+def cluster_command(subparsers: Subcommands) -> None:
     """Register ``kestrel cluster`` and its sub-commands."""
     p = subparsers.add_parser(
         "cluster",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 import signal
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kestrel.cli._arguments import (
     add_config_arguments,
@@ -32,12 +32,15 @@ from kestrel.cli._arguments import (
 )
 from kestrel.cli._check import add_check_argument
 
+if TYPE_CHECKING:
+    from kestrel.cli._arguments import Subcommands
+
 __all__ = ["launch_command", "sample_command"]
 
 _MODES = ("prior", "posterior", "proposal", "ppd")
 
 
-def launch_command(subparsers: Any) -> None:
+def launch_command(subparsers: Subcommands) -> None:
     """Register ``kestrel launch``."""
     p = subparsers.add_parser(
         "launch",
@@ -189,7 +192,7 @@ def _run_launch(args: argparse.Namespace) -> int:
     return 0
 
 
-def sample_command(subparsers: Any) -> None:
+def sample_command(subparsers: Subcommands) -> None:
     """Register ``kestrel sample``."""
     p = subparsers.add_parser(
         "sample",

@@ -15,14 +15,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kestrel.cli._arguments import trust_argument, user_path
+
+if TYPE_CHECKING:
+    from kestrel.cli._arguments import Subcommands
 
 __all__ = ["import_command"]
 
 
-def import_command(subparsers: Any) -> None:
+def import_command(subparsers: Subcommands) -> None:
     """Register ``kestrel import``."""
     p = subparsers.add_parser(
         "import",

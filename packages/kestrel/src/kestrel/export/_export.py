@@ -10,6 +10,7 @@ holds the observation the samples belong to. Read it back with ``arviz.from_netc
 from __future__ import annotations
 
 import os
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ __all__ = ["export_run", "FORMATS"]
 FORMATS = ("arviz",)
 
 
-def _arviz() -> Any:
+def _arviz() -> ModuleType:
     try:
         import arviz
     except ImportError:

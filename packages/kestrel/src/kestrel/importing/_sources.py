@@ -22,11 +22,15 @@ import zipfile
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from kestrel.rundir._runfiles import npz_problem
+
+#: a node's rows as given: a file spec (``FILE.npy``, ``FILE.npz:key``) or an array-like
+SourceSpec: TypeAlias = str | os.PathLike[str] | npt.ArrayLike
 
 __all__ = ["Source", "read_sources", "split_pair"]
 
@@ -63,12 +67,12 @@ def split_pair(text: str) -> tuple[str, str]:
     return node.strip(), spec
 
 
-def read_sources(given: Mapping[str, Any]) -> dict[str, Source]:
+def read_sources(given: Mapping[str, SourceSpec]) -> dict[str, Source]:
     """node → :class:`Source` for each entry of ``given`` (node → path spec or array-like)."""
     return {node: _read(node, spec) for node, spec in given.items()}
 
 
-def _read(node: str, spec: Any) -> Source:
+def _read(node: str, spec: SourceSpec) -> Source:
     if not isinstance(spec, (str, os.PathLike)):
         try:
             array = np.asarray(spec)

@@ -24,10 +24,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kestrel_core import KestrelError
 from kestrel_core.internal import DiskFullError
+
+if TYPE_CHECKING:  # the launch's resume writes checkpoints with this module
+    from kestrel.controller._resume import Resume
+    from kestrel_ray import DeployedGraph
 
 __all__ = ["Checkpoint", "CHECKPOINT_EVERY", "CHECKPOINT_SHARE"]
 
@@ -51,16 +55,21 @@ class Checkpoint:
         count: checkpoints written.
     """
 
-    def __init__(self, resume: Any, log: logging.Logger, *, every: float | None = None):
+    def __init__(self, resume: Resume, log: logging.Logger, *, every: float | None = None):
         self.resume = resume
         self.log = log
         self.every = CHECKPOINT_EVERY if every is None else float(every)
         self.written: dict[str, int] = {}
         self.count = 0
-        self._rows: Any = None  # the buffer counts at the last snapshot
+        self._rows: dict[str, int] | None = None  # the buffer counts at the last snapshot
         self._next = time.monotonic() + self.every
 
-    def maybe(self, dg: Any, nodes: Mapping[str, Mapping[str, Any]], buffer: Any = None) -> bool:
+    def maybe(
+        self,
+        dg: DeployedGraph,
+        nodes: Mapping[str, Mapping[str, Any]],
+        buffer: dict[str, int] | None = None,
+    ) -> bool:
         """Write a checkpoint if one is due; returns whether one was written.
 
         Args:
@@ -99,7 +108,7 @@ class Checkpoint:
             )
         return True
 
-    def save_buffer(self, dg: Any, buffer: Any = None) -> int | None:
+    def save_buffer(self, dg: DeployedGraph, buffer: dict[str, int] | None = None) -> int | None:
         """Write the buffer snapshot unless ``buffer`` (the store's counts) equals the counts
         of the last one; returns its rows (``None``: not written).
 
@@ -116,7 +125,7 @@ class Checkpoint:
         return int(self.resume.saved_rows or 0)
 
     def save_weights(
-        self, dg: Any, nodes: Mapping[str, Mapping[str, Any]], skip: Collection[str] = ()
+        self, dg: DeployedGraph, nodes: Mapping[str, Mapping[str, Any]], skip: Collection[str] = ()
     ) -> dict[str, int]:
         """Write the weights of the nodes whose epoch moved since this launch last wrote them
         (the resume rule applies: see the module docstring); returns node → epoch written.

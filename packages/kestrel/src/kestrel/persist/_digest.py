@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kestrel.rundir._code import module_file, target_modules
+from kestrel_core import RunConfig
 from kestrel_core.internal import Change, config_changes
 
 __all__ = ["SimulatorDigest", "simulator_digest", "digest_changes"]
@@ -81,7 +82,7 @@ class SimulatorDigest:
 
 
 def simulator_digest(
-    config: Any, run_root: str | os.PathLike[str] | None = None
+    config: RunConfig, run_root: str | os.PathLike[str] | None = None
 ) -> SimulatorDigest:
     """The simulator digest of ``config`` (a :class:`kestrel_core.RunConfig`).
 

@@ -37,7 +37,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -46,6 +46,9 @@ from kestrel.persist._bank import BankWriter
 from kestrel_core import BlockMeta, KestrelError, StoreError
 from kestrel_core.internal import DiskFullError
 from kestrel_core.store import JournalBlock, journal_files, read_journal_file, write_journal
+
+if TYPE_CHECKING:
+    from kestrel_ray import StoreHandle
 
 __all__ = ["JournalWriter", "Replayed", "replay_journal", "WAIT_EVERY"]
 
@@ -87,7 +90,7 @@ class JournalWriter:
 
     def write(
         self,
-        store: Any,
+        store: StoreHandle,
         blocks: list[tuple[dict[str, Any], BlockMeta]],
         ids: np.ndarray,
         origin: str | Mapping[str, Any] = "initial simulation",
@@ -174,7 +177,11 @@ class JournalWriter:
                 self.between_waits()
 
     def _read(
-        self, store: Any, blocks: list[Any], kept: list[int], keys: list[str]
+        self,
+        store: StoreHandle,
+        blocks: list[tuple[dict[str, Any], BlockMeta]],
+        kept: list[int],
+        keys: list[str],
     ) -> tuple[dict[int, list[Any]], list[int]]:
         """The values of the blocks ``kept`` (block → its keys' values) and the blocks that
         cannot be read (not ready, or lost for good: named by the caller)."""
@@ -283,7 +290,7 @@ class Replayed:
     skipped: list[str] = field(default_factory=list)
 
 
-def replay_journal(store: Any, folder: str, next_id: int, log: logging.Logger) -> Replayed:
+def replay_journal(store: StoreHandle, folder: str, next_id: int, log: logging.Logger) -> Replayed:
     """Append the journal's files beyond ``next_id`` (the restored snapshot's id count) to
     ``store`` in id order, keeping their ids; returns what was put back.
 
@@ -326,7 +333,7 @@ def replay_journal(store: Any, folder: str, next_id: int, log: logging.Logger) -
     return out
 
 
-def _put_back(store: Any, block: JournalBlock, *, gap: bool) -> None:
+def _put_back(store: StoreHandle, block: JournalBlock, *, gap: bool) -> None:
     """Append ``block``'s blocks as they were appended (their ids follow the store's); after
     a gap, restore its valid rows with their ids instead (an append cannot skip ids)."""
     if gap:

@@ -52,7 +52,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -62,9 +62,12 @@ from kestrel.persist._digest import SimulatorDigest, digest_changes, simulator_d
 from kestrel.rundir._config import load_run_config
 from kestrel.rundir._folder import is_run_folder
 from kestrel.rundir._rundir import RunDir
-from kestrel_core import BlockMeta, ConfigError, KestrelError, StoreError
+from kestrel_core import BlockMeta, ConfigError, KestrelError, RunConfig, StoreError
 from kestrel_core.internal import BUFFER_FILE, describe_changes
 from kestrel_core.store import journal_files
+
+if TYPE_CHECKING:
+    from kestrel_ray import DeployedGraph
 
 __all__ = ["ReusePlan", "ReuseSource", "plan_reuse", "reuse_folders", "prior_only_estimators"]
 
@@ -112,7 +115,7 @@ class ReusePlan:
 
     def append(
         self,
-        dg: Any,
+        dg: DeployedGraph,
         append_blocks: Callable[[list[Any], Mapping[str, Any]], int],
         log: logging.Logger,
     ) -> int:
@@ -185,7 +188,7 @@ class ReusePlan:
         return kept
 
 
-def reuse_folders(config: Any, extra: Iterable[str | os.PathLike[str]] = ()) -> list[str]:
+def reuse_folders(config: RunConfig, extra: Iterable[str | os.PathLike[str]] = ()) -> list[str]:
     """The earlier runs a launch reuses: the config's ``reuse:`` (absolute, as loaded), then
     ``extra`` (``--reuse``; relative to the current folder), each once."""
     given = list((config.to_dict() or {}).get("reuse") or [])
@@ -200,12 +203,13 @@ def reuse_folders(config: Any, extra: Iterable[str | os.PathLike[str]] = ()) -> 
     return out
 
 
-def prior_only_estimators(config: Any) -> list[str]:
+def prior_only_estimators(config: RunConfig) -> list[str]:
     """The estimator nodes whose estimator declares ``proposal_rows = False`` (it trains
     without a proposal correction), as ``"node (Class)"``."""
     out = []
     for node in config.graph.latents:
         spec = config.graph.nodes[node].estimator
+        assert spec is not None  # a latent is a node with an estimator
         try:
             target = spec.resolve()
         except KestrelError:
@@ -223,7 +227,7 @@ def holds_rows(run: RunDir) -> bool:
 
 
 def plan_reuse(
-    config: Any,
+    config: RunConfig,
     run: RunDir,
     extra: Sequence[str | os.PathLike[str]] = (),
     *,
@@ -372,7 +376,7 @@ def _leave_out(source: ReuseSource, why: str, rows: int) -> None:
     source.left_out[why] = source.left_out.get(why, 0) + int(rows)
 
 
-def _check_budget(config: Any, reused: int) -> None:
+def _check_budget(config: RunConfig, reused: int) -> None:
     """The initial simulation left after ``reused`` rows fits the budget left after them.
 
     Raises:

@@ -19,12 +19,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kestrel.rundir._read import RunSamples, node_labels, read_run_samples
 from kestrel_core import KestrelError
+
+if TYPE_CHECKING:  # matplotlib is an optional extra, imported when a figure is drawn
+    from matplotlib.figure import Figure
 
 __all__ = ["plot_run", "corner_figure", "data_figure", "MissingExtra", "MAX_DIMS", "QUANTILES"]
 
@@ -40,7 +44,7 @@ class MissingExtra(KestrelError):
     """An optional dependency (matplotlib, corner, arviz) is not installed."""
 
 
-def _pyplot() -> Any:
+def _pyplot() -> ModuleType:
     try:
         import matplotlib
 
@@ -54,7 +58,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def _corner() -> Any:
+def _corner() -> ModuleType:
     try:
         import corner
     except ImportError:
@@ -103,7 +107,7 @@ def _parameter_columns(
     return labels[:MAX_DIMS], np.stack(cols[:MAX_DIMS], axis=1), marks[:MAX_DIMS]
 
 
-def _plain_ticks(fig: Any) -> None:
+def _plain_ticks(fig: Figure) -> None:
     """Tick labels show the values themselves: no "+3.9e-1" offset text on any axis."""
     from matplotlib.ticker import ScalarFormatter
 
@@ -114,7 +118,7 @@ def _plain_ticks(fig: Any) -> None:
                 formatter.set_useOffset(False)
 
 
-def corner_figure(run: RunSamples) -> Any:
+def corner_figure(run: RunSamples) -> Figure:
     """The corner plot of a sample file's parameters (a matplotlib figure).
 
     Raises:
@@ -165,7 +169,7 @@ def corner_figure(run: RunSamples) -> Any:
     return fig
 
 
-def data_figure(run: RunSamples, node: str) -> Any:
+def data_figure(run: RunSamples, node: str) -> Figure:
     """Predictive median and 68/95 % bands of ``node`` per component, its observation over it.
 
     Raises:

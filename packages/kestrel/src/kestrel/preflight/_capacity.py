@@ -40,13 +40,16 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kestrel_core import ConfigError
+from kestrel_core import BufferConfig, ConfigError
 from kestrel_core.internal import ESTIMATOR_FILE, DiskFullError, free_bytes
 from kestrel_core.store import CACHE_SHARE, JOURNAL_DIR
+
+if TYPE_CHECKING:  # the session checks capacity with this module
+    from kestrel.session._session import RunSession
 
 __all__ = [
     "bytes_per_sample",
@@ -87,7 +90,7 @@ def bytes_per_sample(outputs: Mapping[str, Mapping[str, np.ndarray]]) -> dict[st
     return out
 
 
-def buffer_capacity(buffer: Any) -> int:
+def buffer_capacity(buffer: BufferConfig) -> int:
     """The most samples the store keeps alive: ``max(max_samples, min_samples) +
     validation_samples`` of a :class:`kestrel_core.BufferConfig`."""
     return max(int(buffer.max_samples), int(buffer.min_samples)) + int(buffer.validation_samples)
@@ -111,7 +114,7 @@ def size_text(nbytes: float) -> str:
 
 
 def check_capacity(
-    buffer: Any,
+    buffer: BufferConfig,
     per_sample: Mapping[str, int],
     capacity: float | None,
     *,
@@ -210,12 +213,14 @@ def check_capacity(
     return need
 
 
-def storage_of(buffer: Any) -> str:
+def storage_of(buffer: BufferConfig) -> str:
     """``buffer.storage`` (``"auto"`` for a buffer without one)."""
     return str(getattr(buffer, "storage", "auto") or "auto")
 
 
-def trains_from_disk(buffer: Any, per_sample: Mapping[str, int], capacity: float | None) -> bool:
+def trains_from_disk(
+    buffer: BufferConfig, per_sample: Mapping[str, int], capacity: float | None
+) -> bool:
     """Whether the buffer trains from disk: ``buffer.storage: disk``, or ``auto`` with the
     journal on and a buffer that would not fit in ``capacity`` bytes (the rule the store
     applies, :class:`kestrel_core.store.DiskPolicy`)."""
@@ -228,7 +233,7 @@ def trains_from_disk(buffer: Any, per_sample: Mapping[str, int], capacity: float
     return capacity is not None and sample > 0 and buffer_capacity(buffer) * sample > capacity
 
 
-def cache_rows(buffer: Any, sample: int, capacity: float | None) -> int:
+def cache_rows(buffer: BufferConfig, sample: int, capacity: float | None) -> int:
     """Rows a buffer that trains from disk keeps in the object store: ``buffer.cache_samples``,
     else :data:`~kestrel_core.store.CACHE_SHARE` of ``capacity`` (0 when unknown)."""
     cache = getattr(buffer, "cache_samples", None)
@@ -239,7 +244,9 @@ def cache_rows(buffer: Any, sample: int, capacity: float | None) -> int:
     return int(CACHE_SHARE * capacity // sample)
 
 
-def rounds_in_flight(buffer: Any, per_sample: Mapping[str, int], capacity: float | None) -> int:
+def rounds_in_flight(
+    buffer: BufferConfig, per_sample: Mapping[str, int], capacity: float | None
+) -> int:
     """How many resimulation rounds may be in flight at once (:mod:`._rounds`): 2 — the next
     round's calls queue on the simulator replicas behind the current one's — when the buffer's
     blocks and three rounds' (two in flight, one being replaced) fit in :data:`TIGHT` of the
@@ -257,14 +264,14 @@ def rounds_in_flight(buffer: Any, per_sample: Mapping[str, int], capacity: float
     return 2 if fits else 1
 
 
-def _round_bytes(buffer: Any, sample: int) -> int:
+def _round_bytes(buffer: BufferConfig, sample: int) -> int:
     """Bytes of one resimulation round: ``simulate_count`` samples of ``sample`` bytes."""
     return int(getattr(buffer, "simulate_count", 0) or 0) * sample
 
 
 def check_disk_space(
     folder: str,
-    buffer: Any,
+    buffer: BufferConfig,
     per_sample: Mapping[str, int],
     *,
     weights: int = 0,
@@ -320,7 +327,7 @@ def check_disk_space(
     )
 
 
-def check_run_disk(session: Any) -> None:
+def check_run_disk(session: RunSession) -> None:
     """:func:`check_disk_space` for a launch's :class:`~kestrel.session._session.RunSession`
     before it writes: a warning joins ``session.notes`` (logged, kept in ``run.json``). A buffer
     that trains from disk (:func:`trains_from_disk`) is checked by :func:`check_journal_space`
@@ -366,7 +373,7 @@ def check_run_disk(session: Any) -> None:
 
 
 def check_journal_space(
-    folder: str, buffer: Any, per_sample: Mapping[str, int], *, free: int | None = None
+    folder: str, buffer: BufferConfig, per_sample: Mapping[str, int], *, free: int | None = None
 ) -> str | None:
     """Whether the disk of the journal ``folder`` holds a buffer that trains from disk.
 

@@ -23,11 +23,11 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kestrel.preflight._dryrun import dry_run as _dry_run
-from kestrel_core import ConfigError, KestrelError
+from kestrel_core import ConfigError, KestrelError, Node, RunConfig
 from kestrel_core.internal import unknown
 
 __all__ = ["preflight", "ray_init_problems", "estimator_problems"]
@@ -51,7 +51,7 @@ def ray_init_problems(ray_kwargs: dict[str, Any]) -> list[str]:
 
 
 def estimator_problems(
-    config: Any, outputs: Mapping[str, Mapping[str, Any]] | None = None
+    config: RunConfig, outputs: Mapping[str, Mapping[str, Any]] | None = None
 ) -> list[str]:
     """Problems found by constructing each node's estimator from its config.
 
@@ -64,6 +64,7 @@ def estimator_problems(
     for name in config.graph.latents:
         node = config.graph[name]
         path = f"graph.{name}.estimator"
+        assert node.estimator is not None  # a latent is a node with an estimator
         try:
             estimator = node.estimator.build()
         except (TypeError, ValueError, KestrelError) as err:
@@ -89,7 +90,7 @@ def estimator_problems(
 
 
 def preflight(
-    config: Any, *, dry_run: bool = False, outputs: dict[str, dict[str, Any]] | None = None
+    config: RunConfig, *, dry_run: bool = False, outputs: dict[str, dict[str, Any]] | None = None
 ) -> list[str]:
     """Run every check; raise one :class:`ConfigError` listing all problems.
 
@@ -123,7 +124,7 @@ def preflight(
     return notes
 
 
-def _takes_rows(check: Any) -> bool:
+def _takes_rows(check: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(check).parameters.values()
     except (TypeError, ValueError):
@@ -131,7 +132,7 @@ def _takes_rows(check: Any) -> bool:
     return any(p.name == "rows" or p.kind is p.VAR_KEYWORD for p in params)
 
 
-def conditions(node: Any) -> tuple[str, ...]:
+def conditions(node: Node) -> tuple[str, ...]:
     """A latent node's evidence and scaffolds."""
     return (*node.evidence, *node.scaffolds)
 

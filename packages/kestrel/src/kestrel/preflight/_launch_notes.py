@@ -20,7 +20,8 @@ from typing import Any
 
 from kestrel.rundir._code import code_changes
 from kestrel.rundir._config import run_config_changes
-from kestrel_core import ConfigError, KestrelError, load_config
+from kestrel.rundir._rundir import RunDir
+from kestrel_core import ConfigError, KestrelError, RunConfig, load_config
 from kestrel_core.internal import Change, describe_changes
 
 __all__ = ["row_key", "rows_changed_note", "ignored_config_note", "check_epochs_overrides"]
@@ -40,7 +41,7 @@ def row_key(key: str) -> bool:
     return parts[2].split("[")[0] in ("simulator", "parents")
 
 
-def _has_rows(run: Any) -> bool:
+def _has_rows(run: RunDir) -> bool:
     """Whether the run kept rows a resume restores (a buffer snapshot or journal files)."""
     for folder in (run.snapshots, run.journal):
         try:
@@ -51,11 +52,11 @@ def _has_rows(run: Any) -> bool:
     return False
 
 
-def _changes(run: Any, recorded: Any, cfg: Any) -> list[Change]:
+def _changes(run: RunDir, recorded: RunConfig, cfg: RunConfig) -> list[Change]:
     return run_config_changes(recorded, cfg, run.root) + code_changes(recorded, cfg)
 
 
-def rows_changed_note(run: Any, cfg: Any) -> str | None:
+def rows_changed_note(run: RunDir, cfg: RunConfig) -> str | None:
     """The warning of a resume whose config changes the keys that make its saved rows
     (``None``: none changed, or the run has no saved rows)."""
     if not _has_rows(run):
@@ -76,7 +77,9 @@ def rows_changed_note(run: Any, cfg: Any) -> str | None:
     )
 
 
-def ignored_config_note(config: Any, run: Any, cfg: Any, overrides: Sequence[str]) -> str | None:
+def ignored_config_note(
+    config: Any, run: RunDir, cfg: RunConfig, overrides: Sequence[str]
+) -> str | None:
     """The note of ``--resume`` with a config given: ignored, naming the keys by which it
     differs from the run's (``None``: it equals the run's config, overrides applied alike)."""
     if config is None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from kestrel_core import ReproducibilityWarning, call_simulator
+from kestrel_core import Graph, ReproducibilityWarning, call_simulator
 
 __all__ = [
     "rng_problem",
@@ -159,7 +159,7 @@ def rng_problem(
         return None
 
 
-def warn_unreproducible(graph: Any, values: Mapping[str, np.ndarray], seed: int = 0) -> list[str]:
+def warn_unreproducible(graph: Graph, values: Mapping[str, np.ndarray], seed: int = 0) -> list[str]:
     """Check every node of ``graph`` (not ``dry_run: false``) on the first row of ``values``.
 
     For ``kestrel simulate``, which has no dry run: each node gets the calls of

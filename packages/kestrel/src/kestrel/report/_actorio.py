@@ -25,7 +25,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
 __all__ = ["LineWriter", "capture_prints", "capture_warnings", "MAX_LINE"]
 
@@ -119,7 +119,7 @@ def _log_warning(
     logging.getLogger("py.warnings").warning("%s: %s", category.__name__, message)
 
 
-def capture_warnings() -> Any:
+def capture_warnings() -> Callable[..., None]:
     """Show this (actor) process's Python warnings as ``WARNING`` records of the
     ``py.warnings`` logger (one line, ``<Category>: <message>``, no file path or source line);
     returns the ``warnings.showwarning`` it replaced."""

@@ -44,6 +44,7 @@ from kestrel_ray import NodeWrapper
 
 if TYPE_CHECKING:
     from kestrel.tracking import Tracker
+    from kestrel_ray import StoreHandle
 
 __all__ = ["RunNodeWrapper", "NodeLogSink", "METRIC_COLUMNS", "metric_scalars"]
 
@@ -155,7 +156,7 @@ class RunNodeWrapper(NodeWrapper):
                 "node %s: loaded %s (epoch %d)", self._name, source, self._last_epoch
             )
 
-    async def train(self, store: Any) -> dict[str, Any]:
+    async def train(self, store: StoreHandle) -> dict[str, Any]:
         """Train (see :meth:`NodeWrapper.train`), then record the last epoch's metrics row."""
         log = logging.getLogger("kestrel_ray")
         log.info("node %s: training starts", self._name)

@@ -32,6 +32,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kestrel_core.internal import write_atomic
@@ -129,7 +130,9 @@ class LaunchProfile:
         return out
 
 
-def _actor(status: dict[str, Any], share: Any, simulating: float) -> dict[str, Any]:
+def _actor(
+    status: dict[str, Any], share: Callable[..., float], simulating: float
+) -> dict[str, Any]:
     seconds = dict(status.get("seconds") or {})
     return {
         "replica": int(status.get("replica", 0)),
@@ -139,7 +142,7 @@ def _actor(status: dict[str, Any], share: Any, simulating: float) -> dict[str, A
     }
 
 
-def _estimator(status: dict[str, Any], share: Any) -> dict[str, Any]:
+def _estimator(status: dict[str, Any], share: Callable[..., float]) -> dict[str, Any]:
     est = dict(status.get("estimator") or {})
     timings = dict(est.get("timings") or {})
     parts = {

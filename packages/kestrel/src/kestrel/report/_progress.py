@@ -219,7 +219,7 @@ class LiveProgress:
         self._live.stop()
 
 
-def make_progress(progress: Any, logger: logging.Logger) -> Progress:
+def make_progress(progress: Progress | bool | float | None, logger: logging.Logger) -> Progress:
     """The reporter for ``launch(progress=…)``.
 
     Args:

@@ -32,15 +32,16 @@ import csv
 import importlib
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from kestrel.rundir._rundir import RunDir
 from kestrel.rundir._trust import trust_keyword, trusted_run
 from kestrel.sample._batch import read_batch
 from kestrel.sample._guards import issue
-from kestrel.sample._observations import given_observations
+from kestrel.sample._observations import GivenObservations, given_observations
 from kestrel.sample._sampling import _open, _require_weights, draw_run
 from kestrel_core import (
     ConfigError,
@@ -50,7 +51,17 @@ from kestrel_core import (
 )
 from kestrel_core.internal import ESTIMATOR_FILE, build_simulator
 
+if TYPE_CHECKING:  # imported when first used: plotting, calibration and local draws load late
+    from matplotlib.figure import Figure
+
+    from kestrel.check._calibrate import CalibrationResult
+    from kestrel.rundir._read import RunSamples
+    from kestrel.session._local import LocalGraph
+
 __all__ = ["Run", "Posterior", "Prior", "open_run"]
+
+#: latent values: an array ``(n, *D)`` for a graph with one latent node, else latent node → one
+Theta: TypeAlias = npt.ArrayLike | Mapping[str, npt.ArrayLike]
 
 #: ``<graph>/<node>/metrics.csv``: one row per epoch (:mod:`kestrel.report._nodelog`)
 METRICS_FILE = "metrics.csv"
@@ -115,14 +126,18 @@ class Run:
         return f"Run({self.path!r}, latents={self.latents}, observed={self.observed})"
 
     # -- drawing -------------------------------------------------------------------------------
-    def _draw(self, mode: str, n: Any, x: Any, seed: int | None) -> tuple[int, dict[str, Any]]:
+    def _draw(
+        self, mode: str, n: int, x: GivenObservations, seed: int | None
+    ) -> tuple[int, dict[str, Any]]:
         """``kestrel sample``'s checks and draws, in this process, nothing written."""
         with trusted_run(self.path, self._trust):
             drawn = draw_run(self._run, self.config, mode, n, seed, x, ray=False)
         issue(drawn.findings, stacklevel=3)
         return drawn.seed, drawn.arrays
 
-    def ppd(self, n: int, x: Any = None, seed: int | None = None) -> dict[str, np.ndarray]:
+    def ppd(
+        self, n: int, x: GivenObservations = None, seed: int | None = None
+    ) -> dict[str, np.ndarray]:
         """Posterior predictive draws: latents from the posterior at ``x``, every other node
         simulated from them (``kestrel sample ppd``, nothing written).
 
@@ -168,7 +183,7 @@ class Run:
         return out
 
     # -- delegates -----------------------------------------------------------------------------
-    def check_calibration(self, **kwargs: Any) -> Any:
+    def check_calibration(self, **kwargs: Any) -> CalibrationResult:
         """``kestrel check calibration`` on this run (with this run's ``trust``): writes
         ``RUN/checks/calibration.json`` (and ``.png``) and returns a
         :class:`~kestrel.check._calibrate.CalibrationResult`.
@@ -185,7 +200,13 @@ class Run:
         kwargs.setdefault("trust", self._trust)
         return check_calibration(self.path, **kwargs)
 
-    def _samples(self, samples: Mapping[str, Any] | None, x: Any, n: int, seed: int | None) -> Any:
+    def _samples(
+        self,
+        samples: Mapping[str, npt.ArrayLike] | None,
+        x: GivenObservations,
+        n: int,
+        seed: int | None,
+    ) -> RunSamples:
         """A :class:`~kestrel.rundir._read.RunSamples` of posterior draws, in memory."""
         from kestrel.rundir._read import RunSamples, _run_observations, run_config
 
@@ -215,12 +236,12 @@ class Run:
 
     def plot(
         self,
-        samples: Mapping[str, Any] | None = None,
+        samples: Mapping[str, npt.ArrayLike] | None = None,
         *,
-        x: Any = None,
+        x: GivenObservations = None,
         n: int = 2000,
         seed: int | None = None,
-    ) -> Any:
+    ) -> Figure:
         """The corner plot of posterior draws (``kestrel plot``'s figure), not saved.
 
         Args:
@@ -247,12 +268,12 @@ class Run:
 
     def to_arviz(
         self,
-        samples: Mapping[str, Any] | None = None,
+        samples: Mapping[str, npt.ArrayLike] | None = None,
         *,
-        x: Any = None,
+        x: GivenObservations = None,
         n: int = 2000,
         seed: int | None = None,
-    ) -> Any:
+    ) -> Any:  # an arviz.InferenceData (arviz is an optional extra)
         """Posterior draws as an ``arviz.InferenceData`` (as ``kestrel export --format arviz``
         builds it, not written): group ``posterior`` (one chain), ``observed_data``.
 
@@ -269,7 +290,9 @@ class Run:
         return _inference_data(self._samples(samples, x, n, seed))
 
     # -- shared by Posterior and Prior ---------------------------------------------------------
-    def _theta(self, theta: Any, nodes: list[str], what: str) -> tuple[int, dict[str, np.ndarray]]:
+    def _theta(
+        self, theta: Theta, nodes: list[str], what: str
+    ) -> tuple[int, dict[str, np.ndarray]]:
         """``theta`` (an array for a one-latent graph, else node → array) as node → float64
         ``(n, *D)``, every node of ``nodes`` given, one ``n``."""
         if not isinstance(theta, Mapping):
@@ -332,13 +355,15 @@ class Posterior:
     def __init__(self, run: Run):
         self._owner = run
         self.last_seed: int | None = None
-        self._graph: Any = None
-        self._stamp: Any = None
+        self._graph: LocalGraph | None = None
+        self._stamp: list[tuple[int, int] | None] | None = None
 
     def __repr__(self) -> str:
         return f"Posterior({self._owner.path!r}, latents={self._owner.latents})"
 
-    def sample(self, n: int, x: Any = None, seed: int | None = None) -> dict[str, np.ndarray]:
+    def sample(
+        self, n: int, x: GivenObservations = None, seed: int | None = None
+    ) -> dict[str, np.ndarray]:
         """``n`` posterior draws of the latent nodes given ``x`` (``kestrel sample posterior``,
         nothing written).
 
@@ -367,7 +392,7 @@ class Posterior:
         self.last_seed, arrays = self._owner._draw("posterior", n, x, seed)
         return arrays
 
-    def _local(self) -> Any:
+    def _local(self) -> LocalGraph:
         """A :class:`~kestrel.session._local.LocalGraph` with the saved weights, built again
         when a weights file changed (a launch still training)."""
         run = self._owner._run
@@ -384,7 +409,7 @@ class Posterior:
             self._graph, self._stamp = graph, stamp
         return self._graph
 
-    def log_prob(self, theta: Any, x: Any = None) -> np.ndarray:
+    def log_prob(self, theta: Theta, x: GivenObservations = None) -> np.ndarray:
         """The posterior log density at ``theta`` given ``x`` (θ-space; the sum over the
         latent nodes' estimators, each given its evidence).
 
@@ -420,7 +445,8 @@ class Posterior:
             known.update(values)
             for node in owner.latents:
                 estimator = local.estimator(node)
-                if not callable(getattr(estimator, "log_prob", None)):
+                log_prob = getattr(estimator, "log_prob", None)  # optional (not in Estimator)
+                if not callable(log_prob):
                     raise EstimatorError(
                         f"node {node!r}: the posterior's log_prob needs the estimator's "
                         f"log_prob ({type(estimator).__name__} has none)"
@@ -434,7 +460,7 @@ class Posterior:
                     )
                 conds = {c: known[c] for c in evidence}
                 flat = values[node].reshape(n, -1)
-                out[i] += np.asarray(estimator.log_prob(flat, conds), dtype=np.float64)
+                out[i] += np.asarray(log_prob(flat, conds), dtype=np.float64)
         return out if batch is not None else out[0]
 
 
@@ -464,7 +490,7 @@ class Prior:
         self.last_seed, arrays = self._owner._draw("prior", n, None, seed)
         return arrays
 
-    def log_prob(self, theta: Any) -> np.ndarray:
+    def log_prob(self, theta: Theta) -> np.ndarray:
         """The prior log density of the latent nodes at ``theta`` (the sum over the nodes).
 
         Args:

@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kestrel_core import RunConfig
 from kestrel_core.internal import Change
 
 __all__ = ["code_changes", "target_modules", "module_file"]
@@ -70,7 +71,7 @@ class _Code:
         return self.text
 
 
-def code_changes(old: Any, new: Any) -> list[Change]:
+def code_changes(old: RunConfig, new: RunConfig) -> list[Change]:
     """``paths.imports`` as a change when two configs import their targets from other files.
 
     Args:

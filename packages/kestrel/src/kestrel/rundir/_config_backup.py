@@ -5,12 +5,15 @@ run as it was)."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kestrel.rundir._rundir import RunDir
 
 __all__ = ["config_files", "restore"]
 
 
-def config_files(run: Any) -> dict[str, bytes | None]:
+def config_files(run: RunDir) -> dict[str, bytes | None]:
     """path → bytes of ``RUN/config.yml`` and of every file under ``RUN/observations/``
     (``None``: the config file does not exist)."""
     files: dict[str, bytes | None] = {run.config_file: None}

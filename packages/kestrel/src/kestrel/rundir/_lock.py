@@ -43,7 +43,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from types import TracebackType
 
 from kestrel_core import KestrelError
 
@@ -183,7 +183,12 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        err: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.release()
 
     def acquire(self) -> RunLock:

@@ -44,7 +44,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -62,7 +62,7 @@ from kestrel.rundir._config import (
 from kestrel.rundir._folder import check_launch_folder, is_run_folder
 from kestrel.rundir._history import RUN_FILE, RunHistory
 from kestrel.rundir._runfiles import SAVED_MARKER, read_output_json, read_sample_arrays
-from kestrel_core import ConfigError
+from kestrel_core import ConfigError, RunConfig
 from kestrel_core.internal import write_atomic
 from kestrel_core.store import JOURNAL_DIR
 
@@ -85,7 +85,7 @@ class RunDir:
             default folders; ``None`` uses the defaults inside ``root``.
     """
 
-    def __init__(self, root: str | os.PathLike[str], config: Any = None):
+    def __init__(self, root: str | os.PathLike[str], config: RunConfig | None = None):
         self.root = os.path.abspath(os.path.expanduser(os.fspath(root)))  # ~ as a shell does
         paths = getattr(config, "paths", None)
         self.graph = getattr(paths, "graph", None) or os.path.join(self.root, "graph")
@@ -151,7 +151,7 @@ class RunDir:
         """The launches recorded in ``RUN/run.json``."""
         return RunHistory(os.path.join(self.root, RUN_FILE))
 
-    def write_config(self, config: Any) -> str:
+    def write_config(self, config: RunConfig) -> str:
         """Copy the observations into ``RUN/observations/`` and write ``RUN/config.yml``.
 
         The file names nothing inside the run by an absolute path
@@ -191,8 +191,12 @@ class RunDir:
         return config_digest(data)
 
     def load_config(
-        self, overrides: Any = (), *, check_targets: Any = ("simulator",), trust: Any = None
-    ) -> Any:
+        self,
+        overrides: Iterable[str] = (),
+        *,
+        check_targets: Sequence[str] = ("simulator",),
+        trust: bool | None = None,
+    ) -> RunConfig:
         """``RUN/config.yml`` loaded for this directory (wherever the run lies now); ``trust``
         as :func:`kestrel.rundir._config.load_run_config`.
 

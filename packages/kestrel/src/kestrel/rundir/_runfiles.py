@@ -47,11 +47,14 @@ import warnings
 import zipfile
 import zlib
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kestrel_core import ConfigError
+
+if TYPE_CHECKING:  # the run directory reads its files with this module
+    from kestrel.rundir._rundir import RunDir
 
 #: the file beside an estimator's weights that says they are complete (``graph/<node>/``)
 SAVED_MARKER = "saved.json"
@@ -359,7 +362,7 @@ def read_output_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data or {}
 
 
-def check_resume_files(run: Any, latents: Iterable[str]) -> None:
+def check_resume_files(run: RunDir, latents: Iterable[str]) -> None:
     """Before a resume writes anything or starts Ray: the files it continues from are readable.
 
     * ``run.json``: the seed and the launch history (:meth:`~kestrel.rundir._history.

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from kestrel.rundir._runfiles import read_npz
 from kestrel_core import ConfigError
@@ -56,7 +57,7 @@ _SAMPLE_FILE = re.compile(r"^(\d{6,})\.npz$")
 _DIGEST = re.compile(rf"^[0-9a-f]{{{DIGEST_CHARS}}}$")
 
 
-def digest_form(array: Any) -> np.ndarray:
+def digest_form(array: npt.ArrayLike) -> np.ndarray:
     """An observation as it is digested: real values as float64, C-contiguous.
 
     Observations enter with the dtype they were given in (an estimator casts its conditions to

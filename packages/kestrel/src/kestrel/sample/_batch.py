@@ -29,7 +29,11 @@ import numpy as np
 
 from kestrel.rundir._samplefiles import OBSERVED_MODES
 from kestrel.sample._guards import capture, issue, merge_rows, renumber, trace_findings
-from kestrel.sample._observations import given_observations, read_observation
+from kestrel.sample._observations import (
+    GivenObservations,
+    given_observations,
+    read_observation,
+)
 from kestrel_core import (
     ConfigError,
     Graph,
@@ -84,7 +88,7 @@ class Batch:
         return [{**base, **{k: v[i] for k, v in self.rows.items()}} for i in range(self.m)]
 
 
-def read_batch(config: RunConfig, mode: str, given: Any) -> Batch | None:
+def read_batch(config: RunConfig, mode: str, given: GivenObservations) -> Batch | None:
     """The observations given for one sampling call, when they hold several per node.
 
     Args:

@@ -40,11 +40,12 @@ from types import FrameType
 from typing import Any, TextIO
 
 import numpy as np
+import numpy.typing as npt
 
 from kestrel.rundir._rundir import RunDir
 from kestrel.rundir._samplefiles import observation_digest
 from kestrel.sample._guard_rows import merge_rows, renumber, rows_text, unique_findings
-from kestrel_core import GraphRunner, ObservationWarning, RunConfig
+from kestrel_core import GraphRunner, ObservationWarning, RunConfig, Spec
 from kestrel_core.internal import write_atomic
 
 __all__ = [
@@ -71,7 +72,7 @@ STATUS_KEY = "observation_checks"
 CHECKS_FILE = "observation_checks.json"
 
 
-def _options(spec: Any) -> dict[str, Any]:
+def _options(spec: Spec) -> dict[str, Any]:
     """An estimator spec's options: its class's defaults (``options_class``) and the config's
     keyword arguments, or a live instance's ``config``."""
     if spec.is_live:
@@ -90,13 +91,15 @@ def _options(spec: Any) -> dict[str, Any]:
     return options
 
 
-def trains_with_proposals(spec: Any) -> bool:
+def trains_with_proposals(spec: Spec | None) -> bool:
     """Whether an estimator spec trains on proposals focused on the run's observation.
 
     True when its ``gamma`` is a number > 0, it is not ``amortized`` and its ``max_epochs`` (if
     any) exceed its ``prior_epochs``. An estimator without a ``gamma`` option (not Kestrel's)
-    is taken as not focused.
+    is taken as not focused, and so is a node without an estimator (``None``).
     """
+    if spec is None:
+        return False
     opts = _options(spec)
     gamma = opts.get("gamma")
     if opts.get("amortized") is True or not isinstance(gamma, (int, float)) or gamma <= 0:
@@ -198,7 +201,7 @@ def _digest(value: Any) -> str:
     return observation_digest({"_": value})
 
 
-def _same(own: Any, given: Any) -> bool:
+def _same(own: npt.ArrayLike, given: npt.ArrayLike) -> bool:
     """Whether ``given`` is the run's own observation ``own``: equal values in any dtype
     (:func:`~kestrel.rundir._samplefiles.digest_form`), or ``own`` rounded to the lower float
     precision ``given`` holds it in (the run's float64 observation saved as float32)."""

@@ -11,21 +11,34 @@ import re
 import zipfile
 import zlib
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 
 from kestrel.rundir._runfiles import RunFileError, npz_problem, read_array_file
 from kestrel.rundir._samplefiles import OBSERVED_MODES
 from kestrel_core import ConfigError, Graph, check_observation, load_observation
 from kestrel_core.internal import split_observation_spec
 
-__all__ = ["read_observation", "given_observations", "parse_observation_args"]
+__all__ = [
+    "read_observation",
+    "given_observations",
+    "parse_observation_args",
+    "ObservationSpec",
+    "GivenObservations",
+]
+
+#: one observation: an array-like, or a file spec (``FILE.npy``, ``FILE.npz:key``)
+ObservationSpec: TypeAlias = npt.ArrayLike | str | os.PathLike[str]
+#: the observations of a sampling call (``--observation``, ``observation=``, ``x=``): ``None``
+#: (the run's own), one spec for the graph's only observed node, or observed node → spec
+GivenObservations: TypeAlias = ObservationSpec | Mapping[str, ObservationSpec] | None
 
 _NODE_SPEC = re.compile(r"^(?P<node>[A-Za-z_][A-Za-z0-9_]*)=(?P<spec>.+)$")
 
 
-def read_observation(spec: Any, node: str | None = None) -> np.ndarray:
+def read_observation(spec: ObservationSpec, node: str | None = None) -> np.ndarray:
     """An observation given on the command line or in Python.
 
     Args:
@@ -60,7 +73,7 @@ def read_observation(spec: Any, node: str | None = None) -> np.ndarray:
     return load_observation(spec, node=node)
 
 
-def given_observations(graph: Graph, mode: str, given: Any) -> dict[str, np.ndarray]:
+def given_observations(graph: Graph, mode: str, given: GivenObservations) -> dict[str, np.ndarray]:
     """node → ``x_o`` given for one sampling call, checked against the run's observations.
 
     Args:
@@ -103,7 +116,7 @@ def given_observations(graph: Graph, mode: str, given: Any) -> dict[str, np.ndar
     return out
 
 
-def parse_observation_args(args: Iterable[str]) -> Any:
+def parse_observation_args(args: Iterable[str]) -> GivenObservations:
     """``--observation`` values → what :func:`sample_run` takes: ``None``, one spec (the graph's
     only observed node), or node → spec.
 

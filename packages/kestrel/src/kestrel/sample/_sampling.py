@@ -43,13 +43,14 @@ from kestrel.rundir._samplefiles import OBSERVED_MODES, observation_digest
 from kestrel.rundir._trust import trust_keyword
 from kestrel.sample._batch import Batch, draw_batch, read_batch
 from kestrel.sample._guards import capture, issue, other_observation, record, trace_findings
-from kestrel.sample._observations import given_observations
+from kestrel.sample._observations import GivenObservations, given_observations
 from kestrel_core import (
     ConfigError,
     EstimatorError,
     GraphRunner,
     ObservationWarning,
     RunConfig,
+    SampleConfig,
     check_count,
     flat_key,
     seed_sequence,
@@ -115,7 +116,9 @@ def _default_nodes(dg: GraphRunner, mode: str, produced: Sequence[str]) -> list[
     return list(produced)
 
 
-def select_nodes(dg: GraphRunner, mode: str, produced: Sequence[str], entry: Any) -> list[str]:
+def select_nodes(
+    dg: GraphRunner, mode: str, produced: Sequence[str], entry: SampleConfig | None
+) -> list[str]:
     """The nodes a mode writes: the defaults, minus ``exclude_keys``, plus ``add_keys``.
 
     Raises:
@@ -141,7 +144,7 @@ def draw_samples(
     dg: GraphRunner,
     mode: str,
     n: int,
-    entry: Any = None,
+    entry: SampleConfig | None = None,
     observations: Mapping[str, Any] | None = None,
     batch: Batch | None = None,
     skipped: SkipLog | None = None,
@@ -266,7 +269,7 @@ def sample_run(
     seed: int | None = None,
     overrides: Iterable[str] = (),
     address: str | None = None,
-    observation: Any = None,
+    observation: GivenObservations = None,
     ray: bool | None = None,
     trust: bool = False,
 ) -> SampleResult:
@@ -383,9 +386,9 @@ def draw_run(
     run: RunDir,
     config: RunConfig,
     mode: str,
-    n: Any,
+    n: int | None,
     seed: int | None = None,
-    observation: Any = None,
+    observation: GivenObservations = None,
     *,
     overrides: Iterable[str] = (),
     address: str | None = None,

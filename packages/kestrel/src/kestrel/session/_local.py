@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kestrel_core import (
+    Estimator,
     EstimatorContext,
     EstimatorError,
     Graph,
@@ -106,7 +107,7 @@ class LocalGraph:
         order = graph.forward_order
         self._seqs = dict(zip(order, root.spawn(len(order))))
         self._simulators = {name: build_simulator(graph.nodes[name]) for name in order}
-        self._estimators: dict[str, Any] = {}
+        self._estimators: dict[str, Estimator] = {}
         if estimators:
             for name in graph.latents:
                 self._estimators[name] = self._build_estimator(name)
@@ -116,7 +117,7 @@ class LocalGraph:
         base = self._seqs[name].generate_state(2)
         return np.random.SeedSequence([*base.tolist(), 0])
 
-    def _build_estimator(self, name: str) -> Any:
+    def _build_estimator(self, name: str) -> Estimator:
         node = self.graph.nodes[name]
         spec = node.estimator
         if spec is None:  # graph.latents are the nodes with an estimator
@@ -200,7 +201,7 @@ class LocalGraph:
                 out[name]["estimator"] = dict(self._estimators[name].status())
         return out
 
-    def estimator(self, name: str) -> Any:
+    def estimator(self, name: str) -> Estimator:
         """The estimator of node ``name`` (built here; loaded by :meth:`load`).
 
         Raises:

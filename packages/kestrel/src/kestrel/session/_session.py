@@ -24,7 +24,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from kestrel.controller._resume import launch_seed
 from kestrel.preflight._capacity import bytes_per_sample, check_capacity, store_capacity
@@ -44,6 +44,9 @@ from kestrel.tracking._tracker import Tracker
 from kestrel_core import ConfigError, EstimatorError, RunConfig, seed_sequence
 from kestrel_ray import DeployedGraph, NodeWrapper
 from kestrel_ray.internal import check_graph_config
+
+if TYPE_CHECKING:  # the launch's controller makes the result
+    from kestrel.controller._result import RunResult
 
 __all__ = ["RunSession", "ray_for_run", "cluster_nodes"]
 
@@ -240,7 +243,10 @@ class RunSession:
         return [] if kept is None else restore(kept, config_files(self.run))
 
     def end_launch(
-        self, result: Any, interrupted: bool = False, error: BaseException | None = None
+        self,
+        result: RunResult | None,
+        interrupted: bool = False,
+        error: BaseException | None = None,
     ) -> None:
         """Record how the launch ended in ``RUN/run.json`` (``result``: its :class:`RunResult`,
         or ``None`` when it ended before one existed: ``interrupted`` by Ctrl-C, e.g. while

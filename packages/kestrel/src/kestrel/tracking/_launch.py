@@ -31,6 +31,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from kestrel.plot._plot import MissingExtra
@@ -38,7 +39,7 @@ from kestrel.report._progress import ProgressState
 from kestrel.tracking._mlflow import MLflowTracker, mlflow_client_class
 from kestrel.tracking._tensorboard import TensorBoardTracker, summary_writer_class
 from kestrel.tracking._tracker import Tracker, flatten_params
-from kestrel_core import ConfigError
+from kestrel_core import ConfigError, RunConfig
 from kestrel_core.internal import write_atomic
 
 if TYPE_CHECKING:
@@ -97,7 +98,7 @@ class LaunchTracking:
 
     def __init__(
         self,
-        config: Any,
+        config: RunConfig,
         run_root: str,
         budget: Budget,
         log: logging.Logger,
@@ -184,7 +185,12 @@ class LaunchTracking:
             self._each("log_params", params)
         return self
 
-    def __exit__(self, kind: Any, err: Any, tb: Any) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        err: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self._last is not None:
             self._track(self._last)
         status = "finished" if kind is None else "killed" if kind is KeyboardInterrupt else "failed"

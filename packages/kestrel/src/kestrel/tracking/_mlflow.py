@@ -16,6 +16,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from kestrel.plot._plot import MissingExtra
@@ -51,7 +52,7 @@ def mlflow_client_class() -> Any:
     return mlflow.MlflowClient
 
 
-def _entities() -> Any:
+def _entities() -> ModuleType:
     return importlib.import_module("mlflow.entities")
 
 

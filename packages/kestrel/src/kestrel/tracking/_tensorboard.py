@@ -11,9 +11,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kestrel.plot._plot import MissingExtra
+
+if TYPE_CHECKING:  # torch and tensorboard are imported when a launch tracks
+    from torch.utils.tensorboard import SummaryWriter
 
 __all__ = ["TensorBoardTracker", "INSTALL_HINT"]
 
@@ -23,7 +26,7 @@ FLUSH_SECONDS = 10
 INSTALL_HINT = "pip install 'kestrel[tracking]'"
 
 
-def summary_writer_class() -> Any:
+def summary_writer_class() -> type[SummaryWriter]:
     """``torch.utils.tensorboard.SummaryWriter``.
 
     Raises:
