@@ -20,12 +20,14 @@ INITIAL, ROUND, ROUNDS = 512, 64, 6
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def launch(rounds: Rounds, max_epochs: int) -> tuple[GaussianPosterior, InMemoryStore]:
+def launch(
+    rounds: Rounds, max_epochs: int, **options: int
+) -> tuple[GaussianPosterior, InMemoryStore]:
     """A driver beside training: round k (1…ROUNDS) appends ROUND rows once training fixed its
     proposal; the last is marked so, as a launch whose budget it spends does."""
     store = InMemoryStore(min_samples=0, max_samples=10_000, validation_samples=0)
     store.append(LG.prior_block(INITIAL, np.random.default_rng(0)), INITIAL)
-    est = GaussianPosterior(seed=0, max_epochs=max_epochs, early_stop_patience=1)
+    est = GaussianPosterior(seed=0, max_epochs=max_epochs, early_stop_patience=1, **options)
     est.setup(LG.context())
 
     async def driver() -> None:
@@ -58,3 +60,15 @@ def test_without_a_budget_max_epochs_ends_training():
     est, _ = launch(rounds, max_epochs=2)
     # round 1 entered at the end of epoch 2, the last: training ends there as it always did
     assert est.status()["epoch"] == 2 and est.status()["samples_seen"] == INITIAL + ROUND
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_early_stopping_waits_for_the_budget_and_its_last_rows_are_trained_on(deterministic):
+    # max_epochs out of reach, patience 1: early stopping ends training, but only once the
+    # last round came, and not before its rows were in an epoch (no periodic cache sync: the
+    # rows of a free schedule enter only when training takes the store in before it ends)
+    rounds = Rounds(1, deterministic=deterministic, open=True)
+    est, store = launch(rounds, max_epochs=10_000, cache_sync_every=100_000)
+    status = est.status()
+    assert status["ended"] == "early_stop" and status["epoch"] >= ROUNDS
+    assert status["samples_seen"] == INITIAL + ROUNDS * ROUND == store.view().stats()["training"]
