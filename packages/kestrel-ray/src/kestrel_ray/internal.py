@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from kestrel_ray.graph._actors import check_graph_config
     from kestrel_ray.graph._auto import AutoActors, resolve_auto_actors
     from kestrel_ray.node._chunks import rows_of, spans
-    from kestrel_ray.node._timeout import actor_info
+    from kestrel_ray.node._timeout import actor_info, actor_infos
     from kestrel_ray.store._snapshot import restore_store, snapshot_store
 
 #: name → the module that defines it
@@ -33,6 +33,7 @@ _HOMES = {
     "rows_of": "kestrel_ray.node._chunks",
     "spans": "kestrel_ray.node._chunks",
     "actor_info": "kestrel_ray.node._timeout",
+    "actor_infos": "kestrel_ray.node._timeout",
     "restore_store": "kestrel_ray.store._snapshot",
     "snapshot_store": "kestrel_ray.store._snapshot",
 }
@@ -40,6 +41,7 @@ __all__ = [
     "AutoActors",
     "SHIPPED_FROM_VAR",
     "actor_info",
+    "actor_infos",
     "actor_options",
     "check_address_format",
     "check_graph_config",

@@ -469,15 +469,22 @@ class DeployedGraph:
         for name in self._latents:
             self._deployment.estimator(name).request_stop()
 
-    def status(self, timeout: float = 2.0) -> dict[str, Any]:
+    def status(self, timeout: float = 2.0, *, nodes: Iterable[str] | None = None) -> dict[str, Any]:
         """Node statuses (a list per multiplexed node) and the store's counts.
+
+        Args:
+            timeout: seconds each answer may take.
+            nodes: ask only these nodes (e.g. the estimators, for a progress poll: a node with
+                128 replicas is 128 calls); ``None``: every node.
 
         Raises:
             GetTimeoutError: a node actor did not answer within ``timeout``.
             StoreError: the store did not answer within ``timeout``.
         """
         self._check_deployed()
-        refs = {name: h.status_refs() for name, h in self._deployment.handles.items()}
+        handles = self._deployment.handles
+        names = list(handles) if nodes is None else [m for m in nodes if m in handles]
+        refs = {name: handles[name].status_refs() for name in names}
         out: dict[str, Any] = {name: ray.get(r, timeout=timeout) for name, r in refs.items()}
         out = {name: v[0] if len(v) == 1 else v for name, v in out.items()}
         out["_store"] = self.buffer_stats(timeout)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ import ray
 
 from kestrel_core import SimulatorError
 
-__all__ = ["ChunkCall", "wait_chunk", "actor_info", "RESTART_WAIT"]
+__all__ = ["ChunkCall", "wait_chunk", "actor_info", "actor_infos", "RESTART_WAIT"]
 
 #: seconds to wait for a killed actor to be alive again (a new worker process imports the
 #: node's code) before the chunk's second try is timed anyway
@@ -64,6 +65,28 @@ def actor_info(actor: Any) -> dict[str, Any]:
         return dict(state.actors(actor_id=actor._actor_id.hex()) or {})
     except Exception:  # a Ray without this table: the caller falls back to waiting
         return {}
+
+
+def actor_infos(actors: Sequence[Any]) -> list[dict[str, Any]]:
+    """Each actor's entry in Ray's actor table (as :func:`actor_info`), read in **one**
+    request to the cluster's control store: the table of this driver's job (the actors it
+    started, and those they started), filtered to ``actors``; ``{}`` for an actor the table
+    does not hold, every entry ``{}`` when there is no table. One read whatever the number
+    of actors (a launch with 128 replicas polls the table once, not 128 times)."""
+    if not actors:
+        return []
+    try:
+        from ray._private import state
+
+        job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
+        table = state.actors(job_id=job) or {}
+    except Exception:  # a Ray without this table: nothing to learn
+        return [{} for _ in actors]
+    out = []
+    for actor in actors:
+        ident = getattr(actor, "_actor_id", None)
+        out.append(dict(table.get(ident.hex()) or {}) if ident is not None else {})
+    return out
 
 
 def wait_chunk(node: str, what: str, meta_ref: Any, call: ChunkCall) -> None:

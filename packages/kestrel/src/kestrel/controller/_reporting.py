@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 import ray
@@ -112,28 +112,34 @@ class LaunchReporter:
             return
         launcher.log.info("%s → %s", summary(profile), path)
 
-    def poll_status(self, timeout: float = 2.0) -> dict[str, Any]:
+    def poll_status(
+        self, timeout: float = 2.0, *, nodes: Iterable[str] | None = None
+    ) -> dict[str, Any]:
         """The deployed graph's status (node → status, ``_store`` → the store's counts, kept
-        in :attr:`stats`); ``{}`` when it does not answer within ``timeout`` seconds."""
+        in :attr:`stats`); ``{}`` when it does not answer within ``timeout`` seconds.
+        ``nodes``: ask only these nodes' actors (``None``: every actor, e.g. for the
+        profile)."""
         try:
-            status = self._launcher.dg.status(timeout=timeout)
+            status = self._launcher.dg.status(timeout=timeout, nodes=nodes)
         except (ray.exceptions.GetTimeoutError, ray.exceptions.RayError, StoreError):
             return {}
         self.stats = dict(status.get("_store") or {})
         return status
 
     def report(self, force: bool = False) -> None:
-        """Poll the estimators (at most every 0.5 s unless ``force``), record their epochs in
-        the result and call the poll callback."""
+        """Poll the estimators and the store (at most every 0.5 s unless ``force``; only what
+        is read: not the simulator replicas, whose number the poll's cost would grow with),
+        record the estimators' epochs in the result and call the poll callback."""
         now = time.monotonic()
         if not force and now - self._last_report < _STATUS_EVERY:
             return
         self._last_report = now
         launcher = self._launcher
-        status = self.poll_status() if launcher.dg is not None else {}
+        latents = list(launcher.cfg.graph.latents)
+        status = self.poll_status(nodes=latents) if launcher.dg is not None else {}
         nodes = {
             m: dict((status.get(m) or {}).get("estimator") or self._node_status.get(m) or {})
-            for m in launcher.cfg.graph.latents
+            for m in latents
         }
         self._node_status.update({m: v for m, v in nodes.items() if v})
         for m, st in nodes.items():

@@ -4,7 +4,8 @@ A simulator node's actor is restarted by Ray after its process dies (``max_resta
 :mod:`kestrel_ray.cluster._resources`) and the call it was running is retried with the same seeds, so
 the run goes on and draws the same numbers. Ray does this silently; :class:`RestartWatch`
 makes it visible: it reads each actor's restart count from Ray's actor table (kept by the
-cluster's control store, the GCS: it survives the actor), and for every new restart
+cluster's control store, the GCS: it survives the actor; one read per poll for all the
+launch's actors, :func:`~kestrel_ray.node._timeout.actor_infos`), and for every new restart
 
 * logs a warning on the driver's log (``node 'x': actor (replica 0) restarted after a crash
   (restart 1 of at most 3); the call it was running is retried``),
@@ -37,7 +38,7 @@ from typing import Any
 import ray
 
 from kestrel_core import SimulatorError
-from kestrel_ray.internal import actor_info
+from kestrel_ray.internal import actor_info, actor_infos
 
 __all__ = ["RestartWatch", "actor_restarts", "RESTART_WAIT"]
 
@@ -132,39 +133,42 @@ class RestartWatch:
             return self.restarts
         self._next = now + self._every
         alive: set[str] | None = None
-        for name, group in self._actors.items():
-            for i, actor in enumerate(group):
-                info = actor_info(actor)
-                count = int(info["NumRestarts"]) if "NumRestarts" in info else None
-                state = info.get("State")
-                node = (info.get("Address") or {}).get("NodeID") or None
-                last = self._node.get((name, i))  # before a restart: the node it was on
-                if state == "ALIVE":
-                    self._waiting.pop((name, i), None)
-                    if node:
-                        self._node[name, i] = node
-                before = self._seen.get((name, i), 0)
-                if count is None or count <= before:
-                    self._check_waiting(name, i, state, now)
-                    continue
-                self._seen[name, i] = count
-                self.restarts[name] = self.restarts.get(name, 0) + count - before
-                most = self._max.get(name)
-                of_most = f" of at most {most}" if most is not None else ""
-                if alive is None:
-                    alive = _alive_nodes()
-                lost = (
-                    last if last is not None and alive is not None and last not in alive else None
-                )
-                if state != "ALIVE":
-                    self._waiting.setdefault((name, i), (now, lost))
-                # one line per restart, also for several between two polls (a loaded machine
-                # polls late): the log reads the same however fast the driver ran
-                for k in range(before + 1, count + 1):
-                    self._say_restart(name, i, lost, k, of_most)
-                reopen = getattr(actor, "open_log", None)
-                if reopen is not None:
-                    reopen.remote()  # the new process collects its log again
+        # one read of the actor table for every actor (not one per actor: the poll's cost
+        # does not grow with the replicas)
+        every = [
+            (name, i, actor)
+            for name, group in self._actors.items()
+            for i, actor in enumerate(group)
+        ]
+        for (name, i, actor), info in zip(every, actor_infos([a for _, _, a in every])):
+            count = int(info["NumRestarts"]) if "NumRestarts" in info else None
+            state = info.get("State")
+            node = (info.get("Address") or {}).get("NodeID") or None
+            last = self._node.get((name, i))  # before a restart: the node it was on
+            if state == "ALIVE":
+                self._waiting.pop((name, i), None)
+                if node:
+                    self._node[name, i] = node
+            before = self._seen.get((name, i), 0)
+            if count is None or count <= before:
+                self._check_waiting(name, i, state, now)
+                continue
+            self._seen[name, i] = count
+            self.restarts[name] = self.restarts.get(name, 0) + count - before
+            most = self._max.get(name)
+            of_most = f" of at most {most}" if most is not None else ""
+            if alive is None:
+                alive = _alive_nodes()
+            lost = last if last is not None and alive is not None and last not in alive else None
+            if state != "ALIVE":
+                self._waiting.setdefault((name, i), (now, lost))
+            # one line per restart, also for several between two polls (a loaded machine
+            # polls late): the log reads the same however fast the driver ran
+            for k in range(before + 1, count + 1):
+                self._say_restart(name, i, lost, k, of_most)
+            reopen = getattr(actor, "open_log", None)
+            if reopen is not None:
+                reopen.remote()  # the new process collects its log again
         return self.restarts
 
     def _say_restart(self, name: str, i: int, lost: str | None, count: int, of_most: str) -> None:
