@@ -76,3 +76,27 @@ def test_k39_initial_simulation_pieces_depend_on_the_config_alone(simulate_count
     size = piece_size(buffer, total)
     assert size == expected
     assert total / size <= MAX_PIECES + 1
+
+
+@pytest.mark.parametrize(
+    ("simulate_count", "total", "deterministic", "expected"),
+    [
+        (2048, 640, True, 2048),  # deterministic: as before, one piece (its rows and seeds kept)
+        (2048, 640, False, 320),  # otherwise two pieces in flight: a call queued on each replica
+        (32, 320, False, 32),  # already many pieces: unchanged
+        (100_000, 10_000, False, AHEAD_ROWS),
+        (64, 1, False, 1),
+    ],
+)
+def test_an_initial_simulation_without_determinism_is_two_pieces_at_least(
+    simulate_count, total, deterministic, expected
+):
+    """Issue 32 item 3: without determinism each replica has a second call queued behind the
+    first of the initial simulation (the pieces are all submitted at once)."""
+    buffer = BufferConfig(
+        min_samples=max(1, total - 10),
+        max_samples=max(total, 11),
+        validation_samples=10,
+        simulate_count=simulate_count,
+    )
+    assert piece_size(buffer, total, deterministic=deterministic) == expected

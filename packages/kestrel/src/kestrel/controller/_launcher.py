@@ -14,7 +14,10 @@ between actors and the store). :meth:`Launcher.run` deploys the graph, then adva
    budget, :mod:`kestrel.importing`), then the rows ``--reuse`` takes from earlier runs' banks
    (counted too, :mod:`kestrel.persist._reuse`);
 3. ``InitialSimulation``: simulate the rest of ``min_samples + validation_samples`` from the
-   prior, in pieces appended as they are done (:mod:`._prior`; one poll per step);
+   prior, in pieces appended as they are done (:mod:`._prior`; one poll per step); without
+   determinism, once every piece is submitted, rounds from the prior queue behind them
+   (:meth:`~._rounds.Resimulation.prime`), so the replicas simulate on while training
+   starts, and until every estimator has finished an epoch;
 4. ``Training(calls, rounds)``: start training on every estimator node, then one poll per step:
    resimulation rounds paced by training epochs and bounded by the simulation budget
    (:mod:`._rounds`, one append in flight); the training calls are polled every ~50 ms, so an
@@ -364,12 +367,12 @@ class Launcher:
         prior = PriorSimulation(
             dg,
             left,
-            piece=piece_size(self.buffer, total),
+            piece=piece_size(self.buffer, total, deterministic=self.deterministic),
             append=lambda trace: self._append_initial(dg, trace),
             stop=self.stop,
             log=self.log,
         )
-        return InitialSimulation(prior)
+        return InitialSimulation(prior, self._resimulation(dg))
 
     def _reuse_rows(self, dg: DeployedGraph) -> int:
         """The rows of earlier runs' banks (``--reuse``, :mod:`kestrel.persist._reuse`) as
@@ -403,13 +406,19 @@ class Launcher:
             self.log.info("budget: %s (restored)", self.budget.as_status())
 
     def _simulate(self, state: InitialSimulation) -> LaunchState:
-        """InitialSimulation: append the pieces that are done; training starts once every row
-        is in the store (a stop goes to saving once the pieces in flight are done or
-        abandoned)."""
-        prior = state.prior
+        """InitialSimulation: append the pieces that are done; once every piece is submitted,
+        keep rounds from the prior queued behind them (not deterministic); training starts
+        once every row is in the store (a stop goes to saving once the pieces in flight are
+        done or abandoned, through stopping while rounds from the prior are in flight)."""
+        prior, rounds = state.prior, state.rounds
         if prior.done:
-            return Saving(self.stop.status) if self.stop.requested else self._start_training()
-        if prior.step(_POLL):
+            if not self.stop.requested:
+                return self._start_training(rounds)
+            return Stopping({}, rounds) if rounds.busy else Saving(self.stop.status)
+        appended = prior.step(_POLL)
+        if prior.submitted and not self.stop.requested:
+            rounds.prime(reserved=prior.left)
+        if appended:
             self.reporter.report(force=True)
         else:
             self.reporter.report()
@@ -420,9 +429,9 @@ class Launcher:
         self.appends.append(dg.store, trace, "initial simulation")
         self.budget.count(trace.n, 0 if valid is None else int((~valid).sum()))
 
-    def _start_training(self) -> Training:
-        dg = self._graph()
-        rounds = Resimulation(
+    def _resimulation(self, dg: DeployedGraph) -> Resimulation:
+        """The launch's rounds (drawn from the prior until every estimator has a proposal)."""
+        return Resimulation(
             dg,
             self.buffer,
             self.budget,
@@ -432,7 +441,19 @@ class Launcher:
             finish=self.appends.finish,
             stats=dg.buffer_stats,
             log=self.log,
+            proposing=self._proposing,
         )
+
+    def _proposing(self) -> bool:
+        """Whether every estimator may have a proposal: not every one reported epoch 0 at the
+        latest poll (an estimator that reports no epoch counts as proposing: its rounds are
+        never drawn from the prior instead)."""
+        epochs = self.result.epochs
+        latents = self.cfg.graph.latents
+        return not all(m in epochs and int(epochs[m]) < 1 for m in latents)
+
+    def _start_training(self, rounds: Resimulation) -> Training:
+        dg = self._graph()
         rounds.start()
         futures = dg.start_training()
         self.log.info(

@@ -1,13 +1,16 @@
 """The initial simulation: ``min_samples + validation_samples`` rows from the prior, in pieces.
 
 The rows are drawn in pieces of :func:`piece_size` rows, a function of the config alone (two
-launches with one seed draw the same rows, whatever the machine's speed). Pieces are submitted
-ahead, up to :data:`AHEAD_ROWS` rows, so their calls queue on the node actors and a simulator
-replica that finishes one piece starts on the next at once; each piece is collected and
-appended (and journaled) as soon as its calls are done, oldest first. So the rows of an initial
-simulation reach the store as they are made: a stop request (Ctrl-C, SIGTERM, ``--timeout``)
-keeps every piece that finished, the launch saves them with the buffer, and the resume simulates
-only the rest.
+launches with one seed draw the same rows, whatever the machine's speed). Without determinism
+an initial simulation is at least two pieces, both submitted at once: every replica has a call
+queued behind the one it runs (as the resimulation's two rounds in flight), so none waits for
+the driver to collect the first piece; a deterministic launch keeps its pieces as they were.
+Pieces are submitted ahead, up to :data:`AHEAD_ROWS` rows, so their calls queue on the node
+actors and a simulator replica that finishes one piece starts on the next at once; each piece
+is collected and appended (and journaled) as soon as its calls are done, oldest first. So the
+rows of an initial simulation reach the store as they are made: a stop request (Ctrl-C,
+SIGTERM, ``--timeout``) keeps every piece that finished, the launch saves them with the
+buffer, and the resume simulates only the rest.
 
 After a stop request the pieces in flight get :data:`~kestrel.controller._stop.STOP_GRACE`
 seconds to finish; the calls still running then are abandoned (their rows are never stored;
@@ -39,12 +42,16 @@ AHEAD_ROWS = 4096
 MAX_PIECES = 64
 
 
-def piece_size(buffer: BufferConfig, total: int) -> int:
+def piece_size(buffer: BufferConfig, total: int, *, deterministic: bool = True) -> int:
     """Rows per piece of an initial simulation of ``total`` rows: a round's
     ``simulate_count``, at least ``total / MAX_PIECES`` (the overhead of a piece stays small)
-    and at most :data:`AHEAD_ROWS`."""
+    and at most :data:`AHEAD_ROWS`; not ``deterministic``: at most half of ``total`` (two
+    pieces in flight at least, the second queued behind the first on every replica)."""
     least = math.ceil(max(0, int(total)) / MAX_PIECES)
-    return max(1, min(AHEAD_ROWS, max(int(buffer.simulate_count), least)))
+    size = max(1, min(AHEAD_ROWS, max(int(buffer.simulate_count), least)))
+    if not deterministic:
+        size = max(1, min(size, math.ceil(max(0, int(total)) / 2)))
+    return size
 
 
 @dataclass
@@ -89,6 +96,11 @@ class PriorSimulation:
     def left(self) -> int:
         """Rows not yet appended (submitted or not)."""
         return self._unsubmitted + sum(p.rows for p in self._pending)
+
+    @property
+    def submitted(self) -> bool:
+        """Every piece submitted (or a stop was requested: no more will be)."""
+        return self._unsubmitted == 0 or self.stop.requested
 
     @property
     def done(self) -> bool:

@@ -34,6 +34,15 @@ After training ended with budget left otherwise (``budget.stop_early: true``, or
 ``max_epochs`` 0), the rest of the budget is drawn from the final proposals (one warning), so
 a budget is always spent exactly.
 
+Without determinism the replicas are kept fed while no estimator has a proposal yet (before
+its first epoch ended, ``proposing``): rounds are drawn from the **prior** instead
+(:meth:`Resimulation.prime` submits them while the initial simulation still runs, so their
+calls queue behind its pieces and the replicas simulate on while training starts; then
+:meth:`Resimulation.step` until every estimator finished an epoch). Rows from the prior are
+valid training rows for every estimator (their ``log_prob`` is the prior's, the proposal they
+came from); they count in the budget as any round's, and go to the bank as the initial
+simulation's (``from_prior``). They are not rounds of the estimators' schedule (no round index).
+
 A deterministic launch draws exactly the rounds its training fixed: a round whose proposal was
 fixed at the last epoch (training ended right after) is drawn whether the driver saw it before
 or after the training call returned — once training ended the driver asks each estimator
@@ -55,6 +64,7 @@ import ray
 from kestrel.controller._budget import Budget
 from kestrel.controller._stall import StallWatch
 from kestrel_core import BufferConfig
+from kestrel_core.internal import forward_plan
 from kestrel_ray import RunError
 from kestrel_ray.internal import describe_failure, unwrap_error
 
@@ -91,6 +101,12 @@ class Resimulation:
         finish: ``finish(ref)`` → rows kept, once the append is done.
         stats: ``stats()`` → the store's counts (for ``simulate_when_full: false``).
         log: the driver's logger.
+        proposing: ``proposing()`` → whether every estimator has a proposal (finished an
+            epoch); while it is False, and not deterministic, rounds are drawn from the prior
+            (see the module docstring). ``None``: never from the prior.
+
+    Attributes:
+        prior_drawn: rounds drawn from the prior (:meth:`prime`, or while not ``proposing``).
     """
 
     def __init__(
@@ -105,6 +121,7 @@ class Resimulation:
         finish: Callable[[Any], int],
         stats: Callable[[], dict[str, int]],
         log: logging.Logger,
+        proposing: Callable[[], bool] | None = None,
     ):
         self.dg, self.buffer, self.budget = dg, buffer, budget
         self.deterministic = deterministic
@@ -121,10 +138,14 @@ class Resimulation:
         self._watch = StallWatch(log, "resimulation")
         self.abandoned = 0  # rows of rounds abandoned after a stop
         self._asked_fixed = False  # deterministic: asked, after training, for a fixed round
+        self._proposing = None if deterministic else proposing
+        self.prior_drawn = 0
+        self._started = False  # start() told the estimators their schedule
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
         """Give the estimators their schedule (call before training starts)."""
+        self._started = True
         self.dg.configure_rounds(
             int(self.buffer.epochs_per_round),
             deterministic=self.deterministic,
@@ -147,10 +168,13 @@ class Resimulation:
             self._closed = True
             self.dg.close_rounds(last)
             self.log.info(
-                "rounds: no more (%s); %d rounds drawn (the last: round %d)",
+                "rounds: no more (%s); %d rounds drawn (the last: round %d)%s",
                 why,
                 self.drawn,
                 self.round,
+                f"; {self.prior_drawn} more from the prior before a proposal existed"
+                if self.prior_drawn
+                else "",
             )
 
     @property
@@ -205,6 +229,9 @@ class Resimulation:
         if len(self._pending) >= self._depth or self._closed:
             return
         if training and time.monotonic() < self._next:  # no spacing once training ended
+            return
+        if training and self._proposing is not None and not self._proposing():
+            self._draw_prior()  # no proposal yet: keep the replicas fed from the prior
             return
         if not training and not self._budget_left():
             if self._fixed_in_training():  # fixed at the last epoch, not drawn yet
@@ -264,11 +291,42 @@ class Resimulation:
             self._depth = 1
             self._collect(self._pending[-1])
 
-    def _size(self) -> int:
+    def prime(self, reserved: int) -> None:
+        """Before training starts (not deterministic, no estimator with a proposal): append
+        the prior rounds that are done, and draw more from the prior up to the rounds in
+        flight, so the replicas have calls queued while training starts; ``reserved``: rows
+        of the budget already promised (the initial simulation's, not yet in the store). A
+        no-op once :meth:`start` ran, and where no round is drawn from the prior."""
+        if self._started or self._proposing is None or self._proposing():
+            return
+        self._advance(wait=False)
+        while len(self._pending) < self._depth and self._draw_prior(reserved):
+            pass
+
+    def _draw_prior(self, reserved: int = 0) -> bool:
+        """Draw a round from the prior (:func:`forward_plan`); False if no row may be drawn
+        (the budget promised, or the buffer full with ``simulate_when_full: false``)."""
+        n = self.budget.take(int(self.buffer.simulate_count), reserved=self.in_flight + reserved)
+        if n and not self.buffer.simulate_when_full:
+            n = min(n, self._size(reserved))
+        if n == 0:
+            return False
+        self._next = time.monotonic() + self._interval
+        self.prior_drawn += 1
+        submitted = self.dg.submit(n, forward_plan(self.dg.graph))
+        # no round index: it is no round of the estimators' schedule (appended as round
+        # ``self.round``, which they already know of); in the bank, rows from the prior
+        self._pending.append(_Round(self.round, int(n), submitted, what="initial simulation"))
+        if submitted.watched:  # a node's hang watch waits for its calls: one round at a time
+            self._depth = 1
+            self._collect(self._pending[-1])
+        return True
+
+    def _size(self, reserved: int = 0) -> int:
         count = int(self.buffer.simulate_count)
         if self.buffer.simulate_when_full:
             return count
-        training = int(self._stats().get("training", 0)) + self.in_flight
+        training = int(self._stats().get("training", 0)) + self.in_flight + int(reserved)
         return max(0, min(count, int(self.buffer.max_samples) - training))
 
     def drain(self) -> None:
@@ -319,6 +377,8 @@ class Resimulation:
         self._watch.clear()
         self._finish(head.append)
         self.budget.count(head.rows, head.invalid)
+        if not self._started:  # a prior round of prime(): the estimators have no schedule yet
+            return
         self.dg.round_appended(head.k, last=self.budget.spent)
         if self.budget.spent:
             self.close(f"the simulation budget of {self.budget.total} is spent", last=head.k)

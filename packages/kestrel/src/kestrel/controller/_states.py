@@ -18,7 +18,8 @@ state                  leads to
 ``Starting``           ``Restoring`` (the saved weights loaded)
 ``Restoring``          ``InitialSimulation(left)``
 ``InitialSimulation``  itself while pieces are left; ``Training`` once every row is in the
-                       store; ``Saving`` after a stop request (the pieces done appended)
+                       store; ``Saving`` after a stop request (the pieces done appended;
+                       ``Stopping`` first while rounds from the prior are in flight)
 ``Training``           itself; ``Stopping`` when a stop is requested; ``Saving`` once training
                        ended and no round is owed (the rounds in flight drained)
 ``Stopping``           itself; ``Saving`` once the training calls ended (rounds drained)
@@ -101,9 +102,14 @@ class InitialSimulation(LaunchState):
     Attributes:
         prior: the launch's :class:`~kestrel.controller._prior.PriorSimulation` (its ``left``:
             rows not yet in the store).
+        rounds: the launch's resimulation rounds
+            (:class:`~kestrel.controller._rounds.Resimulation`): without determinism, rounds
+            from the prior are drawn once every piece is submitted (its ``prime``), so the
+            replicas simulate on while training starts.
     """
 
     prior: PriorSimulation
+    rounds: Resimulation
     phase: Phase = field(default=Phase.INITIAL_SIMULATION, init=False)
 
 
