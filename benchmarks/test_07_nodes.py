@@ -10,8 +10,8 @@ this process, joined to that cluster:
 *sleep* a sample (an external code on another machine costs this one no CPU, so what the
 launch spends is Kestrel's orchestration alone) — on ``num_actors: R`` replicas, each with
 ``num_cpus: 0``, ``resources: {sim: 1}`` and ``scheduling_strategy: SPREAD`` (spread evenly
-over the workers). A GaussianPosterior trains :data:`EPOCHS` epochs and then stops; the rest
-of the budget (:data:`PER_REPLICA` samples a replica) is drawn from its final proposal in
+over the workers). A GaussianPosterior trains :data:`EPOCHS` epochs and then stops
+(``budget.stop_early: true``); the rest of the budget (:data:`PER_REPLICA` samples a replica) is drawn from its final proposal in
 rounds of :data:`ROWS` rows a replica (``simulate_count: ROWS·R``, ``epochs_per_round: 0``,
 ``simulate_interval: 0``; two rounds in flight, the next queued on each replica behind the
 current one). The driver's own training thread is thus idle: the figures are what rounds,
@@ -78,7 +78,9 @@ def config(replicas: int, observed: str) -> dict[str, Any]:
             epochs_per_round=0,
             simulate_interval=0.0,
         ),
-        "budget": {"simulations": initial + PER_REPLICA * replicas},
+        # stop_early: training ends at EPOCHS, the rest of the budget drawn from the final
+        # proposal (without it, training goes on while the budget's rounds come: issue 31)
+        "budget": {"simulations": initial + PER_REPLICA * replicas, "stop_early": True},
         "graph": {
             "theta": {
                 "simulator": {
