@@ -22,7 +22,7 @@ from kestrel_core import (
     Status,
 )
 from kestrel_torch import FlowPosterior, GaussianPosterior, RunningNorm
-from kestrel_torch.estimators._loss import NPELoss
+from kestrel_torch.estimators._loss import EstimatorLoss
 
 from .estimator_helpers import LinearGaussian, filled_store, one_thread  # noqa: F401 (fixture)
 from .torchtest_helpers import SlowView, cpu_burner
@@ -298,7 +298,9 @@ def test_discard_marks_samples_below_the_log_ratio_threshold() -> None:
 
 
 def test_early_stopping_and_lr_decay(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(NPELoss, "evaluate", lambda self, model, loader: 1.0)  # never improves
+    monkeypatch.setattr(
+        EstimatorLoss, "evaluate", lambda self, model, loader: 1.0
+    )  # never improves
     est = make(max_epochs=50, early_stop_patience=3, lr_decay_factor=0.5, lr_patience=0)
     asyncio.run(est.train(small_store().view()))
     assert est.total_epochs == 4  # one improvement, then three epochs without
@@ -327,7 +329,7 @@ def test_the_best_model_is_kept_while_training_continues(monkeypatch: pytest.Mon
             return current[-1]
         return best_loss[-1]  # the best model's loss does not change in this scenario
 
-    monkeypatch.setattr(NPELoss, "evaluate", validation_loss)
+    monkeypatch.setattr(EstimatorLoss, "evaluate", validation_loss)
     est = make(max_epochs=4)
     keep_best = est._fit.keep_best
 
@@ -364,7 +366,7 @@ def test_the_best_model_is_rescored_only_when_the_validation_set_changed(
         rescored.append(loader.ids)
         return 1.0
 
-    monkeypatch.setattr(NPELoss, "evaluate", validation_loss)
+    monkeypatch.setattr(EstimatorLoss, "evaluate", validation_loss)
     store = small_store()
     est = make(max_epochs=6)
     appended: list[bool] = []

@@ -11,7 +11,7 @@ import pytest
 from kestrel_core import ConfigError, InMemoryStore, Status
 from kestrel_torch import GaussianPosterior
 from kestrel_torch.data._split import LIVE, SplitView, validation_mask
-from kestrel_torch.estimators._loss import NPELoss
+from kestrel_torch.estimators._loss import EstimatorLoss
 
 from .estimator_helpers import LinearGaussian, one_thread  # noqa: F401 (fixture)
 
@@ -81,13 +81,13 @@ def test_every_model_is_compared_on_the_union_of_every_appends_slice(
     monkeypatch: pytest.MonkeyPatch, fraction: float
 ) -> None:
     scored: list[np.ndarray] = []
-    real = NPELoss.evaluate
+    real = EstimatorLoss.evaluate
 
     def evaluate(self, model, loader):
         scored.append(loader.ids)
         return real(self, model, loader)
 
-    monkeypatch.setattr(NPELoss, "evaluate", evaluate)
+    monkeypatch.setattr(EstimatorLoss, "evaluate", evaluate)
     # the store keeps its own 128 newest rows as VALIDATION (the rule of fraction 0)
     store = InMemoryStore(min_samples=0, max_samples=10_000, validation_samples=128)
     store.append(LG.prior_block(1024, np.random.default_rng(5)), 1024)

@@ -20,7 +20,7 @@ import torch
 from kestrel_core import EstimatorContext
 from kestrel_torch._errors import ConfigError, EstimatorError
 from kestrel_torch.data._rows import Columns
-from kestrel_torch.estimators._loss import NPELoss
+from kestrel_torch.estimators._loss import EstimatorLoss
 from kestrel_torch.estimators._options import EstimatorOptions
 
 __all__ = ["Binding", "resolve_device"]
@@ -67,7 +67,7 @@ class Binding:
     rng: np.random.Generator
     batch_generator: torch.Generator
     sample_generator: torch.Generator
-    loss: NPELoss
+    loss: EstimatorLoss
 
     @classmethod
     def create(cls, context: EstimatorContext, options: EstimatorOptions, owner: str) -> Binding:
@@ -100,5 +100,5 @@ class Binding:
         batches = torch.Generator(device).manual_seed(batch_seed)
         draws = torch.Generator(device).manual_seed(sample_seed)
         discard_below = options.log_ratio_threshold if options.discard_samples else None
-        loss = NPELoss(columns, batches, discard_below)
+        loss = EstimatorLoss(columns, batches, discard_below)
         return cls(context, columns, device, model_seed, rng, batches, draws, loss)

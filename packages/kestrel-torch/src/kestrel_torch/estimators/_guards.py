@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from kestrel_torch.estimators._findings import EDGE_FRACTION, EDGE_Z, FAR_Z, Finding, describe
-from kestrel_torch.nets._model import NPEModel
+from kestrel_torch.nets._model import EstimatorModel
 from kestrel_torch.nets._moments import RunningMoments, constant_features
 from kestrel_torch.nets._norm import RunningNorm
 
@@ -195,12 +195,12 @@ def observation_runs(s: torch.Tensor) -> list[tuple[int, int]]:
 
 
 def embed_checked(
-    model: NPEModel, inputs: Mapping[str, torch.Tensor | None]
+    model: EstimatorModel, inputs: Mapping[str, torch.Tensor | None]
 ) -> tuple[torch.Tensor, list[Finding]]:
     """Embed conditions and check the observations they hold against the training data.
 
     Args:
-        model: an eval-mode :class:`~kestrel_torch.nets._model.NPEModel` (``embed``, ``embedding``,
+        model: an eval-mode :class:`~kestrel_torch.nets._model.EstimatorModel` (``embed``, ``embedding``,
             and a head whose ``context_stats`` are the embedding's running statistics).
         inputs: condition node → tensor ``(M, *D)``, as for ``model.embed``.
 
@@ -241,7 +241,7 @@ def embed_checked(
 
 
 def check_observation(
-    model: NPEModel, s: torch.Tensor, inputs: Mapping[str, torch.Tensor | None]
+    model: EstimatorModel, s: torch.Tensor, inputs: Mapping[str, torch.Tensor | None]
 ) -> list[Finding]:
     """Constant and far features of one embedded observation (see the module docstring).
 

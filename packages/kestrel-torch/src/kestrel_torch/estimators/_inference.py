@@ -28,7 +28,7 @@ from kestrel_torch.estimators._truncation import (
     hpr_threshold,
     sample_truncated,
 )
-from kestrel_torch.nets._model import NPEModel
+from kestrel_torch.nets._model import EstimatorModel
 from kestrel_torch.train._fit import FitState
 from kestrel_torch.train._pacing import ProposalRounds
 from kestrel_torch.train._rng import CallRng, call_generator
@@ -189,8 +189,8 @@ class Inference:
             self._thresholds[key] = hpr_threshold(q["log_prob"], self._options.truncation)
         return self._thresholds[key]
 
-    def _best_model(self) -> NPEModel | None:
-        return cast("NPEModel | None", self._fit.best)
+    def _best_model(self) -> EstimatorModel | None:
+        return cast("EstimatorModel | None", self._fit.best)
 
     def _draw(
         self,

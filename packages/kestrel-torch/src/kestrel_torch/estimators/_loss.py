@@ -1,9 +1,11 @@
-"""The loss of neural posterior estimation (NPE) over buffer batches.
+"""An estimator's training loss over buffer batches, apart from the estimator (the pairing of
+lampe's ``NPE``/``NPELoss``, for every head: posterior flows, the Gaussian, flow matching, the
+likelihood flow of NLE).
 
-:class:`NPELoss` is what the training loop (:func:`~kestrel_torch.train._fit.fit`) minimises: it turns
-a :class:`~kestrel_torch.Batch` into finite rows in standard-normal space, asks the model's head
-for its per-row terms (:meth:`~kestrel_torch.nets._head.PosteriorHead.loss`) and reduces them to one
-number. Which loss that is — the APT atomic loss of the flow, the importance-weighted Gaussian
+:class:`EstimatorLoss` is what the training loop (:func:`~kestrel_torch.train._fit.fit`)
+minimises: it turns a :class:`~kestrel_torch.Batch` into finite rows in standard-normal space,
+asks the model's head for its per-row terms (:meth:`~kestrel_torch.nets._head.PosteriorHead.loss`)
+and reduces them to one number. Which loss that is — the APT atomic loss of the flow, the importance-weighted Gaussian
 likelihood — is the head's business; this module does the bookkeeping around it:
 
 * rows with a non-finite value are left out and counted (``nonfinite_rows``); a step whose loss
@@ -25,10 +27,10 @@ from kestrel_torch.data._batch import Batch
 from kestrel_torch.data._loader import CachedDataLoader
 from kestrel_torch.data._rows import Columns, Rows
 from kestrel_torch.nets._head import RefitRows, RowLoss
-from kestrel_torch.nets._model import NPEModel
+from kestrel_torch.nets._model import EstimatorModel
 from kestrel_torch.train._rng import own_randomness, step_generator
 
-__all__ = ["NPELoss", "validation_reference"]
+__all__ = ["EstimatorLoss", "validation_reference"]
 
 #: floor of the reference's variances, relative to their mean (a degenerate validation set)
 _REFERENCE_JITTER = 1e-12
@@ -53,8 +55,8 @@ def validation_reference(chunks: Iterable[Rows]) -> tuple[torch.Tensor, torch.Te
     return mean, 0.5 * (cov + cov.T) + floor * eye
 
 
-class NPELoss:
-    """NPE loss of a model on batches of one node's training data.
+class EstimatorLoss:
+    """The loss of a model (its head's per-row terms) on batches of one node's training data.
 
     Args:
         columns: the node's buffer columns.
@@ -81,7 +83,7 @@ class NPELoss:
         self.skipped_steps = 0
         self.discarded = 0
 
-    def __call__(self, model: NPEModel, batch: Batch) -> torch.Tensor | None:
+    def __call__(self, model: EstimatorModel, batch: Batch) -> torch.Tensor | None:
         """The training loss of ``batch``: a scalar with gradient, or ``None`` when the batch has
         no finite row or its loss is not finite (nothing to step on)."""
         finite, _ = self.columns.split(batch)
@@ -105,7 +107,7 @@ class NPELoss:
         return loss
 
     @torch.no_grad()
-    def evaluate(self, model: NPEModel | None, loader: CachedDataLoader) -> float | None:
+    def evaluate(self, model: EstimatorModel | None, loader: CachedDataLoader) -> float | None:
         """The validation loss of ``model`` over every finite row the loader holds (e.g. the
         validation set), in eval mode; ``None`` without a model, rows or a finite row. Changes
         no state: no gradient, running statistics untouched, the model's mode restored.
@@ -130,7 +132,7 @@ class NPELoss:
         return float(RowLoss.cat(parts).total()) if parts else None
 
     @torch.no_grad()
-    def refit(self, model: NPEModel, loader: CachedDataLoader) -> None:
+    def refit(self, model: EstimatorModel, loader: CachedDataLoader) -> None:
         """End-of-epoch closed-form refit of the head (if it has one, see
         :attr:`~kestrel_torch.nets._head.PosteriorHead.refit_rows`) on up to ``refit_rows`` training
         rows: all of them, or as many drawn with replacement."""

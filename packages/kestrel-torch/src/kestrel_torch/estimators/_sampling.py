@@ -37,7 +37,7 @@ from kestrel_torch.estimators._guards import (
     embed_checked,
     observation_runs,
 )
-from kestrel_torch.nets._model import NPEModel
+from kestrel_torch.nets._model import EstimatorModel
 
 __all__ = ["Conditions", "draw", "log_density", "prior_draws"]
 
@@ -170,7 +170,7 @@ def prior_draws(prior: Any, n: int, rng: np.random.Generator) -> Record:
 
 @torch.no_grad()
 def draw(
-    model: NPEModel,
+    model: EstimatorModel,
     prior: Any,
     n: int,
     conditions: Conditions,
@@ -220,7 +220,11 @@ def draw(
 
 @torch.no_grad()
 def log_density(
-    model: NPEModel, prior: Any, theta: np.ndarray, conditions: Conditions, given: Mapping[str, Any]
+    model: EstimatorModel,
+    prior: Any,
+    theta: np.ndarray,
+    conditions: Conditions,
+    given: Mapping[str, Any],
 ) -> np.ndarray:
     """The model's posterior log density at ``theta`` ``(N, F)``: float64 ``(N,)``, θ-space.
 

@@ -16,14 +16,16 @@ from kestrel_torch._errors import EstimatorError
 from kestrel_torch.nets._embedding import build_embedding
 from kestrel_torch.nets._head import PosteriorHead
 
-__all__ = ["NPEModel", "build_model"]
+__all__ = ["EstimatorModel", "build_model"]
 
 #: builds a head from ``(D, E)``
 HeadFactory = Callable[[int, int], PosteriorHead]
 
 
-class NPEModel(nn.Module):
-    """Neural posterior estimation model: ``q(z | embedding(conditions))``.
+class EstimatorModel(nn.Module):
+    """An estimator's network: its head over the embedding of the conditions,
+    ``q(z | embedding(conditions))`` for a posterior head (the likelihood head of NLE models
+    the embedding given z instead).
 
     Attributes:
         embedding: the :class:`~kestrel_torch.Embedding` of the conditions.
@@ -56,7 +58,7 @@ def build_model(
     init: Mapping[str, torch.Tensor],
     device: torch.device,
     seed: int,
-) -> NPEModel:
+) -> EstimatorModel:
     """Build embedding and head from a few rows of the conditions, in training mode.
 
     The embedding is run once in eval mode on ``init`` to learn its width E; the weights are
@@ -85,6 +87,6 @@ def build_model(
                 f"{tuple(s.shape)}; expected (B, E)"
             )
         head = make_head(context.prior.dim, int(s.shape[1])).to(device)
-    model = NPEModel(embedding, head).to(device)
+    model = EstimatorModel(embedding, head).to(device)
     model.train()
     return model

@@ -60,7 +60,7 @@ log = logging.getLogger("kestrel_torch")
 
 
 class Loss(Protocol):
-    """What :func:`fit` minimises (:class:`~kestrel_torch.estimators._loss.NPELoss`)."""
+    """What :func:`fit` minimises (:class:`~kestrel_torch.estimators._loss.EstimatorLoss`)."""
 
     nonfinite_rows: int
     skipped_steps: int
