@@ -29,6 +29,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import ray
+
 from kestrel.controller._budget import Budget
 from kestrel.controller._result import RunResult
 from kestrel.controller._skipped import count_errors
@@ -65,7 +67,7 @@ class Appends:
         # ref → (store, blocks, the append's origin in the bank)
         self._pending: dict[Any, tuple[StoreHandle, list[Any], Any]] = {}
 
-    def submit(self, store: StoreHandle, trace: RefTrace, what: str) -> Any:
+    def submit(self, store: StoreHandle, trace: RefTrace, what: str) -> ray.ObjectRef:
         """Count a trace's non-finite and skipped rows, then append its blocks to ``store``
         without waiting; returns the append's ObjectRef (pass it to :meth:`finish`).
 
@@ -93,7 +95,7 @@ class Appends:
         self._pending[ref] = (store, blocks, what)
         return ref
 
-    def finish(self, ref: Any) -> int:
+    def finish(self, ref: ray.ObjectRef) -> int:
         """Wait for the append ``ref``; journal its rows, count them; returns the valid rows
         kept.
 

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kestrel.controller._states import RunStatus
 from kestrel.controller._stop import StopControl
@@ -23,6 +23,10 @@ from kestrel.sample._guards import record, status_findings
 from kestrel.sample._sampling import draw_samples, shapes_text
 from kestrel_core import KestrelError, RunConfig
 from kestrel_core.internal import SkipLog
+
+if TYPE_CHECKING:
+    from kestrel.rundir._rundir import RunDir
+    from kestrel_ray import DeployedGraph
 
 __all__ = ["sample_at_end", "sample_if_trained"]
 
@@ -62,9 +66,9 @@ def _until_stopped(fn: Callable[[], T], stop: StopControl | None, poll: float = 
 
 
 def sample_if_trained(
-    dg: Any,
+    dg: DeployedGraph,
     cfg: RunConfig,
-    run: Any,
+    run: RunDir,
     status: RunStatus,
     log: logging.Logger,
     *,
@@ -109,9 +113,9 @@ def _max_epochs(cfg: RunConfig, node: str, max_epochs: Mapping[str, int]) -> Any
 
 
 def sample_at_end(
-    dg: Any,
+    dg: DeployedGraph,
     cfg: RunConfig,
-    run: Any,
+    run: RunDir,
     status: RunStatus,
     log: logging.Logger,
     *,

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 
@@ -45,6 +45,10 @@ from kestrel_core.internal import DiskFullError
 from kestrel_core.store import BUFFER_FILE, journal_files
 from kestrel_ray.internal import snapshot_store
 
+if TYPE_CHECKING:
+    from kestrel.rundir._rundir import RunDir
+    from kestrel_ray import DeployedGraph
+
 __all__ = ["save_on_failure", "disk_full", "FAILURE_TIMEOUT"]
 
 #: seconds each actor (the store, each estimator node) has to answer on the failure path
@@ -52,7 +56,7 @@ FAILURE_TIMEOUT = 10.0
 
 
 def save_on_failure(
-    dg: Any,
+    dg: DeployedGraph,
     resume: Resume,
     err: BaseException,
     *,
@@ -92,7 +96,7 @@ def save_on_failure(
 
 
 def _save(
-    dg: Any,
+    dg: DeployedGraph,
     resume: Resume,
     journal: JournalWriter | None,
     log: logging.Logger,
@@ -160,7 +164,7 @@ def disk_full(err: BaseException | None) -> DiskFullError | None:
     return None
 
 
-def _journal_text(run: Any) -> str:
+def _journal_text(run: RunDir) -> str:
     """What the snapshot and the journal hold, in words (for the failure's log lines)."""
     files = [f for f in journal_files(run.journal) if f.complete]
     snapshot = "the last buffer snapshot" if _has_snapshot(run) else "no buffer snapshot"
@@ -172,7 +176,7 @@ def _journal_text(run: Any) -> str:
     )
 
 
-def _on_disk(snapshot: bool, saved: list[str], run: Any = None) -> str:
+def _on_disk(snapshot: bool, saved: list[str], run: RunDir | None = None) -> str:
     """What a continued launch finds on disk: the buffer snapshot (and the journal), and which
     nodes' weights."""
     journal = [f for f in journal_files(run.journal) if f.complete] if run is not None else []
@@ -191,7 +195,9 @@ def _on_disk(snapshot: bool, saved: list[str], run: Any = None) -> str:
     return f"{buffer}; {weights}"
 
 
-def _estimator_status(dg: Any, latents: list[str]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+def _estimator_status(
+    dg: DeployedGraph, latents: list[str]
+) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """node → its estimator's status, for the estimator nodes that answer; and those that do not."""
     refs = {node: dg.handle(node).status_refs()[0] for node in latents}
     nodes, gone = {}, []
@@ -203,7 +209,7 @@ def _estimator_status(dg: Any, latents: list[str]) -> tuple[dict[str, dict[str, 
     return nodes, gone
 
 
-def _save_buffer(dg: Any, resume: Resume, log: logging.Logger) -> int | None:
+def _save_buffer(dg: DeployedGraph, resume: Resume, log: logging.Logger) -> int | None:
     """Write the store's whole buffer; ``None`` when the store is gone
     or empty (logged)."""
     run = resume.session.run
@@ -224,5 +230,5 @@ def _save_buffer(dg: Any, resume: Resume, log: logging.Logger) -> int | None:
     return snapshot.n
 
 
-def _has_snapshot(run: Any) -> bool:
+def _has_snapshot(run: RunDir) -> bool:
     return os.path.isfile(os.path.join(run.snapshots, BUFFER_FILE))

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kestrel_core import ConfigError
 from kestrel_ray import RefTrace
+
+if TYPE_CHECKING:
+    from kestrel_ray import DeployedGraph
 
 __all__ = ["append_initial_samples", "read_initial_samples"]
 
@@ -43,7 +46,7 @@ def read_initial_samples(path: str) -> list[tuple[str, dict[str, np.ndarray]]]:
     return out
 
 
-def append_initial_samples(dg: Any, path: str, append: Callable[[RefTrace], Any]) -> int:
+def append_initial_samples(dg: DeployedGraph, path: str, append: Callable[[RefTrace], Any]) -> int:
     """Hand the samples under ``path`` to ``append``, one trace per file; returns how many.
 
     Args:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kestrel.controller._budget import Budget, check_initial_budget
@@ -32,7 +32,7 @@ from kestrel.preflight._capacity import check_run_disk
 from kestrel.preflight._launch_notes import check_epochs_overrides
 from kestrel.report._logging import driver_logger
 from kestrel.report._profile import LaunchProfile
-from kestrel.report._progress import make_progress
+from kestrel.report._progress import Progress, make_progress
 from kestrel.rundir._folder import check_launch_folder
 from kestrel.rundir._intent import MODES
 from kestrel.rundir._lock import RunLock
@@ -57,7 +57,7 @@ def launch(
     timeout: float | None = None,
     address: str | None = None,
     auto_sample: bool = True,
-    progress: Any = None,
+    progress: Progress | bool | float | None = None,
     mode: str = "auto",
     epochs: int | None = None,
     deterministic: bool | None = None,
@@ -166,7 +166,7 @@ def _launch(
     timeout: float | None,
     address: str | None,
     auto_sample: bool,
-    progress: Any,
+    progress: Progress | bool | float | None,
     epochs: int | None,
     deterministic: bool | None,
     reuse: list[str | os.PathLike[str]],
@@ -274,7 +274,7 @@ def _launch(
             print(f"kestrel: run.json not updated: {full}", file=sys.stderr, flush=True)
 
 
-def _check_address(address: str | None, ray_kwargs: Any) -> None:
+def _check_address(address: str | None, ray_kwargs: Mapping[str, Any] | None) -> None:
     """The form of the address Ray would join (``--address``, else the config's
     ``ray.address``, else ``RAY_ADDRESS``), checked before the run is written; none is used
     when Ray already runs in this process."""

@@ -4,12 +4,13 @@ which carries it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kestrel.controller._states import RunStatus
 
 if TYPE_CHECKING:
     from kestrel.run._run import Run
+    from kestrel_core import RunConfig
 
 __all__ = ["RunResult"]
 
@@ -52,7 +53,7 @@ class RunResult:
     restarts: dict[str, int] = field(default_factory=dict)
     wall_time: float = 0.0
     placement: dict[str, list[str]] = field(default_factory=dict)
-    config: Any = field(default=None, repr=False)
+    config: RunConfig | None = field(default=None, repr=False)
     stop_signal: int | None = None
 
     def open(self, *, trust: bool = False) -> Run:

@@ -30,7 +30,7 @@ import os
 import zipfile
 import zlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -43,6 +43,12 @@ from kestrel_core import ConfigError, StoreError
 from kestrel_core.internal import ESTIMATOR_FILE, DiskFullError, write_atomic
 from kestrel_core.store import BUFFER_FILE, BufferSnapshot, read_buffer_file, write_buffer_file
 from kestrel_ray.internal import restore_store, snapshot_store
+
+if TYPE_CHECKING:  # the session and the launch's graph use this module
+    from kestrel.rundir._rundir import RunDir
+    from kestrel.session._session import RunSession
+    from kestrel_core import RunConfig
+    from kestrel_ray import DeployedGraph
 
 __all__ = ["LAUNCH_KEY", "launch_seed", "add_epochs", "Resume", "PREVIOUS_DIR", "BufferMismatch"]
 
@@ -69,7 +75,7 @@ def launch_seed(seed: int, launch: int | None) -> int | np.random.SeedSequence:
     return np.random.SeedSequence(int(seed), spawn_key=(LAUNCH_KEY, int(launch) - 1))
 
 
-def saved_epoch(run: Any, node: str, *, strict: bool = False) -> int:
+def saved_epoch(run: RunDir, node: str, *, strict: bool = False) -> int:
     """The epoch count recorded with ``node``'s saved weights (0 when none were saved).
 
     Args:
@@ -91,7 +97,7 @@ def saved_epoch(run: Any, node: str, *, strict: bool = False) -> int:
     return int((saved or {}).get("epoch", 0))
 
 
-def add_epochs(config: Any, run: Any, epochs: int) -> dict[str, int]:
+def add_epochs(config: RunConfig, run: RunDir, epochs: int) -> dict[str, int]:
     """Give every estimator ``epochs`` more: ``max_epochs`` = its saved epoch count + ``epochs``.
 
     Changes the estimator specs of ``config`` (the launch's own, loaded for it).
@@ -107,6 +113,7 @@ def add_epochs(config: Any, run: Any, epochs: int) -> dict[str, int]:
     totals = {}
     for node in config.graph.latents:
         spec = config.graph[node].estimator
+        assert spec is not None  # a latent is a node with an estimator
         if spec.is_live:
             raise ConfigError(
                 f"--epochs: node {node!r}'s estimator is an object, not a _target_ config; "
@@ -117,7 +124,7 @@ def add_epochs(config: Any, run: Any, epochs: int) -> dict[str, int]:
     return totals
 
 
-def read_snapshot(run: Any) -> BufferSnapshot | None:
+def read_snapshot(run: RunDir) -> BufferSnapshot | None:
     """The run's saved buffer (:func:`~kestrel_core.store.read_buffer_file`), ``None`` without
     one.
 
@@ -176,7 +183,7 @@ class Resume:
         budget: as given.
     """
 
-    def __init__(self, session: Any, log: logging.Logger, *, budget: Budget | None = None):
+    def __init__(self, session: RunSession, log: logging.Logger, *, budget: Budget | None = None):
         self.session = session
         self.log = log
         self.budget = budget
@@ -187,7 +194,7 @@ class Resume:
         self._kept: set[str] = set()  # nodes whose loaded weights are in previous/ already
 
     # -- start ---------------------------------------------------------------------------------
-    def load_weights(self, dg: Any) -> list[str]:
+    def load_weights(self, dg: DeployedGraph) -> list[str]:
         """Load the saved weights; note each node's epoch and best epoch. Returns the nodes."""
         nodes = self.session.load_weights(dg, self.session.saved_nodes())
         if not nodes:
@@ -218,7 +225,7 @@ class Resume:
                 )
         return nodes
 
-    def restore_buffer(self, dg: Any) -> int:
+    def restore_buffer(self, dg: DeployedGraph) -> int:
         """Put the run's saved buffer into the new store, then the journal's rows beyond it;
         returns the valid rows put back (0: none).
 
@@ -270,7 +277,7 @@ class Resume:
         return (snapshot.n if snapshot is not None else 0) + self.replayed.valid
 
     # -- end -----------------------------------------------------------------------------------
-    def save_buffer(self, dg: Any, *, quiet: bool = False) -> str | None:
+    def save_buffer(self, dg: DeployedGraph, *, quiet: bool = False) -> str | None:
         """Write the whole buffer to ``<snapshots>/buffer.npz``; returns the path (``None``:
         an empty store). A failure is logged, not raised: the weights matter more — except
         :class:`~kestrel_core.internal.DiskFullError` (no space: the launch stops once; the
@@ -305,7 +312,9 @@ class Resume:
             write_budget(run.snapshots, self.budget)
         return path
 
-    def save_weights(self, dg: Any, status: Mapping[str, Any], result: dict[str, int]) -> None:
+    def save_weights(
+        self, dg: DeployedGraph, status: Mapping[str, Any], result: dict[str, int]
+    ) -> None:
         """Save the weights of every node with a finished epoch, except those of loaded nodes
         that no epoch of this launch improved.
 

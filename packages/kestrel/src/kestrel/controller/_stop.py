@@ -28,7 +28,7 @@ import signal
 import threading
 import time
 from collections.abc import Iterator
-from types import FrameType
+from types import FrameType, TracebackType
 from typing import Any
 
 from kestrel.controller._phases import RunStatus
@@ -110,7 +110,12 @@ class StopControl:
         self.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        err: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def start(self) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kestrel.controller._restarts import RestartWatch
 from kestrel.controller._resume import Resume
@@ -27,6 +27,10 @@ from kestrel.controller._states import Phase
 from kestrel.persist._checkpoint import Checkpoint
 from kestrel.report._progress import ProgressState
 from kestrel_ray.internal import AutoActors, actor_options
+
+if TYPE_CHECKING:
+    from kestrel_core import Graph
+    from kestrel_ray import DeployedGraph
 
 __all__ = ["LaunchWatch"]
 
@@ -55,7 +59,7 @@ class LaunchWatch:
         resume: Resume,
         log: logging.Logger,
         restarts: dict[str, int],
-        graph: Any,
+        graph: Graph,
         every: float | None = None,
     ):
         self.report = report
@@ -74,7 +78,7 @@ class LaunchWatch:
         self._counts: dict[str, int] = {}
         self._phase: Phase | None = None
 
-    def __call__(self, state: ProgressState, dg: Any) -> None:
+    def __call__(self, state: ProgressState, dg: DeployedGraph) -> None:
         """One poll: ``state`` reported, then restarts and checkpoints on ``dg`` (the deployed
         graph; ``None`` or not deployed yet: nothing more)."""
         self.report(state)
@@ -91,7 +95,7 @@ class LaunchWatch:
         if state.phase is Phase.TRAINING and self.checkpoint is not None:
             self.checkpoint.maybe(dg, state.nodes, state.buffer or None)
 
-    def _watch(self, dg: Any) -> RestartWatch:
+    def _watch(self, dg: DeployedGraph) -> RestartWatch:
         """The restart watch, the checkpoint and the auto replicas of the deployed ``dg``
         (made at the first call); returns the restart watch."""
         if self._restarts is None:
@@ -103,7 +107,7 @@ class LaunchWatch:
             self._counts = {}
         return self._restarts
 
-    def poll_restarts(self, dg: Any = None) -> None:
+    def poll_restarts(self, dg: DeployedGraph | None = None) -> None:
         """Read the restart counts (at most every second) without reporting or checkpointing:
         what the launch does while it waits for blocks (the journal's
         :attr:`~kestrel.persist._journal.JournalWriter.between_waits`).
