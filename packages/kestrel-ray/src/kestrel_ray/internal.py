@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from kestrel_ray.graph._actors import check_graph_config
     from kestrel_ray.graph._auto import AutoActors, resolve_auto_actors
     from kestrel_ray.node._chunks import rows_of, spans
+    from kestrel_ray.node._handles import SubmittedTrace
     from kestrel_ray.node._timeout import actor_info, actor_infos
     from kestrel_ray.store._snapshot import restore_store, snapshot_store
 
@@ -32,6 +33,7 @@ _HOMES = {
     "resolve_auto_actors": "kestrel_ray.graph._auto",
     "rows_of": "kestrel_ray.node._chunks",
     "spans": "kestrel_ray.node._chunks",
+    "SubmittedTrace": "kestrel_ray.node._handles",
     "actor_info": "kestrel_ray.node._timeout",
     "actor_infos": "kestrel_ray.node._timeout",
     "restore_store": "kestrel_ray.store._snapshot",
@@ -40,6 +42,7 @@ _HOMES = {
 __all__ = [
     "AutoActors",
     "SHIPPED_FROM_VAR",
+    "SubmittedTrace",
     "actor_info",
     "actor_infos",
     "actor_options",

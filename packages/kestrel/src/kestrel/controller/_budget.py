@@ -27,10 +27,16 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from kestrel_core import ConfigError
+import numpy as np
+
+from kestrel_core import ConfigError, RunConfig
 from kestrel_core.internal import BUFFER_FILE, write_atomic
+
+if TYPE_CHECKING:  # the journal's replay counts the budget with this module
+    from kestrel.persist._journal import Replayed
+    from kestrel_core.store import BufferSnapshot
 
 __all__ = [
     "Budget",
@@ -90,7 +96,7 @@ class Budget:
         self.used += int(rows)
         self.invalid += int(invalid)
 
-    def covered(self, ids: Any) -> None:
+    def covered(self, ids: np.ndarray) -> None:
         """An append's rows got ``ids`` (int64, ascending): the counters cover them."""
         if len(ids):
             self.ids = max(self.ids, int(ids[-1]) + 1)
@@ -115,7 +121,7 @@ class Budget:
 
 
 def check_initial_budget(
-    config: Any, snapshots: str, fresh: bool = False, *, reused: int = 0
+    config: RunConfig, snapshots: str, fresh: bool = False, *, reused: int = 0
 ) -> None:
     """Before Ray starts: a launch that simulates its initial buffer must fit its budget.
 
@@ -171,7 +177,12 @@ def write_budget(folder: str, budget: Budget) -> str:
     return path
 
 
-def restore_counts(budget: Budget, folder: str, restored: Any, replayed: Any = None) -> bool:
+def restore_counts(
+    budget: Budget,
+    folder: str,
+    restored: BufferSnapshot | None,
+    replayed: Replayed | None = None,
+) -> bool:
     """Set ``budget``'s counters from a resumed run's saved buffer in ``folder``.
 
     Args:

@@ -88,7 +88,7 @@ from kestrel.report._progress import ProgressState
 from kestrel.session._ray import cluster_nodes
 from kestrel.session._session import RunSession
 from kestrel.tracking._tracker import Tracker
-from kestrel_core import ConfigError, KestrelError
+from kestrel_core import ConfigError, Graph, KestrelError
 from kestrel_ray import DeployedGraph, RunError
 from kestrel_ray.internal import describe_failure, unwrap_error
 
@@ -97,7 +97,7 @@ __all__ = ["Launcher", "check_auto_actors"]
 _POLL = 0.05  # seconds: how long one ray.wait on the training calls may block
 
 
-def check_auto_actors(graph: Any, deterministic: bool) -> None:
+def check_auto_actors(graph: Graph, deterministic: bool) -> None:
     """Refuse ``num_actors: auto`` in a deterministic launch: the replica count cuts each call
     into other chunks, with other seeds, so the run would draw other numbers on a cluster of
     another size (DESIGN.md's determinism contract: bit-identical for a seed).
@@ -508,7 +508,7 @@ class Launcher:
         ended = set(done)
         return {ref: node for ref, node in calls.items() if ref not in ended}
 
-    def _training_ended(self, node: str, ref: Any) -> None:
+    def _training_ended(self, node: str, ref: ray.ObjectRef) -> None:
         try:
             status = ray.get(ref)
         except ray.exceptions.RayError as err:

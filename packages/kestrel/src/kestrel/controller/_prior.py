@@ -33,6 +33,7 @@ from kestrel.controller._stop import StopControl
 from kestrel_core import BufferConfig
 from kestrel_core.internal import forward_plan
 from kestrel_ray import DeployedGraph, RefTrace
+from kestrel_ray.internal import SubmittedTrace
 
 __all__ = ["PriorSimulation", "piece_size", "AHEAD_ROWS", "MAX_PIECES"]
 
@@ -57,7 +58,7 @@ def piece_size(buffer: BufferConfig, total: int, *, deterministic: bool = True) 
 @dataclass
 class _Piece:
     rows: int
-    submitted: Any  # SubmittedTrace
+    submitted: SubmittedTrace
     first: int  # the piece's first row in the initial simulation
 
 

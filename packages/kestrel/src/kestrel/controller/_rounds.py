@@ -65,8 +65,8 @@ from kestrel.controller._budget import Budget
 from kestrel.controller._stall import StallWatch
 from kestrel_core import BufferConfig
 from kestrel_core.internal import forward_plan
-from kestrel_ray import RunError
-from kestrel_ray.internal import describe_failure, unwrap_error
+from kestrel_ray import DeployedGraph, RunError
+from kestrel_ray.internal import SubmittedTrace, describe_failure, unwrap_error
 
 __all__ = ["Resimulation"]
 
@@ -77,8 +77,8 @@ class _Round:
 
     k: int
     rows: int
-    submitted: Any
-    append: Any = None  # the append's ref, once the trace is collected
+    submitted: SubmittedTrace
+    append: ray.ObjectRef | None = None  # the append's ref, once the trace is collected
     invalid: int = 0
     what: str = "resimulation"  # the append's name: its origin in the bank
 
@@ -111,7 +111,7 @@ class Resimulation:
 
     def __init__(
         self,
-        dg: Any,
+        dg: DeployedGraph,
         buffer: BufferConfig,
         budget: Budget,
         *,
@@ -392,6 +392,6 @@ class Resimulation:
         r.append = self._append(trace, r.what)
 
 
-def _ready(ref: Any) -> bool:
+def _ready(ref: ray.ObjectRef) -> bool:
     done, _ = ray.wait([ref], timeout=0)
     return bool(done)
