@@ -89,7 +89,7 @@ from kestrel.session._ray import cluster_nodes
 from kestrel.session._session import RunSession
 from kestrel.tracking._tracker import Tracker
 from kestrel_core import ConfigError, Graph, KestrelError
-from kestrel_ray import DeployedGraph, RunError
+from kestrel_ray import DeployedGraph, RefTrace, RunError
 from kestrel_ray.internal import describe_failure, unwrap_error
 
 __all__ = ["Launcher", "check_auto_actors"]
@@ -424,7 +424,7 @@ class Launcher:
             self.reporter.report()
         return state
 
-    def _append_initial(self, dg: DeployedGraph, trace: Any) -> None:
+    def _append_initial(self, dg: DeployedGraph, trace: RefTrace) -> None:
         valid = trace.valid_rows()
         self.appends.append(dg.store, trace, "initial simulation")
         self.budget.count(trace.n, 0 if valid is None else int((~valid).sum()))

@@ -22,7 +22,7 @@ import ray
 from kestrel.controller._result import RunResult
 from kestrel.report._profile import LaunchProfile, summary, write_profile
 from kestrel.report._progress import ProgressState
-from kestrel.report._status import launch_progress, launch_status
+from kestrel.report._status import StatusSource, launch_progress, launch_status
 from kestrel.session._session import RunSession
 from kestrel_core import RunConfig, StoreError
 from kestrel_core.internal import DiskFullError
@@ -32,10 +32,10 @@ __all__ = ["LaunchReporter"]
 _STATUS_EVERY = 0.5  # seconds between progress polls
 
 
-class Reported(Protocol):
+class Reported(StatusSource, Protocol):
     """What :class:`LaunchReporter` reads of its launch (a
-    :class:`~kestrel.controller._launcher.Launcher`), besides what
-    :mod:`kestrel.report._status` reads."""
+    :class:`~kestrel.controller._launcher.Launcher`): what :mod:`kestrel.report._status` reads
+    (:class:`~kestrel.report._status.StatusSource`), and these."""
 
     session: RunSession
     cfg: RunConfig

@@ -196,7 +196,7 @@ class RestartWatch:
                 of_most,
             )
 
-    def _check_waiting(self, name: str, i: int, state: Any, now: float) -> None:
+    def _check_waiting(self, name: str, i: int, state: str | None, now: float) -> None:
         """Raise once a restarted replica has waited :data:`RESTART_WAIT` seconds for a node."""
         if (name, i) not in self._waiting:
             return

@@ -10,14 +10,17 @@ its user frames on the console.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kestrel.report._logging import FILE_ONLY
+
+if TYPE_CHECKING:
+    from kestrel_ray import RefTrace
 
 __all__ = ["count_errors"]
 
 
-def count_errors(errors: dict[str, int], trace: Any, what: str, log: logging.Logger) -> None:
+def count_errors(errors: dict[str, int], trace: RefTrace, what: str, log: logging.Logger) -> None:
     """Add a trace's skipped samples to ``errors`` (node → count, updated in place) and log.
 
     Args:

@@ -4,15 +4,50 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kestrel.report._progress import ProgressState
 from kestrel.sample._guards import read_checks
 
-__all__ = ["launch_status", "launch_progress"]
+if TYPE_CHECKING:  # the launch loop reports with this module
+    from kestrel.controller._appends import Appends
+    from kestrel.controller._budget import Budget
+    from kestrel.controller._phases import Phase
+    from kestrel.controller._result import RunResult
+    from kestrel.controller._resume import Resume
+    from kestrel.controller._states import LaunchState
+    from kestrel.session._session import RunSession
+
+__all__ = ["launch_status", "launch_progress", "StatusSource"]
 
 
-def launch_status(launcher: Any, buffer: dict[str, int]) -> dict[str, Any]:
+class StatusSource(Protocol):
+    """What :func:`launch_status` and :func:`launch_progress` read of a launch (a
+    :class:`~kestrel.controller._launcher.Launcher`)."""
+
+    @property
+    def result(self) -> RunResult: ...
+    @property
+    def session(self) -> RunSession: ...
+    @property
+    def resume(self) -> Resume: ...
+    @property
+    def budget(self) -> Budget: ...
+    @property
+    def state(self) -> LaunchState: ...
+    @property
+    def phase(self) -> Phase: ...
+    @property
+    def appends(self) -> Appends: ...
+    @property
+    def deterministic(self) -> bool: ...
+    @property
+    def t0(self) -> float: ...
+    @property
+    def cluster(self) -> dict[str, dict[str, float]]: ...
+
+
+def launch_status(launcher: StatusSource, buffer: dict[str, int]) -> dict[str, Any]:
     """The status of a :class:`~kestrel.controller._launcher.Launcher` as plain containers;
     ``buffer``: the store's counts at the latest poll.
 
@@ -51,7 +86,7 @@ def launch_status(launcher: Any, buffer: dict[str, int]) -> dict[str, Any]:
 
 
 def launch_progress(
-    launcher: Any, nodes: dict[str, dict[str, Any]], buffer: dict[str, int], now: float
+    launcher: StatusSource, nodes: dict[str, dict[str, Any]], buffer: dict[str, int], now: float
 ) -> ProgressState:
     """The :class:`ProgressState` of a launcher at ``time.monotonic()`` ``now``; ``nodes``:
     estimator node → its estimator's latest status; ``buffer``: the store's counts at the latest
