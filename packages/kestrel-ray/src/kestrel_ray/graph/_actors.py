@@ -22,7 +22,7 @@ import numpy as np
 import ray
 from ray import cloudpickle
 
-from kestrel_core import ConfigError, Graph, KestrelError
+from kestrel_core import ConfigError, Graph, KestrelError, Node
 from kestrel_ray._errors import unwrap_error
 from kestrel_ray.cluster._resources import actor_options, check_resources
 from kestrel_ray.node._ensemble import ensemble_size
@@ -64,7 +64,7 @@ def check_deployable(graph: Graph, counts: Mapping[str, int] | None = None) -> N
     )
 
 
-def _actors_of(name: str, node: Any, counts: Mapping[str, int]) -> int:
+def _actors_of(name: str, node: Node, counts: Mapping[str, int]) -> int:
     """The actors node ``name`` starts: its ensemble's members for an estimator node, else
     its replicas (the resolved ``auto`` count where there is one)."""
     if node.estimator is not None:
@@ -153,7 +153,9 @@ def start_node_actors(
     return handles
 
 
-def start_replica(cls: Any, node: Any, blob: bytes, base: np.ndarray, i: int, paths: Any) -> Any:
+def start_replica(
+    cls: Any, node: Node, blob: bytes, base: np.ndarray, i: int, paths: Sequence[str]
+) -> Any:
     """Start replica ``i`` of ``node`` (``cls``: the ``ray.remote`` wrapper class; ``blob``: the
     pickled node; ``base``: the node's seed state): seeded ``[*base, i]``. Returns the actor."""
     return cls.options(**actor_options(node)).remote(

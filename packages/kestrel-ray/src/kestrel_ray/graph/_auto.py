@@ -30,11 +30,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from kestrel_core import ConfigError
+from kestrel_core import ConfigError, Node
 from kestrel_ray.cluster._resources import _demand, actor_options
+
+if TYPE_CHECKING:  # the deployment resolves auto counts with this module
+    from kestrel_ray.graph._deployed import DeployedGraph
 
 __all__ = ["AUTO", "POLL_EVERY", "AutoActors", "actor_slots", "resolve_auto_actors"]
 
@@ -44,7 +47,7 @@ AUTO = "auto"
 POLL_EVERY = 10.0
 
 
-def actor_demand(node: Any, name: str) -> dict[str, float]:
+def actor_demand(node: Node, name: str) -> dict[str, float]:
     """What one actor of ``node`` requests (Ray resource name → amount).
 
     Raises:
@@ -86,7 +89,7 @@ def cluster_resources() -> list[dict[str, float]]:
 
 
 def resolve_auto_actors(
-    node: Any, name: str, nodes: Iterable[Mapping[str, float]] | None = None
+    node: Node, name: str, nodes: Iterable[Mapping[str, float]] | None = None
 ) -> int:
     """The replicas ``num_actors: auto`` means for ``node`` on ``nodes`` (default: the live
     nodes of the Ray cluster).
@@ -122,11 +125,11 @@ class AutoActors:
 
     def __init__(
         self,
-        dg: Any,
+        dg: DeployedGraph,
         log: logging.Logger,
         *,
         every: float = POLL_EVERY,
-        nodes: Any = None,
+        nodes: Callable[[], Iterable[Mapping[str, float]]] | None = None,
     ):
         self.dg, self.log, self.every = dg, log, float(every)
         self._nodes = nodes or cluster_resources

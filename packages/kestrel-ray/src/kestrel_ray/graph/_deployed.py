@@ -20,16 +20,20 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 import ray
+from ray.actor import ActorHandle
 
 from kestrel_core import (
+    BufferConfig,
     ConfigError,
     Graph,
     GraphError,
     GraphRunner,
+    RunConfig,
     ShapeError,
     StoreWarning,
     check_count,
@@ -43,6 +47,7 @@ from kestrel_ray.node._estimator_files import transfer_estimators
 from kestrel_ray.node._handles import NodeHandle, Pending, SubmittedTrace, collect_trace
 from kestrel_ray.node._multiplex import MultiplexNodeWrapper
 from kestrel_ray.node._wrapper import NodeWrapper
+from kestrel_ray.store._handle import StoreHandle
 
 __all__ = ["DeployedGraph"]
 
@@ -85,9 +90,9 @@ class DeployedGraph:
         graph: Graph,
         *,
         seed: int | np.random.SeedSequence | None = None,
-        store: Any = None,
+        store: StoreHandle | ActorHandle | None = None,
         run_dir: str | os.PathLike[str] | None = None,
-        buffer: Any = None,
+        buffer: BufferConfig | Mapping[str, Any] | None = None,
         ready_timeout: float = 60.0,
         estimators: bool = True,
         wrapper_cls: type | None = None,
@@ -109,7 +114,13 @@ class DeployedGraph:
         self.saved_epochs: dict[str, int | None] = {}
 
     @classmethod
-    def from_config(cls: type[G], config: Any, *, seed: int | None = None, store: Any = None) -> G:
+    def from_config(
+        cls: type[G],
+        config: RunConfig,
+        *,
+        seed: int | None = None,
+        store: StoreHandle | ActorHandle | None = None,
+    ) -> G:
         """Build from a :class:`kestrel_core.RunConfig` (graph, buffer, run directory)."""
         return cls(
             config.graph, seed=seed, store=store, run_dir=config.run_dir, buffer=config.buffer
@@ -119,7 +130,12 @@ class DeployedGraph:
     def __enter__(self: G) -> G:
         return self.deploy()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        err: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.shutdown()
 
     @property

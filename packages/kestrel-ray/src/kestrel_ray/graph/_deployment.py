@@ -14,13 +14,15 @@ one integer of the root seeds the store's random subsets.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import ray
 from ray import cloudpickle
+from ray.actor import ActorHandle
 
-from kestrel_core import Graph, KestrelError, seed_sequence
+from kestrel_core import BufferConfig, Graph, KestrelError, seed_sequence
 from kestrel_ray.graph._actors import (
     check_deployable,
     check_graph_config,
@@ -58,9 +60,9 @@ class Deployment:
         graph: Graph,
         *,
         seed: int | np.random.SeedSequence | None = None,
-        store: Any = None,
+        store: StoreHandle | ActorHandle | None = None,
         run_dir: str | os.PathLike[str] | None = None,
-        buffer: Any = None,
+        buffer: BufferConfig | Mapping[str, Any] | None = None,
         ready_timeout: float = 60.0,
         estimators: bool = True,
         wrapper_cls: type | None = None,
