@@ -37,8 +37,11 @@ a budget is always spent exactly.
 Without determinism the replicas are kept fed while no estimator has a proposal yet (before
 its first epoch ended, ``proposing``): rounds are drawn from the **prior** instead
 (:meth:`Resimulation.prime` submits them while the initial simulation still runs, so their
-calls queue behind its pieces and the replicas simulate on while training starts; then
-:meth:`Resimulation.step` until every estimator finished an epoch). Rows from the prior are
+calls queue behind its pieces and the replicas simulate on while training starts). They are
+at most the rounds in flight (two by default) in a launch: enough to cover a first epoch, and
+never more of the budget than that spent on the prior instead of on proposals (with a fast
+simulator and a slow first epoch, drawing on from the prior until the first epoch ended spent
+a small budget on the prior alone). Rows from the prior are
 valid training rows for every estimator (their ``log_prob`` is the prior's, the proposal they
 came from); they count in the budget as any round's, and go to the bank as the initial
 simulation's (``from_prior``). They are not rounds of the estimators' schedule (no round index).
@@ -102,8 +105,8 @@ class Resimulation:
         stats: ``stats()`` → the store's counts (for ``simulate_when_full: false``).
         log: the driver's logger.
         proposing: ``proposing()`` → whether every estimator has a proposal (finished an
-            epoch); while it is False, and not deterministic, rounds are drawn from the prior
-            (see the module docstring). ``None``: never from the prior.
+            epoch); while it is False, and not deterministic, up to ``in_flight`` rounds are
+            drawn from the prior (see the module docstring). ``None``: never from the prior.
 
     Attributes:
         prior_drawn: rounds drawn from the prior (:meth:`prime`, or while not ``proposing``).
@@ -140,6 +143,7 @@ class Resimulation:
         self._asked_fixed = False  # deterministic: asked, after training, for a fixed round
         self._proposing = None if deterministic else proposing
         self.prior_drawn = 0
+        self._prior_rounds = self._depth  # the most rounds from the prior (module docstring)
         self._started = False  # start() told the estimators their schedule
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -231,7 +235,9 @@ class Resimulation:
         if training and time.monotonic() < self._next:  # no spacing once training ended
             return
         if training and self._proposing is not None and not self._proposing():
-            self._draw_prior()  # no proposal yet: keep the replicas fed from the prior
+            # no proposal yet: keep the replicas fed from the prior, up to the rounds in flight
+            if self.prior_drawn < self._prior_rounds:
+                self._draw_prior()
             return
         if not training and not self._budget_left():
             if self._fixed_in_training():  # fixed at the last epoch, not drawn yet
