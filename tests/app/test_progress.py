@@ -48,3 +48,22 @@ def test_the_live_table_caption_says_the_budget_is_spent():
     caption = str(live._live.renderable.caption)
     assert caption.endswith("· 10000 simulated, budget spent (10000/10000)")
     assert "sim/s" not in caption
+
+
+def test_training_past_max_epochs_for_the_budget_says_so_not_a_count_above_its_total(caplog):
+    # issue 31 item 4: training goes on past max_epochs while the budget's rounds come
+    past = ProgressState(
+        612.0,
+        Phase.TRAINING,
+        nodes={"theta": {"state": "training", "epoch": 359, "max_epochs": 2}},
+        buffer={"training": 9000, "validation": 1000},
+        simulated=812,
+        rate=15.4,
+        budget={"total": 10000, "used": 812, "invalid": 0, "left": 9188},
+    )
+    log = logging.getLogger("test.progress")
+    with caplog.at_level(logging.INFO, logger="test.progress"):
+        LogProgress(log, every=0.0).update(past)
+    line = caplog.records[1].getMessage()  # the node's line
+    assert "training epoch 359 (max_epochs 2, on for the budget)," in line
+    assert "359/2" not in line

@@ -217,7 +217,8 @@ class Resume:
             )
             if epoch is not None and total is not None and int(epoch) >= int(total):
                 self.log.info(
-                    "node %s: max_epochs %s is reached; no epoch to train (add some with "
+                    "node %s: max_epochs %s is reached; it trains on only while rounds of "
+                    "budget.simulations are still to come (add epochs with "
                     "`kestrel launch -o RUN --epochs N` or graph.%s.estimator.max_epochs=…)",
                     node,
                     total,

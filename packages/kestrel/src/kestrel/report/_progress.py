@@ -101,7 +101,11 @@ def _loss(value: Any) -> str:
 
 
 def _epochs(status: Mapping[str, Any]) -> str:
-    return f"{status.get('epoch', 0)}/{status.get('max_epochs', '?')}"
+    epoch, most = status.get("epoch", 0), status.get("max_epochs", "?")
+    if isinstance(epoch, int) and isinstance(most, int) and epoch > most:
+        # training goes on past max_epochs while a budget's rounds still come
+        return f"{epoch} (max_epochs {most}, on for the budget)"
+    return f"{epoch}/{most}"
 
 
 def _buffer(buf: Mapping[str, int]) -> str:
