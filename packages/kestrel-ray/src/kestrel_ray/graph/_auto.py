@@ -31,15 +31,25 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from kestrel_core import ConfigError, Node
+from kestrel_core import ConfigError, Graph, Node
 from kestrel_ray.cluster._resources import _demand, actor_options
 
-if TYPE_CHECKING:  # the deployment resolves auto counts with this module
-    from kestrel_ray.graph._deployed import DeployedGraph
-
 __all__ = ["AUTO", "POLL_EVERY", "AutoActors", "actor_slots", "resolve_auto_actors"]
+
+
+class ReplicaOwner(Protocol):
+    """What :class:`AutoActors` asks of the deployed graph (a
+    :class:`~kestrel_ray.DeployedGraph`; named by what is used, since the deployment resolves
+    ``auto`` counts with this module)."""
+
+    @property
+    def graph(self) -> Graph: ...
+    def replicas(self, name: str) -> int: ...
+    def add_replicas(self, name: str, k: int) -> int: ...
+    def drop_replicas(self, name: str, k: int) -> int: ...
+
 
 #: the word in the config
 AUTO = "auto"
@@ -125,7 +135,7 @@ class AutoActors:
 
     def __init__(
         self,
-        dg: DeployedGraph,
+        dg: ReplicaOwner,
         log: logging.Logger,
         *,
         every: float = POLL_EVERY,

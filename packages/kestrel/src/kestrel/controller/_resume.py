@@ -5,7 +5,7 @@ A launch on a run directory an earlier launch wrote continues that run
 
 * **seed**: the run keeps the seed of its first launch (``RUN/run.json``); launch ``k ≥ 2``
   draws from its own stream, ``SeedSequence(seed, spawn_key=(LAUNCH_KEY, k - 1))``
-  (:func:`launch_seed`) — the same every time, and apart from launch 1's streams (the children
+  (:func:`~kestrel.session._seeds.launch_seed`) — the same every time, and apart from launch 1's streams (the children
   ``(i,)`` and grandchildren ``(i, j)`` of ``SeedSequence(seed)``) and from every other launch;
 * **buffer**: every launch that stops (completed, timeout, Ctrl-C) saves its whole buffer as
   ``<snapshots>/buffer.npz`` (:mod:`kestrel_core.store._buffer_file`); the next launch puts
@@ -32,13 +32,13 @@ import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import ray
 
 from kestrel.controller._budget import Budget, write_budget
 from kestrel.persist._journal import Replayed, replay_journal
 from kestrel.rundir._rundir import SAVED_MARKER
 from kestrel.rundir._runfiles import RunFileError, buffer_remedy, npz_problem, read_saved
+from kestrel.session._seeds import LAUNCH_KEY, launch_seed
 from kestrel_core import ConfigError, StoreError
 from kestrel_core.internal import ESTIMATOR_FILE, DiskFullError, write_atomic
 from kestrel_core.store import BUFFER_FILE, BufferSnapshot, read_buffer_file, write_buffer_file
@@ -52,27 +52,8 @@ if TYPE_CHECKING:  # the session and the launch's graph use this module
 
 __all__ = ["LAUNCH_KEY", "launch_seed", "add_epochs", "Resume", "PREVIOUS_DIR", "BufferMismatch"]
 
-#: first entry of the spawn key of a later launch's root sequence ("kest")
-LAUNCH_KEY = 0x6B657374
 #: where a node's replaced weights are kept, inside ``<graph>/<node>/``
 PREVIOUS_DIR = "previous"
-
-
-def launch_seed(seed: int, launch: int | None) -> int | np.random.SeedSequence:
-    """The root of launch ``launch`` (1-based) of a run with ``seed``.
-
-    Launch 1 (and ``None``: no recorded launch) uses the seed itself, so a first launch draws
-    what it always drew; launch ``k ≥ 2`` gets its own root sequence.
-
-    Example:
-        >>> launch_seed(7, 1)
-        7
-        >>> launch_seed(7, 3).spawn_key == (LAUNCH_KEY, 2)
-        True
-    """
-    if launch is None or int(launch) <= 1:
-        return int(seed)
-    return np.random.SeedSequence(int(seed), spawn_key=(LAUNCH_KEY, int(launch) - 1))
 
 
 def saved_epoch(run: RunDir, node: str, *, strict: bool = False) -> int:

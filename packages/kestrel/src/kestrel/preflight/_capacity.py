@@ -40,16 +40,38 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from kestrel_core import BufferConfig, ConfigError
+from kestrel_core import BufferConfig, ConfigError, RunConfig
 from kestrel_core.internal import ESTIMATOR_FILE, DiskFullError, free_bytes
 from kestrel_core.store import CACHE_SHARE, JOURNAL_DIR
 
-if TYPE_CHECKING:  # the session checks capacity with this module
-    from kestrel.session._session import RunSession
+
+class _RunFolder(Protocol):
+    @property
+    def root(self) -> str: ...
+    @property
+    def snapshots(self) -> str: ...
+    @property
+    def journal(self) -> str: ...
+    def node_dir(self, node: str) -> str: ...
+
+
+class CheckedLaunch(Protocol):
+    """What :func:`check_run_disk` reads of a launch (its
+    :class:`~kestrel.session._session.RunSession`, which checks capacity with this module)."""
+
+    @property
+    def config(self) -> RunConfig: ...
+    @property
+    def run(self) -> _RunFolder: ...
+    @property
+    def notes(self) -> list[str]: ...
+    @property
+    def sample_bytes(self) -> dict[str, int]: ...
+
 
 __all__ = [
     "bytes_per_sample",
@@ -327,7 +349,7 @@ def check_disk_space(
     )
 
 
-def check_run_disk(session: RunSession) -> None:
+def check_run_disk(session: CheckedLaunch) -> None:
     """:func:`check_disk_space` for a launch's :class:`~kestrel.session._session.RunSession`
     before it writes: a warning joins ``session.notes`` (logged, kept in ``run.json``). A buffer
     that trains from disk (:func:`trains_from_disk`) is checked by :func:`check_journal_space`

@@ -47,14 +47,29 @@ import warnings
 import zipfile
 import zlib
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from kestrel_core import ConfigError
 
-if TYPE_CHECKING:  # the run directory reads its files with this module
-    from kestrel.rundir._rundir import RunDir
+
+class _LaunchHistory(Protocol):
+    def launches(self) -> object: ...
+
+
+class ResumeFolder(Protocol):
+    """What :func:`check_resume_files` reads of a run directory (a
+    :class:`~kestrel.rundir._rundir.RunDir`, which reads its files with this module)."""
+
+    @property
+    def root(self) -> str: ...
+    @property
+    def snapshots(self) -> str: ...
+    @property
+    def history(self) -> _LaunchHistory: ...
+    def node_dir(self, node: str) -> str: ...
+
 
 #: the file beside an estimator's weights that says they are complete (``graph/<node>/``)
 SAVED_MARKER = "saved.json"
@@ -362,7 +377,7 @@ def read_output_json(path: str | os.PathLike[str]) -> dict[str, Any]:
     return data or {}
 
 
-def check_resume_files(run: RunDir, latents: Iterable[str]) -> None:
+def check_resume_files(run: ResumeFolder, latents: Iterable[str]) -> None:
     """Before a resume writes anything or starts Ray: the files it continues from are readable.
 
     * ``run.json``: the seed and the launch history (:meth:`~kestrel.rundir._history.

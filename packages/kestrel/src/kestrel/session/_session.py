@@ -24,9 +24,8 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
-from kestrel.controller._resume import launch_seed
 from kestrel.preflight._capacity import bytes_per_sample, check_capacity, store_capacity
 from kestrel.preflight._checks import preflight
 from kestrel.preflight._dryrun import expected_keys
@@ -40,15 +39,27 @@ from kestrel.rundir._intent import launch_plan
 from kestrel.rundir._lock import RunLock
 from kestrel.rundir._rundir import RunDir
 from kestrel.session._ray import cluster_nodes, ray_for_run
+from kestrel.session._seeds import launch_seed
 from kestrel.tracking._tracker import Tracker
 from kestrel_core import ConfigError, EstimatorError, RunConfig, seed_sequence
 from kestrel_ray import DeployedGraph, NodeWrapper
 from kestrel_ray.internal import check_graph_config
 
-if TYPE_CHECKING:  # the launch's controller makes the result
-    from kestrel.controller._result import RunResult
+__all__ = ["RunSession", "ray_for_run", "cluster_nodes", "LaunchOutcome"]
 
-__all__ = ["RunSession", "ray_for_run", "cluster_nodes"]
+
+class LaunchOutcome(Protocol):
+    """What :meth:`RunSession.end_launch` reads of a launch's result (the controller's
+    :class:`~kestrel.controller._result.RunResult`; named by what is read, so the session
+    does not import the controller that uses it)."""
+
+    @property
+    def status(self) -> str: ...
+    @property
+    def reason(self) -> str | None: ...
+    @property
+    def epochs(self) -> Mapping[str, int]: ...
+
 
 _TARGETS = ("simulator", "estimator")
 
@@ -244,7 +255,7 @@ class RunSession:
 
     def end_launch(
         self,
-        result: RunResult | None,
+        result: LaunchOutcome | None,
         interrupted: bool = False,
         error: BaseException | None = None,
     ) -> None:
